@@ -1,0 +1,522 @@
+"""Federated data sets as `tff.simulation.datasets.ClientData`.
+
+A `FederatedData` holds the clients' training data as a `ClientData` and a
+central test split as arrays. Two kinds of source:
+
+- Centralized arrays split by a partitioner (`tasks.partition`): scikit-
+  learn's digits (embedded, offline), CIFAR-10/100, Fashion-MNIST and MNIST
+  through tensorflow_datasets, the FedProx synthetic(alpha, beta) set
+  generated in code, and image folders. Each client's examples are written
+  once to a TFRecord file under a cache directory keyed by the data set,
+  partition and seed, and served by `tff.simulation.datasets.
+  FilePerUserClientData`. The TFF worker then reads a client's data by its
+  id (the `dataset_computation` of the `ClientData`): no arrays are shipped
+  into computations, and data sets of any size work.
+- Natural splits from `tff.simulation.datasets`: EMNIST/FEMNIST and
+  Shakespeare.
+
+Every element is an `OrderedDict(x=..., y=...)`; `preprocess_fn` batches it
+for local training.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import partition as partition_lib
+
+TASK_NAMES = ('digits', 'cifar10', 'cifar100', 'fmnist', 'mnist', 'emnist',
+              'shakespeare', 'synthetic', 'image_folder')
+# Tasks whose clients come from the data itself; partition flags are unused.
+NATURAL_TASKS = ('emnist', 'shakespeare', 'synthetic')
+
+_TFDS_NAMES = {'cifar10': 'cifar10', 'cifar100': 'cifar100',
+               'fmnist': 'fashion_mnist', 'mnist': 'mnist'}
+# Per-channel mean and std after scaling to [0, 1].
+_NORMALIZATION = {
+    'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    'fmnist': ((0.2860,), (0.3530,)),
+    'mnist': ((0.1307,), (0.3081,)),
+}
+
+
+class DataUnavailableError(RuntimeError):
+  """A data set could not be loaded (e.g. no network to download it)."""
+
+
+@dataclasses.dataclass
+class FederatedData:
+  """Clients' training data and a central test split.
+
+  Attributes:
+    name: The task name.
+    client_data: Each client's training examples, `OrderedDict(x, y)`.
+    test_x: Central test inputs, float32 (int32 ids for text).
+    test_y: Central test labels, int32.
+    num_classes: Number of classes (vocabulary size for text).
+    input_shape: Shape of one input.
+    train_labels: Labels of every training example, by client, for reports;
+      None where labels are not single classes (text).
+  """
+  name: str
+  client_data: tff.simulation.datasets.ClientData
+  test_x: np.ndarray
+  test_y: np.ndarray
+  num_classes: int
+  input_shape: tuple
+  train_labels: Optional[list[np.ndarray]] = None
+
+  def class_counts(self) -> np.ndarray:
+    """(num_clients, num_classes) counts of training examples."""
+    if self.train_labels is None:
+      raise ValueError(f'Task {self.name!r} has no per-example class labels.')
+    return np.stack([np.bincount(y, minlength=self.num_classes)
+                     for y in self.train_labels])
+
+
+# ---------------------------------------------------------------------------
+# Centralized sources as arrays: (x_train, y_train, x_test, y_test).
+# Images are float32 in [0, 1] before normalization.
+
+
+def load_digits_arrays(seed: int = 0, test_fraction: float = 0.2):
+  """scikit-learn's 8x8 digits (1797 examples, 10 classes), split in code."""
+  from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
+  digits = sk_datasets.load_digits()
+  x = (digits.images / 16.0).astype(np.float32)[..., None]
+  y = digits.target.astype(np.int32)
+  order = np.random.default_rng(seed).permutation(len(y))
+  num_test = int(round(test_fraction * len(y)))
+  test, train = order[:num_test], order[num_test:]
+  return x[train], y[train], x[test], y[test]
+
+
+def load_tfds_arrays(name: str, data_dir: Optional[str] = None):
+  """CIFAR-10/100, Fashion-MNIST or MNIST through tensorflow_datasets."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    (x_tr, y_tr), (x_te, y_te) = tfds.as_numpy(tfds.load(
+        _TFDS_NAMES[name], split=['train', 'test'], batch_size=-1,
+        as_supervised=True, data_dir=data_dir))
+  except Exception as e:  # pylint: disable=broad-except
+    raise DataUnavailableError(
+        f'Could not load {name!r} through tensorflow_datasets ({e!r:.300}). '
+        'It downloads on first use and needs a network then; or copy a '
+        'prepared tensorflow_datasets directory to --data_dir.') from e
+  scale = lambda a: (a.astype(np.float32) / 255.0)
+  return scale(x_tr), y_tr.astype(np.int32), scale(x_te), y_te.astype(np.int32)
+
+
+def load_image_folder_arrays(directory: str, image_size: int = 32,
+                             test_fraction: float = 0.2, seed: int = 0):
+  """Images in one sub-directory per class (Tiny ImageNet, APTOS, Chest X-ray).
+
+  If `directory` holds `train/` and `test/` (or `val/`), each is read as a
+  split; otherwise a seeded `test_fraction` of the images is held out. Images
+  are resized to `image_size` x `image_size` RGB.
+  """
+  if not directory or not os.path.isdir(directory):
+    raise ValueError(f'--data_dir={directory!r} is not a directory; '
+                     'image_folder needs one sub-directory per class.')
+
+  def read(split_dir, classes=None):
+    classes = classes or sorted(
+        d for d in os.listdir(split_dir)
+        if os.path.isdir(os.path.join(split_dir, d)))
+    if not classes:
+      raise ValueError(f'{split_dir!r} has no class sub-directories.')
+    xs, ys = [], []
+    for label, cls in enumerate(classes):
+      cls_dir = os.path.join(split_dir, cls)
+      if not os.path.isdir(cls_dir):
+        continue
+      for fname in sorted(os.listdir(cls_dir)):
+        raw = tf.io.read_file(os.path.join(cls_dir, fname))
+        image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+        image = tf.image.resize(image, (image_size, image_size))
+        xs.append(image.numpy() / 255.0)
+        ys.append(label)
+    return np.asarray(xs, np.float32), np.asarray(ys, np.int32), classes
+
+  train_dir = os.path.join(directory, 'train')
+  test_dir = next((os.path.join(directory, d) for d in ('test', 'val')
+                   if os.path.isdir(os.path.join(directory, d))), None)
+  if os.path.isdir(train_dir) and test_dir:
+    x_tr, y_tr, classes = read(train_dir)
+    x_te, y_te, _ = read(test_dir, classes)
+    return x_tr, y_tr, x_te, y_te
+  x, y, _ = read(directory)
+  order = np.random.default_rng(seed).permutation(len(y))
+  num_test = int(round(test_fraction * len(y)))
+  return x[order[num_test:]], y[order[num_test:]], x[order[:num_test]], y[
+      order[:num_test]]
+
+
+def generate_synthetic(alpha: float, beta: float, num_clients: int = 30,
+                       dimension: int = 60, num_classes: int = 10,
+                       seed: int = 0):
+  """FedProx's synthetic(alpha, beta) data: one distribution per client.
+
+  Client k: u_k ~ N(0, alpha), B_k ~ N(0, beta); W_k, b_k ~ N(u_k, 1);
+  v_k ~ N(B_k, 1) per dimension; x ~ N(v_k, diag(j^-1.2)); y = argmax(W_k x +
+  b_k). Client sizes follow a log-normal law as in FedProx's generator.
+
+  Returns:
+    A list of (x, y) per client.
+  """
+  rng = np.random.default_rng(seed)
+  sizes = (rng.lognormal(4, 2, num_clients).astype(int) + 50).clip(max=2000)
+  cov = np.diag(np.arange(1, dimension + 1, dtype=np.float64)**-1.2)
+  clients = []
+  for k in range(num_clients):
+    u = rng.normal(0, np.sqrt(alpha))
+    b_mean = rng.normal(0, np.sqrt(beta))
+    w = rng.normal(u, 1, (dimension, num_classes))
+    b = rng.normal(u, 1, num_classes)
+    v = rng.normal(b_mean, 1, dimension)
+    x = rng.multivariate_normal(v, cov, sizes[k])
+    y = np.argmax(x @ w + b, axis=1)
+    clients.append((x.astype(np.float32), y.astype(np.int32)))
+  return clients
+
+
+# ---------------------------------------------------------------------------
+# Writing clients' arrays as TFRecord files.
+
+
+def _serialize(x: np.ndarray, y) -> bytes:
+  feature = {
+      'x': tf.train.Feature(bytes_list=tf.train.BytesList(
+          value=[np.ascontiguousarray(x).tobytes()])),
+      'y': tf.train.Feature(bytes_list=tf.train.BytesList(
+          value=[np.ascontiguousarray(y).tobytes()])),
+  }
+  return tf.train.Example(features=tf.train.Features(
+      feature=feature)).SerializeToString()
+
+
+def _client_id(i: int) -> str:
+  return f'client_{i:05d}'
+
+
+def write_client_files(directory: str,
+                       clients: Sequence[tuple[np.ndarray, np.ndarray]],
+                       ) -> dict[str, str]:
+  """Writes each client's (x, y) to `directory/<client id>.tfrecord`.
+
+  The directory is written to a temporary sibling and renamed into place, so
+  an interrupted write never leaves a half-filled cache behind.
+  """
+  if not os.path.isdir(directory):
+    parent = os.path.dirname(os.path.abspath(directory))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix='.writing_')
+    try:
+      for i, (x, y) in enumerate(clients):
+        with tf.io.TFRecordWriter(
+            os.path.join(tmp, _client_id(i) + '.tfrecord')) as writer:
+          for xi, yi in zip(x, y):
+            writer.write(_serialize(xi, yi))
+      os.rename(tmp, directory)
+    except BaseException:
+      shutil.rmtree(tmp, ignore_errors=True)
+      raise
+  return {_client_id(i): os.path.join(directory, _client_id(i) + '.tfrecord')
+          for i in range(len(clients))}
+
+
+def _record_parser(x_shape, x_dtype, y_shape, y_dtype, mean=None, std=None):
+  """A tf function: serialized example -> OrderedDict(x, y), normalized."""
+
+  def parse(record):
+    parsed = tf.io.parse_single_example(record, {
+        'x': tf.io.FixedLenFeature([], tf.string),
+        'y': tf.io.FixedLenFeature([], tf.string),
+    })
+    x = tf.reshape(tf.io.decode_raw(parsed['x'], x_dtype), x_shape)
+    y = tf.reshape(tf.io.decode_raw(parsed['y'], y_dtype), y_shape)
+    if mean is not None:
+      x = (x - tf.constant(mean, x.dtype)) / tf.constant(std, x.dtype)
+    return collections.OrderedDict(x=x, y=y)
+
+  return parse
+
+
+def _file_client_data(client_files: dict[str, str], x_shape, x_dtype,
+                      y_shape=(), y_dtype=tf.int32, mean=None, std=None):
+  parse = _record_parser(x_shape, x_dtype, y_shape, y_dtype, mean, std)
+
+  def dataset_fn(path):
+    return tf.data.TFRecordDataset(path).map(parse)
+
+  return tff.simulation.datasets.FilePerUserClientData(client_files,
+                                                       dataset_fn)
+
+
+def _cache_key(**parts) -> str:
+  text = json.dumps(parts, sort_keys=True, default=str)
+  return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def default_cache_dir() -> str:
+  return os.path.join(os.path.expanduser('~'), '.cache', 'tff_methods')
+
+
+def partition_arrays(labels: np.ndarray, scheme: str, num_clients: int,
+                     seed: int, alpha: float = 0.5, min_size: int = 10,
+                     classes_per_client: int = 2, shards_per_client: int = 2,
+                     non_iid_fraction: float = 1.0) -> list[np.ndarray]:
+  """Applies the partitioner `scheme` with the parameters it takes."""
+  if scheme == 'iid':
+    return partition_lib.iid(labels, num_clients, seed)
+  if scheme == 'dirichlet':
+    return partition_lib.dirichlet(labels, num_clients, alpha, min_size, seed)
+  if scheme == 'pathological':
+    return partition_lib.pathological(labels, num_clients,
+                                      classes_per_client, seed)
+  if scheme == 'shards':
+    return partition_lib.shards(labels, num_clients, shards_per_client, seed)
+  if scheme == 'mixed':
+    return partition_lib.mixed(labels, num_clients, non_iid_fraction, seed)
+  raise ValueError(f'Unknown partition {scheme!r}; choose one of '
+                   f'{partition_lib.PARTITIONERS}.')
+
+
+def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
+                x_test: np.ndarray, y_test: np.ndarray,
+                parts: Sequence[np.ndarray], cache_dir: str,
+                num_classes: Optional[int] = None,
+                mean=None, std=None) -> FederatedData:
+  """A `FederatedData` from centralized arrays and a partition of them.
+
+  Args:
+    name: The data set's name (part of the cache key).
+    x_train, y_train: Centralized training arrays.
+    x_test, y_test: The central test split.
+    parts: One index array into the training arrays per client.
+    cache_dir: Where the clients' TFRecord files are written.
+    num_classes: Defaults to max(label) + 1.
+    mean, std: Per-channel normalization applied when reading.
+  """
+  for i, p in enumerate(parts):
+    if len(p) == 0:
+      raise ValueError(f'The partition left client {i} with no data; use '
+                       'fewer clients or a less skewed partition.')
+  x_train = np.asarray(x_train)
+  y_train = np.asarray(y_train, np.int32)
+  num_classes = num_classes or int(max(y_train.max(), y_test.max())) + 1
+  digest = hashlib.sha1()
+  for p in parts:
+    digest.update(np.asarray(p, np.int64).tobytes())
+  digest.update(np.ascontiguousarray(x_train[:64]).tobytes())
+  key = _cache_key(name=name, n=len(y_train), shape=x_train.shape,
+                   dtype=str(x_train.dtype), parts=digest.hexdigest())
+  directory = os.path.join(cache_dir, name, key)
+  files = write_client_files(directory,
+                             [(x_train[p], y_train[p]) for p in parts])
+  client_data = _file_client_data(files, x_train.shape[1:],
+                                  tf.as_dtype(x_train.dtype), (),
+                                  tf.int32, mean, std)
+  test_x = np.asarray(x_test)
+  if mean is not None:
+    test_x = ((test_x - np.asarray(mean, test_x.dtype)) /
+              np.asarray(std, test_x.dtype)).astype(test_x.dtype)
+  return FederatedData(name, client_data, test_x,
+                       np.asarray(y_test, np.int32), num_classes,
+                       tuple(x_train.shape[1:]),
+                       [y_train[p] for p in parts])
+
+
+# ---------------------------------------------------------------------------
+# Natural splits.
+
+
+def load_emnist(only_digits: bool = False, cache_dir: Optional[str] = None
+                ) -> FederatedData:
+  """EMNIST / FEMNIST by writer, through `tff.simulation.datasets.emnist`."""
+  try:
+    train, test = tff.simulation.datasets.emnist.load_data(
+        only_digits=only_digits, cache_dir=cache_dir)
+  except Exception as e:  # pylint: disable=broad-except
+    raise DataUnavailableError(
+        f'Could not load EMNIST through tff.simulation.datasets ({e!r:.300});'
+        ' it downloads on first use and needs a network then.') from e
+
+  def to_xy(element):
+    return collections.OrderedDict(
+        x=tf.expand_dims(element['pixels'], -1),
+        y=tf.cast(element['label'], tf.int32))
+
+  client_data = train.preprocess(lambda ds: ds.map(to_xy))
+  test_ds = test.create_tf_dataset_from_all_clients().map(to_xy)
+  test_x, test_y = _to_arrays(test_ds)
+  return FederatedData('emnist', client_data, test_x, test_y,
+                       10 if only_digits else 62, (28, 28, 1))
+
+
+def shakespeare_sequences(dataset: tf.data.Dataset, seq_length: int = 80
+                          ) -> tf.data.Dataset:
+  """Shakespeare snippets -> OrderedDict(x, y) next-character id sequences.
+
+  Uses TFF's character vocabulary (ids 4.., with 0 pad, 1 out-of-vocabulary,
+  2 beginning and 3 end of snippet); each snippet is cut into sequences of
+  `seq_length` + 1 ids, the last one padded with 0.
+  """
+  vocab = list(
+      'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\n'
+      'aeimquyAEIMQUY]!%)-159\r')
+  table = tf.lookup.StaticHashTable(
+      tf.lookup.KeyValueTensorInitializer(
+          vocab, tf.constant(list(range(4, len(vocab) + 4)), tf.int64)), 1)
+
+  def to_ids(element):
+    ids = tf.cast(table.lookup(tf.strings.bytes_split(element['snippets'])),
+                  tf.int32)
+    return tf.concat([[2], ids, [3]], 0)
+
+  def split(chunk):
+    chunk = tf.pad(chunk, [[0, seq_length + 1 - tf.shape(chunk)[0]]])
+    chunk = tf.reshape(chunk, [seq_length + 1])
+    return collections.OrderedDict(x=chunk[:-1], y=chunk[1:])
+
+  return (dataset.map(to_ids).unbatch().batch(seq_length + 1).map(split))
+
+
+def load_shakespeare(cache_dir: Optional[str] = None, seq_length: int = 80
+                     ) -> FederatedData:
+  """Shakespeare by speaking role, through `tff.simulation.datasets`."""
+  try:
+    train, test = tff.simulation.datasets.shakespeare.load_data(
+        cache_dir=cache_dir)
+  except Exception as e:  # pylint: disable=broad-except
+    raise DataUnavailableError(
+        'Could not load Shakespeare through tff.simulation.datasets '
+        f'({e!r:.300}); it downloads on first use and needs a network '
+        'then.') from e
+  client_data = train.preprocess(
+      lambda ds: shakespeare_sequences(ds, seq_length))
+  test_x, test_y = _to_arrays(shakespeare_sequences(
+      test.create_tf_dataset_from_all_clients(), seq_length))
+  from tasks import models  # pylint: disable=g-import-not-at-top
+  return FederatedData('shakespeare', client_data, test_x, test_y,
+                       models.SHAKESPEARE_VOCAB_SIZE, (seq_length,))
+
+
+def load_synthetic(alpha: float, beta: float, num_clients: int, seed: int,
+                   cache_dir: str, test_fraction: float = 0.2
+                   ) -> FederatedData:
+  """FedProx's synthetic(alpha, beta); each client holds out a test slice."""
+  clients = generate_synthetic(alpha, beta, num_clients, seed=seed)
+  rng = np.random.default_rng(seed)
+  train, test_x, test_y = [], [], []
+  for x, y in clients:
+    order = rng.permutation(len(y))
+    num_test = max(1, int(round(test_fraction * len(y))))
+    train.append((x[order[num_test:]], y[order[num_test:]]))
+    test_x.append(x[order[:num_test]])
+    test_y.append(y[order[:num_test]])
+  key = _cache_key(alpha=alpha, beta=beta, n=num_clients, seed=seed)
+  files = write_client_files(os.path.join(cache_dir, 'synthetic', key), train)
+  client_data = _file_client_data(files, (60,), tf.float32, (), tf.int32)
+  return FederatedData('synthetic', client_data, np.concatenate(test_x),
+                       np.concatenate(test_y), 10, (60,),
+                       [y for _, y in train])
+
+
+def _to_arrays(dataset: tf.data.Dataset):
+  xs, ys = [], []
+  for batch in dataset.batch(4096):
+    xs.append(batch['x'].numpy())
+    ys.append(batch['y'].numpy())
+  return np.concatenate(xs), np.concatenate(ys)
+
+
+# ---------------------------------------------------------------------------
+
+
+def load_task(name: str,
+              num_clients: int = 10,
+              partition: str = 'dirichlet',
+              seed: int = 0,
+              data_dir: Optional[str] = None,
+              cache_dir: Optional[str] = None,
+              **partition_kwargs) -> FederatedData:
+  """Loads task `name` and splits it into clients.
+
+  Args:
+    name: One of `TASK_NAMES`.
+    num_clients: Clients to split into (array tasks and `synthetic`).
+    partition: A `tasks.partition` scheme name (array tasks only).
+    seed: Fixes the partition (and the digits / image folder test split).
+    data_dir: tensorflow_datasets' data directory, or the image folder.
+    cache_dir: Where client files are written; `~/.cache/tff_methods`.
+    **partition_kwargs: The scheme's parameters (`alpha`, `min_size`,
+      `classes_per_client`, `shards_per_client`, `non_iid_fraction`), and
+      `synthetic_alpha`, `synthetic_beta`, `image_size`.
+
+  Raises:
+    ValueError: for an unknown name or bad partition parameters.
+    DataUnavailableError: when a data set can't be loaded or downloaded.
+  """
+  cache_dir = cache_dir or default_cache_dir()
+  image_size = partition_kwargs.pop('image_size', 32)
+  syn_alpha = partition_kwargs.pop('synthetic_alpha', 1.0)
+  syn_beta = partition_kwargs.pop('synthetic_beta', 1.0)
+  if name == 'emnist':
+    return load_emnist(cache_dir=data_dir)
+  if name == 'shakespeare':
+    return load_shakespeare(cache_dir=data_dir)
+  if name == 'synthetic':
+    return load_synthetic(syn_alpha, syn_beta, num_clients, seed, cache_dir)
+  mean = std = None
+  if name == 'digits':
+    arrays = load_digits_arrays(seed)
+  elif name in _TFDS_NAMES:
+    arrays = load_tfds_arrays(name, data_dir)
+    mean, std = _NORMALIZATION[name]
+  elif name == 'image_folder':
+    arrays = load_image_folder_arrays(data_dir, image_size, seed=seed)
+  else:
+    raise ValueError(f'Unknown task {name!r}; choose one of {TASK_NAMES}.')
+  x_train, y_train, x_test, y_test = arrays
+  parts = partition_arrays(y_train, partition, num_clients, seed,
+                           **partition_kwargs)
+  return from_arrays(name, x_train, y_train, x_test, y_test, parts, cache_dir,
+                     mean=mean, std=std)
+
+
+def preprocess_fn(batch_size: int,
+                  local_epochs: int = 1,
+                  local_steps: Optional[int] = None,
+                  shuffle_buffer: int = 10000,
+                  seed: int = 0) -> Callable[[tf.data.Dataset],
+                                             tf.data.Dataset]:
+  """Turns a client's examples into the batches of one round's local work.
+
+  Either `local_epochs` passes over the data, or exactly `local_steps`
+  batches (the data repeated as needed). Shuffling is seeded, so a round's
+  batches are the same in every run.
+  """
+  if local_steps is not None and local_steps < 1:
+    raise ValueError(f'local_steps must be >= 1, got {local_steps}.')
+  if local_steps is None and local_epochs < 1:
+    raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
+
+  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    dataset = dataset.shuffle(shuffle_buffer, seed=seed,
+                              reshuffle_each_iteration=True)
+    if local_steps is not None:
+      return dataset.repeat().batch(batch_size).take(local_steps)
+    return dataset.repeat(local_epochs).batch(batch_size)
+
+  return preprocess

@@ -1,0 +1,264 @@
+"""Keras models that expose the intermediate outputs the methods regularize.
+
+Every model here is a functional `tf.keras.Model` whose output is a dict:
+
+- `layer_1`, `layer_2`, ...: each block's activation, nearest the input first
+  (conv blocks for CNNs, hidden layers for the MLP, the stem and the residual
+  stages for ResNets). FedCKA regularizes the first M of them.
+- `features`: the input of the last dense layer (FedMAX's activation vector).
+- `z`: the projection head's output, where the model has one (MOON).
+- `logits`: the unnormalized class scores.
+
+Every layer lies on the path from the input to `logits`, so the model's
+trainable variables are exactly those of `logits_only(model)`, in the same
+order: the weights of the project's processes and of TFF's own builders are
+interchangeable.
+
+`get_model(name, num_classes, input_shape, ...)` builds one by name.
+"""
+
+from typing import Callable, Optional, Sequence
+
+import tensorflow as tf
+
+MODEL_NAMES = ('fedcka_cnn', 'fedmax_cnn', 'mlp', 'resnet18', 'resnet50',
+               'vgg9', 'shakespeare_lstm')
+
+# Shakespeare as TFF prepares it: 86 characters + pad, out-of-vocabulary,
+# beginning and end of sequence.
+SHAKESPEARE_VOCAB_SIZE = 90
+
+
+def layer_names(model: tf.keras.Model) -> list[str]:
+  """The model's `layer_k` output names, nearest the input first."""
+  names = [k for k in model.output if k.startswith('layer_')]
+  return sorted(names, key=lambda k: int(k.split('_')[1]))
+
+
+def logits_only(model: tf.keras.Model) -> tf.keras.Model:
+  """The same model (shared layers) with `logits` as its only output.
+
+  This is the form TFF's `tff.learning.models.from_keras_model` takes.
+  """
+  wrapped = tf.keras.Model(model.input, model.output['logits'],
+                           name=model.name + '_logits')
+  if [v.ref() for v in wrapped.trainable_variables] != [
+      v.ref() for v in model.trainable_variables]:
+    raise ValueError(
+        f'Model {model.name!r} has trainable layers off the path to its '
+        'logits; its weights would not match TFF\'s view of it.')
+  return wrapped
+
+
+def _outputs(layers: Sequence[tf.Tensor], features: tf.Tensor,
+             logits: tf.Tensor, z: Optional[tf.Tensor] = None) -> dict:
+  out = {f'layer_{i + 1}': t for i, t in enumerate(layers)}
+  out['features'] = features
+  if z is not None:
+    out['z'] = z
+  out['logits'] = logits
+  return out
+
+
+def fedcka_cnn(num_classes: int, input_shape=(32, 32, 3),
+               padding: Optional[str] = None) -> tf.keras.Model:
+  """FedCKA's and MOON's CNN.
+
+  conv5x5(16) -> pool -> conv5x5(32) -> pool -> FC 120 -> 84, then MOON's
+  projection head 84 -> 256 (`z`), then the classifier. `layer_1`/`layer_2`
+  are the two conv blocks (pooled outputs), the layers FedCKA regularizes.
+
+  Args:
+    num_classes: Number of classes.
+    input_shape: (H, W, C).
+    padding: 'valid' as in the paper (for 32x32 inputs); by default 'same' for
+      inputs smaller than 20 pixels (e.g. 8x8 digits), where 'valid' convs
+      would leave no pixels.
+  """
+  if padding is None:
+    padding = 'valid' if min(input_shape[:2]) >= 20 else 'same'
+  x = inputs = tf.keras.Input(input_shape)
+  x = tf.keras.layers.Conv2D(16, 5, padding=padding, activation='relu')(x)
+  block1 = x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
+  x = tf.keras.layers.Conv2D(32, 5, padding=padding, activation='relu')(x)
+  block2 = x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
+  x = tf.keras.layers.Flatten()(x)
+  x = tf.keras.layers.Dense(120, activation='relu')(x)
+  x = tf.keras.layers.Dense(84, activation='relu')(x)
+  x = tf.keras.layers.Dense(84, activation='relu')(x)
+  z = tf.keras.layers.Dense(256)(x)
+  logits = tf.keras.layers.Dense(num_classes)(z)
+  return tf.keras.Model(inputs, _outputs([block1, block2], z, logits, z),
+                        name='fedcka_cnn')
+
+
+def fedmax_cnn(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
+  """FedMAX's five-conv CNN; `features` is its 512-d activation vector."""
+  x = inputs = tf.keras.Input(input_shape)
+  blocks = []
+  for filters, pool in ((32, True), (64, False), (64, True), (64, False),
+                        (64, True)):
+    x = tf.keras.layers.Conv2D(filters, 3, padding='same', use_bias=False,
+                               activation='relu')(x)
+    if pool:
+      x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
+    blocks.append(x)
+  x = tf.keras.layers.Flatten()(x)
+  features = tf.keras.layers.Dense(512, activation='relu')(x)
+  logits = tf.keras.layers.Dense(num_classes)(features)
+  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
+                        name='fedmax_cnn')
+
+
+def mlp(num_classes: int, input_shape=(8, 8, 1),
+        hidden: Sequence[int] = (200, 200)) -> tf.keras.Model:
+  """A multilayer perceptron; each hidden layer is a `layer_k` output."""
+  x = inputs = tf.keras.Input(input_shape)
+  x = tf.keras.layers.Flatten()(x)
+  blocks = []
+  for width in hidden:
+    x = tf.keras.layers.Dense(width, activation='relu')(x)
+    blocks.append(x)
+  logits = tf.keras.layers.Dense(num_classes)(x)
+  return tf.keras.Model(inputs, _outputs(blocks, x, logits), name='mlp')
+
+
+def _group_norm(x, groups=2):
+  channels = x.shape[-1]
+  return tf.keras.layers.GroupNormalization(groups=min(groups, channels))(x)
+
+
+def _basic_block(x, filters, stride, groups):
+  shortcut = x
+  y = tf.keras.layers.Conv2D(filters, 3, stride, 'same', use_bias=False)(x)
+  y = tf.keras.layers.ReLU()(_group_norm(y, groups))
+  y = tf.keras.layers.Conv2D(filters, 3, 1, 'same', use_bias=False)(y)
+  y = _group_norm(y, groups)
+  if stride != 1 or x.shape[-1] != filters:
+    shortcut = tf.keras.layers.Conv2D(filters, 1, stride, use_bias=False)(x)
+    shortcut = _group_norm(shortcut, groups)
+  return tf.keras.layers.ReLU()(tf.keras.layers.Add()([y, shortcut]))
+
+
+def _bottleneck_block(x, filters, stride, groups):
+  shortcut = x
+  y = tf.keras.layers.Conv2D(filters, 1, use_bias=False)(x)
+  y = tf.keras.layers.ReLU()(_group_norm(y, groups))
+  y = tf.keras.layers.Conv2D(filters, 3, stride, 'same', use_bias=False)(y)
+  y = tf.keras.layers.ReLU()(_group_norm(y, groups))
+  y = tf.keras.layers.Conv2D(4 * filters, 1, use_bias=False)(y)
+  y = _group_norm(y, groups)
+  if stride != 1 or x.shape[-1] != 4 * filters:
+    shortcut = tf.keras.layers.Conv2D(4 * filters, 1, stride,
+                                      use_bias=False)(x)
+    shortcut = _group_norm(shortcut, groups)
+  return tf.keras.layers.ReLU()(tf.keras.layers.Add()([y, shortcut]))
+
+
+def _resnet(name, block_fn, blocks_per_stage, num_classes, input_shape,
+            projection_dim, norm_groups, width):
+  """A CIFAR-style ResNet (3x3 stem, no max-pool) with group normalization.
+
+  `layer_1` is the stem, `layer_2`..`layer_5` the four residual stages; with
+  a projection head (`projection_dim` > 0), pooled features -> dense -> ReLU
+  -> dense(projection_dim) = `z` -> classifier, as in MOON.
+  """
+  x = inputs = tf.keras.Input(input_shape)
+  x = tf.keras.layers.Conv2D(width, 3, 1, 'same', use_bias=False)(x)
+  x = tf.keras.layers.ReLU()(_group_norm(x, norm_groups))
+  blocks = [x]
+  for stage, num_blocks in enumerate(blocks_per_stage):
+    filters = width * 2**stage
+    for i in range(num_blocks):
+      stride = 2 if (i == 0 and stage > 0) else 1
+      x = block_fn(x, filters, stride, norm_groups)
+    blocks.append(x)
+  pooled = tf.keras.layers.GlobalAveragePooling2D()(x)
+  z = None
+  features = pooled
+  if projection_dim:
+    h = tf.keras.layers.Dense(pooled.shape[-1], activation='relu')(pooled)
+    z = features = tf.keras.layers.Dense(projection_dim)(h)
+  logits = tf.keras.layers.Dense(num_classes)(features)
+  return tf.keras.Model(inputs, _outputs(blocks, features, logits, z),
+                        name=name)
+
+
+def resnet18(num_classes: int, input_shape=(32, 32, 3), projection_dim=0,
+             norm_groups: int = 2, width: int = 64) -> tf.keras.Model:
+  """ResNet-18 with group normalization and an optional projection head."""
+  return _resnet('resnet18', _basic_block, (2, 2, 2, 2), num_classes,
+                 input_shape, projection_dim, norm_groups, width)
+
+
+def resnet50(num_classes: int, input_shape=(32, 32, 3), projection_dim=0,
+             norm_groups: int = 2, width: int = 64) -> tf.keras.Model:
+  """ResNet-50 with group normalization and an optional projection head."""
+  return _resnet('resnet50', _bottleneck_block, (3, 4, 6, 3), num_classes,
+                 input_shape, projection_dim, norm_groups, width)
+
+
+def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
+  """FedMA's VGG-9 (Fed2's CIFAR-10 model): six 3x3 convs, three FC layers."""
+  x = inputs = tf.keras.Input(input_shape)
+  blocks = []
+  for filters, pool in ((32, False), (64, True), (128, False), (128, True),
+                        (256, False), (256, True)):
+    x = tf.keras.layers.Conv2D(filters, 3, padding='same',
+                               activation='relu')(x)
+    if pool:
+      x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
+    blocks.append(x)
+  x = tf.keras.layers.Flatten()(x)
+  x = tf.keras.layers.Dense(512, activation='relu')(x)
+  features = tf.keras.layers.Dense(512, activation='relu')(x)
+  logits = tf.keras.layers.Dense(num_classes)(features)
+  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
+                        name='vgg9')
+
+
+def shakespeare_lstm(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
+                     input_shape=(80,), embedding_dim: int = 8,
+                     units: int = 256) -> tf.keras.Model:
+  """The character LSTM of the FedAvg/FedProx Shakespeare task.
+
+  Input: (B, T) character ids; `logits`: (B, T, vocab), next character at
+  every position.
+  """
+  inputs = tf.keras.Input(input_shape, dtype=tf.int32)
+  x = tf.keras.layers.Embedding(num_classes, embedding_dim)(inputs)
+  layer_1 = tf.keras.layers.LSTM(units, return_sequences=True)(x)
+  layer_2 = tf.keras.layers.LSTM(units, return_sequences=True)(layer_1)
+  logits = tf.keras.layers.Dense(num_classes)(layer_2)
+  return tf.keras.Model(inputs, _outputs([layer_1, layer_2], layer_2, logits),
+                        name='shakespeare_lstm')
+
+
+_REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
+    'fedcka_cnn': fedcka_cnn,
+    'fedmax_cnn': fedmax_cnn,
+    'mlp': mlp,
+    'resnet18': resnet18,
+    'resnet50': resnet50,
+    'vgg9': vgg9,
+    'shakespeare_lstm': shakespeare_lstm,
+}
+
+
+def get_model(name: str, num_classes: int, input_shape: Sequence[int],
+              **kwargs) -> tf.keras.Model:
+  """Builds the registered model `name` for `num_classes` and `input_shape`.
+
+  Args:
+    name: One of `MODEL_NAMES`.
+    num_classes: Output classes (vocabulary size for `shakespeare_lstm`).
+    input_shape: Shape of one example, without the batch dimension.
+    **kwargs: Model-specific options (e.g. `projection_dim` for ResNets).
+
+  Raises:
+    ValueError: for an unknown name.
+  """
+  if name not in _REGISTRY:
+    raise ValueError(f'Unknown model {name!r}; choose one of {MODEL_NAMES}.')
+  return _REGISTRY[name](num_classes=num_classes,
+                         input_shape=tuple(input_shape), **kwargs)
