@@ -1,0 +1,39 @@
+"""FedAvg and the FedOpt family, through TFF's own builder.
+
+Local objective: cross-entropy, plain local training from the global model.
+Server rule: the example-weighted mean of client updates, applied by a server
+optimizer: SGD with learning rate 1 (FedAvg), SGD with momentum (FedAvgM),
+Adam (FedAdam) or Yogi (FedYogi), as in Reddi et al. (2021).
+
+These are `tff.learning.algorithms.build_weighted_fed_avg` itself, so users
+compare the project's methods against TFF's baselines.
+"""
+
+from typing import Any
+
+import tensorflow_federated as tff
+
+from tff_methods import model_lib
+
+
+def build_fedavg(
+    keras_model_fn: model_lib.KerasModelFn,
+    element_spec: Any,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+) -> tff.learning.templates.LearningProcess:
+  """FedAvg / FedAvgM / FedAdam / FedYogi with TFF's builder.
+
+  Args:
+    keras_model_fn: Builds one of the project's multi-output Keras models;
+      TFF sees its `logits` output.
+    element_spec: The spec of one batch of client data.
+    client_optimizer: The client optimizer.
+    server_optimizer: `optimizers.build_server_optimizer(...)`; SGD with
+      learning rate 1 (plain FedAvg) by default.
+  """
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_lib.tff_model_fn(keras_model_fn, element_spec),
+      client_optimizer_fn=client_optimizer,
+      server_optimizer_fn=(server_optimizer or
+                           tff.learning.optimizers.build_sgdm(1.0)))

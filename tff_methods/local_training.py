@@ -1,0 +1,233 @@
+"""The shared local-training client work, and learning processes built on it.
+
+`build_local_training_client_work` is a `tff.learning.templates.
+ClientWorkProcess` in the shape of TFF's `model_delta_client_work`: each
+client starts from the broadcast global weights `w_g`, takes one optimizer
+step per batch of its (already batched and repeated) data on
+
+  objective = cross_entropy + sum of the regularizers' terms,
+
+and returns the update `w_g - w` (TFF's sign convention: the server
+optimizer treats it as a gradient) weighted by its number of examples. A
+client whose update is not finite gets weight 0 and is counted in the
+`num_non_finite_clients` measurement, as TFF does.
+
+`build_local_training_process` composes it with TFF's broadcast, mean
+aggregator and server-optimizer finalizer into a `tff.learning.templates.
+LearningProcess`; with no regularizers and TFF's SGD it computes what
+`tff.learning.algorithms.build_weighted_fed_avg` computes.
+"""
+
+import collections
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import model_lib
+from tff_methods import regularizers as regularizers_lib
+
+_TRAIN_SUMS = ('loss_sum', 'objective_sum', 'correct', 'num_labels',
+               'num_examples', 'num_batches', 'num_non_finite_clients')
+
+
+def _cross_entropy(labels, logits):
+  return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+      labels, logits, from_logits=True))
+
+
+def build_client_update_fn(model: tf.keras.Model,
+                           optimizer: tff.learning.optimizers.Optimizer,
+                           regularizers: Sequence[
+                               regularizers_lib.Regularizer],
+                           weighting: tff.learning.ClientWeighting):
+  """The `tf.function` that trains `model` on one client's data.
+
+  Returns:
+    A function `(initial_weights, dataset) -> (ClientResult, train_sums)`.
+  """
+
+  @tf.function
+  def client_update(initial_weights, dataset):
+    trainable = model.trainable_variables
+    model_lib.assign_weights(model, initial_weights)
+    global_weights = list(initial_weights.trainable)
+
+    def reduce_fn(state, batch):
+      sums, optimizer_state = state
+      with tf.GradientTape() as tape:
+        outputs = model(batch['x'], training=True)
+        loss = _cross_entropy(batch['y'], outputs['logits'])
+        step = regularizers_lib.LocalStep(trainable, global_weights, outputs,
+                                          batch)
+        objective = loss
+        for regularizer in regularizers:
+          objective += regularizer(step)
+      gradients = tape.gradient(objective, trainable)
+      optimizer_state, new_weights = optimizer.next(
+          optimizer_state, tuple(trainable), tuple(gradients))
+      for variable, value in zip(trainable, new_weights):
+        variable.assign(value)
+      predictions = tf.argmax(outputs['logits'], axis=-1, output_type=tf.int32)
+      labels = tf.cast(batch['y'], tf.int32)
+      batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)
+      sums = collections.OrderedDict(
+          loss_sum=sums['loss_sum'] + loss * batch_size,
+          objective_sum=sums['objective_sum'] + objective * batch_size,
+          correct=sums['correct'] + tf.reduce_sum(
+              tf.cast(tf.equal(predictions, labels), tf.float32)),
+          num_labels=sums['num_labels'] + tf.cast(tf.size(labels),
+                                                  tf.float32),
+          num_examples=sums['num_examples'] + batch_size,
+          num_batches=sums['num_batches'] + 1.0,
+          num_non_finite_clients=sums['num_non_finite_clients'])
+      return sums, optimizer_state
+
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+    initial_sums = collections.OrderedDict(
+        (k, tf.constant(0.0)) for k in _TRAIN_SUMS)
+    sums, _ = dataset.reduce((initial_sums, optimizer.initialize(specs)),
+                             reduce_fn)
+    update = [g - w for g, w in zip(global_weights, trainable)]
+    if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+      weight = sums['num_examples']
+    else:
+      weight = tf.constant(1.0)
+    is_finite = tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(u)) for u in update])
+
+    def drop_client():
+      # A diverged client must not reach the mean: zero update, zero weight,
+      # and its metrics replaced by one count of non-finite clients.
+      dropped = collections.OrderedDict((k, tf.constant(0.0)) for k in sums)
+      dropped['num_non_finite_clients'] = tf.constant(1.0)
+      return [tf.zeros_like(u) for u in update], tf.constant(0.0), dropped
+
+    update, weight, sums = tf.cond(is_finite, lambda: (update, weight, sums),
+                                   drop_client)
+    return tff.learning.templates.ClientResult(
+        update=update, update_weight=weight), sums
+
+  return client_update
+
+
+def _finalize_train_metrics(sums):
+  """Summed client counts -> TFF-style train metrics."""
+  safe = lambda n: tf.maximum(n, 1.0)
+  return collections.OrderedDict(
+      sparse_categorical_accuracy=sums['correct'] / safe(sums['num_labels']),
+      loss=sums['loss_sum'] / safe(sums['num_examples']),
+      objective=sums['objective_sum'] / safe(sums['num_examples']),
+      num_examples=tf.cast(sums['num_examples'], tf.int64),
+      num_batches=tf.cast(sums['num_batches'], tf.int64),
+      num_non_finite_clients=tf.cast(sums['num_non_finite_clients'],
+                                     tf.int32))
+
+
+def build_local_training_client_work(
+    keras_model_fn: model_lib.KerasModelFn,
+    element_spec: Any,
+    optimizer: tff.learning.optimizers.Optimizer,
+    regularizers: Sequence[regularizers_lib.Regularizer] = (),
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+) -> tff.learning.templates.ClientWorkProcess:
+  """Local training on cross-entropy plus `regularizers`, as client work.
+
+  Args:
+    keras_model_fn: Builds one of the project's multi-output Keras models
+      (`tasks.models`); called inside TFF computations.
+    element_spec: The spec of one batch of client data, `OrderedDict(x, y)`.
+    optimizer: The client optimizer, e.g. `optimizers.build_client_sgd`.
+    regularizers: Terms added to the local objective.
+    client_weighting: How client updates are weighted in the mean.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess` with stateless server state.
+  """
+  regularizers = tuple(regularizers)
+  weights_type = model_lib.weights_type(keras_model_fn, element_spec)
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.tensorflow.computation(weights_type, data_type)
+  def client_update_computation(initial_weights, dataset):
+    client_update = build_client_update_fn(keras_model_fn(), optimizer,
+                                           regularizers, client_weighting)
+    return client_update(initial_weights, dataset)
+
+  sums_type = client_update_computation.type_signature.result[1]
+
+  @tff.tensorflow.computation(sums_type)
+  def finalize_metrics(sums):
+    return _finalize_train_metrics(sums)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    client_result, sums = tff.federated_map(client_update_computation,
+                                            (weights, client_data))
+    train = tff.federated_map(finalize_metrics, tff.federated_sum(sums))
+    measurements = tff.federated_zip(collections.OrderedDict(train=train))
+    return tff.templates.MeasuredProcessOutput(state, client_result,
+                                               measurements)
+
+  return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
+
+
+def build_local_training_process(
+    keras_model_fn: model_lib.KerasModelFn,
+    element_spec: Any,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    regularizers: Sequence[regularizers_lib.Regularizer] = (),
+    model_aggregator: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+) -> tff.learning.templates.LearningProcess:
+  """A `LearningProcess`: local training with regularizers, then FedOpt.
+
+  Assembled from TFF's templates as `build_weighted_fed_avg` is: broadcast
+  distributor, this module's client work, a weighted mean aggregator and
+  TFF's apply-optimizer finalizer.
+
+  Args:
+    keras_model_fn: Builds one of the project's multi-output Keras models.
+    element_spec: The spec of one batch of client data.
+    client_optimizer: The client optimizer.
+    server_optimizer: Applied to the averaged update; SGD with learning rate
+      1.0 (plain averaging) by default.
+    regularizers: Terms added to every client's local objective.
+    model_aggregator: A weighted aggregation factory; `tff.aggregators.
+      MeanFactory()` by default.
+    client_weighting: How client updates are weighted.
+  """
+  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
+      1.0)
+  weights_type = model_lib.weights_type(keras_model_fn, element_spec)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    model = keras_model_fn()
+    return tff.learning.models.ModelWeights(
+        trainable=list(model.trainable_variables),
+        non_trainable=list(model.non_trainable_variables))
+
+  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  client_work = build_local_training_client_work(
+      keras_model_fn, element_spec, client_optimizer, regularizers,
+      client_weighting)
+  aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
+      weights_type.trainable, tff.TensorType(np.float32))
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, weights_type)
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn, distributor, client_work, aggregator,
+      finalizer)

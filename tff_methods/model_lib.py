@@ -1,0 +1,90 @@
+"""Glue between the project's multi-output Keras models and TFF.
+
+The project's models (`tasks.models`) return a dict of named outputs. The
+project's own client work reads that dict; TFF's builders
+(`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
+`tff.learning.models.VariableModel` built from the same layers with `logits`
+as the only output. Both see the same trainable variables in the same order,
+so their `tff.learning.models.ModelWeights` are interchangeable.
+"""
+
+import collections
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import models as task_models
+
+KerasModelFn = Callable[[], tf.keras.Model]
+
+
+def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
+                 ) -> Callable[[], tff.learning.models.VariableModel]:
+  """A no-arg `VariableModel` factory for TFF's own builders.
+
+  Args:
+    keras_model_fn: Builds one of the project's multi-output Keras models.
+    element_spec: The batched `OrderedDict(x, y)` spec of client data.
+  """
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        task_models.logits_only(keras_model_fn()),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=element_spec,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+  return model_fn
+
+
+def weights_type(keras_model_fn: KerasModelFn, element_spec: Any):
+  """The TFF type of the model's `ModelWeights`, as TFF's builders see it."""
+  return tff.learning.models.weights_type_from_model(
+      tff_model_fn(keras_model_fn, element_spec))
+
+
+def get_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+  """The model's current weights as numpy `ModelWeights`."""
+  return tff.learning.models.ModelWeights(
+      trainable=[v.numpy() for v in model.trainable_variables],
+      non_trainable=[v.numpy() for v in model.non_trainable_variables])
+
+
+def assign_weights(model: tf.keras.Model, weights) -> None:
+  """Sets the model's variables from `ModelWeights` (or a (t, nt) pair)."""
+  trainable, non_trainable = weights
+  for v, w in zip(model.trainable_variables, trainable):
+    v.assign(w)
+  for v, w in zip(model.non_trainable_variables, non_trainable):
+    v.assign(w)
+
+
+def initial_weights(keras_model_fn: KerasModelFn, seed: int
+                    ) -> tff.learning.models.ModelWeights:
+  """Seeded initial weights: the same seed gives the same model."""
+  tf.keras.utils.set_random_seed(seed)
+  return get_weights(keras_model_fn())
+
+
+def all_finite(weights) -> bool:
+  """Whether every tensor in a (nested) weights structure is finite."""
+  return all(np.all(np.isfinite(np.asarray(w)))
+             for w in tf.nest.flatten(weights))
+
+
+def flat_trainable(weights) -> np.ndarray:
+  """The trainable weights flattened into one vector."""
+  trainable = weights.trainable if hasattr(weights, 'trainable') else (
+      weights[0])
+  return np.concatenate([np.ravel(w) for w in trainable])
+
+
+def weights_to_dict(weights) -> collections.OrderedDict:
+  """Flat name -> array mapping, e.g. for np.savez."""
+  out = collections.OrderedDict()
+  for kind, tensors in zip(('trainable', 'non_trainable'), weights):
+    for i, w in enumerate(tensors):
+      out[f'{kind}_{i}'] = np.asarray(w)
+  return out
