@@ -51,15 +51,39 @@ _workers_lock = threading.Lock()
 _handlers_installed = False
 
 
-def quiet(verbosity: int = 0) -> None:
-  """Silences TensorFlow's C++ and Python info logs unless `verbosity` > 0.
+def verbosity_from_argv(argv: list[str]) -> int:
+  """absl's `--verbosity`/`-v` value in `argv`, read before flags are parsed.
 
-  Call before TensorFlow is imported for the C++ part to take effect.
+  TensorFlow reads its C++ log level once, when imported, and a binary must
+  import TensorFlow before `absl.app.run` (importing it inside `main` breaks
+  Keras' functional API in TF 2.14), so the level is read from argv early.
+  """
+  for i, arg in enumerate(argv):
+    for name in ('--verbosity', '-v'):
+      if arg.startswith(name + '='):
+        value = arg.split('=', 1)[1]
+      elif arg == name and i + 1 < len(argv):
+        value = argv[i + 1]
+      else:
+        continue
+      try:
+        return int(value)
+      except ValueError:
+        return 0
+  return 0
+
+
+def quiet(verbosity: int = 0) -> None:
+  """Silences TensorFlow's and TFF's info logs unless `verbosity` > 0.
+
+  Call before TensorFlow is imported for TensorFlow's C++ logs to follow.
   """
   if verbosity > 0:
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '0')
+    logging.set_verbosity(logging.DEBUG if verbosity > 1 else logging.INFO)
     return
   os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  logging.set_verbosity(logging.WARNING)
   os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
   import warnings  # pylint: disable=g-import-not-at-top
   warnings.filterwarnings('ignore', category=DeprecationWarning)

@@ -1,0 +1,230 @@
+"""One federated experiment from a config: the logic behind `binaries/train`.
+
+`ExperimentConfig` holds every setting of a run; `validate` checks them all
+before any work starts and names each bad value and what is allowed; `run`
+loads the task, builds the method, and trains with
+`tff_methods.training_loop.run_training`, writing to `config.output_dir`:
+
+  experiment.json      the settings (a rerun must match them to resume)
+  partition.txt/.png   examples per client and class
+  metrics.csv          one row per round (train metrics, eval, seconds)
+  tensorboard/         the same metrics for TensorBoard
+  program_state/       TFF program state, for resuming
+  results.json         final test metrics and seconds per round
+"""
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from tasks import datasets
+from tasks import models as task_models
+from tasks import partition as partition_lib
+from tasks import report
+from tff_methods import evaluation
+from tff_methods import methods
+from tff_methods import model_lib
+from tff_methods import training_loop
+
+DEFAULT_MODELS = {
+    'digits': 'fedcka_cnn', 'cifar10': 'fedcka_cnn',
+    'cifar100': 'fedcka_cnn', 'fmnist': 'fedcka_cnn', 'mnist': 'fedcka_cnn',
+    'emnist': 'fedmax_cnn', 'shakespeare': 'shakespeare_lstm',
+    'synthetic': 'mlp', 'image_folder': 'resnet18',
+}
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+  """Every setting of one federated training run (see binaries/train.py)."""
+  method: str = 'fedavg'
+  task: str = 'digits'
+  model: Optional[str] = None
+  partition: str = 'dirichlet'
+  alpha: float = 0.5
+  min_size: int = 10
+  classes_per_client: int = 2
+  shards_per_client: int = 2
+  non_iid_fraction: float = 1.0
+  synthetic_alpha: float = 1.0
+  synthetic_beta: float = 1.0
+  image_size: int = 32
+  num_clients: int = 10
+  clients_per_round: int = 10
+  rounds: int = 10
+  local_epochs: int = 1
+  local_steps: Optional[int] = None
+  batch_size: int = 32
+  client_learning_rate: float = 0.05
+  client_momentum: float = 0.9
+  weight_decay: float = 0.0
+  server_learning_rate: Optional[float] = None
+  server_momentum: float = 0.9
+  mu: float = 0.01
+  seed: int = 0
+  rounds_per_eval: int = 1
+  rounds_per_checkpoint: int = 1
+  output_dir: str = 'runs/experiment'
+  data_dir: Optional[str] = None
+  cache_dir: Optional[str] = None
+
+  def model_name(self) -> str:
+    return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
+
+  def hyperparameters(self) -> methods.Hyperparameters:
+    return methods.Hyperparameters(
+        client_learning_rate=self.client_learning_rate,
+        client_momentum=self.client_momentum,
+        weight_decay=self.weight_decay,
+        server_learning_rate=self.server_learning_rate,
+        server_momentum=self.server_momentum,
+        mu=self.mu)
+
+
+def validate(config: ExperimentConfig) -> None:
+  """Checks every setting; raises one ValueError naming all bad values."""
+  errors = []
+
+  def need(ok, message):
+    if not ok:
+      errors.append(message)
+
+  need(config.method in methods.METHOD_NAMES,
+       f'--method={config.method!r} is unknown; choose one of '
+       f'{", ".join(methods.METHOD_NAMES)}')
+  need(config.task in datasets.TASK_NAMES,
+       f'--task={config.task!r} is unknown; choose one of '
+       f'{", ".join(datasets.TASK_NAMES)}')
+  need(config.model_name() in task_models.MODEL_NAMES,
+       f'--model={config.model!r} is unknown; choose one of '
+       f'{", ".join(task_models.MODEL_NAMES)}')
+  need(config.partition in partition_lib.PARTITIONERS,
+       f'--partition={config.partition!r} is unknown; choose one of '
+       f'{", ".join(partition_lib.PARTITIONERS)}')
+  need(config.alpha > 0, f'--alpha={config.alpha} must be > 0')
+  need(config.min_size >= 0, f'--min_size={config.min_size} must be >= 0')
+  need(config.classes_per_client >= 1,
+       f'--classes_per_client={config.classes_per_client} must be >= 1')
+  need(config.shards_per_client >= 1,
+       f'--shards_per_client={config.shards_per_client} must be >= 1')
+  need(0 <= config.non_iid_fraction <= 1,
+       f'--non_iid_fraction={config.non_iid_fraction} must be in [0, 1]')
+  need(config.num_clients >= 1,
+       f'--num_clients={config.num_clients} must be >= 1')
+  need(1 <= config.clients_per_round <= config.num_clients or
+       config.task in ('emnist', 'shakespeare'),
+       f'--clients_per_round={config.clients_per_round} must be in [1, '
+       f'--num_clients={config.num_clients}]')
+  need(config.rounds >= 1, f'--rounds={config.rounds} must be >= 1')
+  need(config.local_epochs >= 1,
+       f'--local_epochs={config.local_epochs} must be >= 1')
+  need(config.local_steps is None or config.local_steps >= 1,
+       f'--local_steps={config.local_steps} must be >= 1')
+  need(config.batch_size >= 1, f'--batch_size={config.batch_size} must be '
+       '>= 1')
+  need(config.client_learning_rate > 0,
+       f'--client_learning_rate={config.client_learning_rate} must be > 0')
+  need(0 <= config.client_momentum < 1,
+       f'--client_momentum={config.client_momentum} must be in [0, 1)')
+  need(config.weight_decay >= 0,
+       f'--weight_decay={config.weight_decay} must be >= 0')
+  need(config.server_learning_rate is None or config.server_learning_rate > 0,
+       f'--server_learning_rate={config.server_learning_rate} must be > 0')
+  need(0 <= config.server_momentum < 1,
+       f'--server_momentum={config.server_momentum} must be in [0, 1)')
+  need(config.mu >= 0, f'--mu={config.mu} must be >= 0 (a strength)')
+  need(config.rounds_per_eval >= 1,
+       f'--rounds_per_eval={config.rounds_per_eval} must be >= 1')
+  need(config.rounds_per_checkpoint >= 1,
+       f'--rounds_per_checkpoint={config.rounds_per_checkpoint} must be >= 1')
+  need(config.image_size >= 8,
+       f'--image_size={config.image_size} must be >= 8')
+  if config.task == 'image_folder':
+    need(bool(config.data_dir) and os.path.isdir(config.data_dir),
+         f'--data_dir={config.data_dir!r} must be a directory of class '
+         'sub-directories for --task=image_folder')
+  if errors:
+    raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
+
+
+def build_process(config: ExperimentConfig, data: datasets.FederatedData):
+  """The method's process over client ids, and the Keras model factory."""
+  keras_model_fn = functools.partial(task_models.get_model,
+                                     config.model_name(), data.num_classes,
+                                     data.input_shape)
+  client_data = data.client_data.preprocess(datasets.preprocess_fn(
+      config.batch_size, config.local_epochs, config.local_steps,
+      seed=config.seed))
+  process = methods.build_method(config.method, keras_model_fn,
+                                 client_data.element_type_structure,
+                                 config.hyperparameters())
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  process = tff.simulation.compose_dataset_computation_with_learning_process(
+      client_data.dataset_computation, process)
+  return process, keras_model_fn
+
+
+def run(config: ExperimentConfig,
+        progress: bool = True,
+        round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None
+        ) -> dict:
+  """Runs (or resumes) the experiment; see the module docstring.
+
+  Needs a TFF execution context (`tff_methods.runtime`).
+
+  Returns:
+    `training_loop.run_training`'s results.
+  """
+  validate(config)
+  training_loop.check_experiment_config(config.output_dir,
+                                        dataclasses.asdict(config))
+  kwargs = dict(alpha=config.alpha, min_size=config.min_size,
+                classes_per_client=config.classes_per_client,
+                shards_per_client=config.shards_per_client,
+                non_iid_fraction=config.non_iid_fraction)
+  if config.partition != 'dirichlet':
+    kwargs.pop('alpha')
+    kwargs.pop('min_size')
+  for key, used_by in (('classes_per_client', 'pathological'),
+                       ('shards_per_client', 'shards'),
+                       ('non_iid_fraction', 'mixed')):
+    if config.partition != used_by:
+      kwargs.pop(key)
+  data = datasets.load_task(
+      config.task, config.num_clients, config.partition, config.seed,
+      data_dir=config.data_dir, cache_dir=config.cache_dir,
+      synthetic_alpha=config.synthetic_alpha,
+      synthetic_beta=config.synthetic_beta, image_size=config.image_size,
+      **kwargs)
+  client_ids = data.client_data.client_ids
+  if config.clients_per_round > len(client_ids):
+    raise ValueError(f'--clients_per_round={config.clients_per_round} is '
+                     f'more than the task\'s {len(client_ids)} clients.')
+  if data.train_labels is not None:
+    report.write_partition_report(
+        data.class_counts(), config.output_dir,
+        f'{config.task}, {config.partition}, {len(client_ids)} clients')
+  process, keras_model_fn = build_process(config, data)
+  results = training_loop.run_training(
+      process, client_ids, config.clients_per_round, config.rounds,
+      config.output_dir,
+      initial_weights=model_lib.initial_weights(keras_model_fn, config.seed),
+      seed=config.seed,
+      evaluate_fn=evaluation.Evaluator(keras_model_fn, data.test_x,
+                                       data.test_y),
+      rounds_per_eval=config.rounds_per_eval,
+      rounds_per_checkpoint=config.rounds_per_checkpoint,
+      progress=progress, round_hook=round_hook)
+  summary = dict(method=config.method, task=config.task,
+                 rounds=results['rounds'], final_eval=results['final_eval'],
+                 rejected_rounds=results['rejected_rounds'],
+                 seconds_per_round=results['seconds_per_round'])
+  with open(os.path.join(config.output_dir, 'results.json'), 'w') as f:
+    json.dump(summary, f, indent=2, default=float)
+  np.savez(os.path.join(config.output_dir, 'final_weights.npz'),
+           **model_lib.weights_to_dict(results['final_weights']))
+  return results

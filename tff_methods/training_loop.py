@@ -1,0 +1,212 @@
+"""The federated training loop: sampling, evaluation, metrics, checkpoints.
+
+`run_training` drives any `tff.learning.templates.LearningProcess` whose
+`next` takes client ids (see `tff.simulation.
+compose_dataset_computation_with_learning_process`), the way
+`tff.simulation.run_training_process` does, plus what experiments need:
+
+- Clients are sampled per round from `numpy.random.default_rng([seed,
+  round])`, so a round's cohort does not depend on whether the run resumed.
+- Program state (the process state and the round number) is saved with
+  `tff.program.FileProgramStateManager`; a rerun on the same output
+  directory resumes from the latest saved round, and a larger `total_rounds`
+  extends a finished run.
+- Metrics go through TFF's release managers: a CSV file
+  (`metrics.csv`, rows past the resumed round are replaced) and TensorBoard.
+- A round whose new global weights are not all finite is rejected: the
+  state stays as it was, and the round is reported (`rejected_rounds`).
+- `experiment.json` records the experiment's settings; an output directory
+  that holds a different experiment is refused before any work starts.
+"""
+
+import asyncio
+import collections
+import json
+import os
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from absl import logging
+import numpy as np
+import tensorflow_federated as tff
+import tqdm
+
+from tff_methods import model_lib
+
+# Settings that may change between a run and its resumption.
+RESUMABLE_KEYS = ('rounds', 'verbosity', 'progress', 'max_concurrent_clients',
+                  'output_dir', 'data_dir', 'cache_dir')
+CONFIG_FILE = 'experiment.json'
+
+
+def check_experiment_config(output_dir: str, config: Mapping[str, Any]
+                            ) -> None:
+  """Writes `config` to `output_dir`, or checks it matches the one there.
+
+  Raises:
+    ValueError: when `output_dir` holds a different experiment: names each
+      setting that differs, with both values.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  path = os.path.join(output_dir, CONFIG_FILE)
+  config = json.loads(json.dumps(dict(config), default=str))
+  if os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
+    differences = [f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
+                   for k in sorted(keys) if saved.get(k) != config.get(k)]
+    if differences:
+      raise ValueError(
+          f'--output_dir={output_dir} holds a checkpoint of a different '
+          'experiment (' + '; '.join(differences) + '). Use a new '
+          'output directory, or the same settings to resume.')
+  with open(path, 'w') as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+
+
+def sample_clients(client_ids: Sequence[str], clients_per_round: int,
+                   round_num: int, seed: int) -> list[str]:
+  """The round's cohort: a seeded sample without replacement, sorted."""
+  rng = np.random.default_rng([seed, round_num])
+  chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
+  return [client_ids[i] for i in sorted(chosen)]
+
+
+def _flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict:
+  flat = {}
+  for key, value in metrics.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, Mapping):
+      flat.update(_flatten(value, name + '/'))
+    else:
+      flat[name] = value
+  return flat
+
+
+def train_metrics(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
+  """The `train` metrics of a round, wherever the process put them."""
+  client_work = metrics.get('client_work', {})
+  return client_work.get('train', {})
+
+
+def run_training(
+    process: tff.learning.templates.LearningProcess,
+    client_ids: Sequence[str],
+    clients_per_round: int,
+    total_rounds: int,
+    output_dir: str,
+    initial_weights: tff.learning.models.ModelWeights,
+    seed: int = 0,
+    evaluate_fn: Optional[Callable[[Any], Mapping[str, float]]] = None,
+    rounds_per_eval: int = 1,
+    rounds_per_checkpoint: int = 1,
+    progress: bool = True,
+    round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
+) -> dict:
+  """Runs (or resumes) federated training and returns the final results.
+
+  Args:
+    process: A `LearningProcess` whose `next` takes a list of client ids.
+    client_ids: All clients' ids.
+    clients_per_round: The cohort size, 1..len(client_ids).
+    total_rounds: Train until this many rounds are done.
+    output_dir: Where program state and metrics are written.
+    initial_weights: The (seeded) global model of round 0.
+    seed: Fixes the clients sampled in each round.
+    evaluate_fn: Maps global `ModelWeights` to test metrics.
+    rounds_per_eval: Evaluate every this many rounds (and after the last).
+    rounds_per_checkpoint: Save program state every this many rounds (and
+      after the last).
+    progress: Show a progress bar.
+    round_hook: Called after every round with its number and metrics;
+      an exception raised there stops the run (as an interruption would).
+
+  Returns:
+    A dict with `rounds`, `final_weights`, `final_eval`, `rejected_rounds`
+    and `seconds_per_round`.
+  """
+  if not 1 <= clients_per_round <= len(client_ids):
+    raise ValueError(
+        f'clients_per_round={clients_per_round} must be in [1, '
+        f'{len(client_ids)}] (the number of clients).')
+  state = process.initialize()
+  state = process.set_model_weights(state, initial_weights)
+  program_state = collections.OrderedDict(state=state, round_num=0,
+                                          rejected_rounds=0)
+  state_manager = tff.program.FileProgramStateManager(
+      os.path.join(output_dir, 'program_state'), keep_total=2,
+      keep_first=False)
+  loaded, version = asyncio.run(state_manager.load_latest(program_state))
+  if loaded is not None:
+    program_state = loaded
+    state = loaded['state']
+    logging.info('Resuming from round %d of %s.', version, output_dir)
+  start_round = int(program_state['round_num'])
+  rejected_rounds = int(program_state['rejected_rounds'])
+  release_managers = [
+      tff.program.CSVFileReleaseManager(
+          os.path.join(output_dir, 'metrics.csv'), key_fieldname='round'),
+      tff.program.TensorBoardReleaseManager(
+          os.path.join(output_dir, 'tensorboard')),
+  ]
+
+  def release(metrics, round_num):
+    for manager in release_managers:
+      asyncio.run(manager.release(metrics, key=round_num))
+
+  def save(round_num):
+    asyncio.run(state_manager.save(collections.OrderedDict(
+        state=state, round_num=round_num, rejected_rounds=rejected_rounds),
+                                   version=round_num))
+
+  bar = tqdm.tqdm(total=total_rounds, initial=start_round, unit='round',
+                  disable=not progress, dynamic_ncols=True)
+  eval_metrics = {}
+  durations = []
+  try:
+    for round_num in range(start_round + 1, total_rounds + 1):
+      cohort = sample_clients(client_ids, clients_per_round, round_num, seed)
+      started = time.monotonic()
+      output = process.next(state, cohort)
+      seconds = time.monotonic() - started
+      durations.append(seconds)
+      metrics = collections.OrderedDict(output.metrics)
+      if model_lib.all_finite(process.get_model_weights(output.state)):
+        state = output.state
+        metrics['rejected'] = 0
+      else:
+        rejected_rounds += 1
+        metrics['rejected'] = 1
+        logging.warning(
+            'Round %d: the new global model is not finite (a diverged '
+            'update); the round is rejected and the model kept.', round_num)
+        bar.write(f'round {round_num}: non-finite update rejected')
+      metrics['seconds'] = seconds
+      if evaluate_fn is not None and (round_num % rounds_per_eval == 0 or
+                                      round_num == total_rounds):
+        eval_metrics = dict(evaluate_fn(process.get_model_weights(state)))
+        metrics['eval'] = eval_metrics
+      release(metrics, round_num)
+      if (round_num % rounds_per_checkpoint == 0 or
+          round_num == total_rounds):
+        save(round_num)
+      train = train_metrics(metrics)
+      postfix = collections.OrderedDict(
+          loss=f"{float(train.get('loss', np.nan)):.3f}",
+          acc=f"{eval_metrics.get('accuracy', np.nan):.3f}",
+          s_per_round=f'{seconds:.2f}')
+      bar.set_postfix(postfix, refresh=False)
+      bar.update(1)
+      if round_hook is not None:
+        round_hook(round_num, metrics)
+  finally:
+    bar.close()
+  if evaluate_fn is not None and not eval_metrics:
+    eval_metrics = dict(evaluate_fn(process.get_model_weights(state)))
+  return dict(rounds=total_rounds,
+              final_weights=process.get_model_weights(state),
+              final_eval=eval_metrics,
+              rejected_rounds=rejected_rounds,
+              seconds_per_round=(float(np.median(durations))
+                                 if durations else float('nan')))
