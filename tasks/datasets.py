@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from typing import Callable, Optional, Sequence
 
@@ -41,6 +42,8 @@ NATURAL_TASKS = ('emnist', 'shakespeare', 'synthetic')
 
 _TFDS_NAMES = {'cifar10': 'cifar10', 'cifar100': 'cifar100',
                'fmnist': 'fashion_mnist', 'mnist': 'mnist'}
+# Where tensorflow_datasets downloads these data sets from.
+_TFDS_DOWNLOAD_HOST = 'storage.googleapis.com'
 # Per-channel mean and std after scaling to [0, 1].
 _NORMALIZATION = {
     'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -101,13 +104,30 @@ def load_digits_arrays(seed: int = 0, test_fraction: float = 0.2):
   return x[train], y[train], x[test], y[test]
 
 
+def _can_reach(host: str, port: int = 443, timeout: float = 5.0) -> bool:
+  try:
+    socket.create_connection((host, port), timeout=timeout).close()
+    return True
+  except OSError:
+    return False
+
+
 def load_tfds_arrays(name: str, data_dir: Optional[str] = None):
-  """CIFAR-10/100, Fashion-MNIST or MNIST through tensorflow_datasets."""
+  """CIFAR-10/100, Fashion-MNIST or MNIST through tensorflow_datasets.
+
+  Downloads and prepares the data set on first use. Without a network,
+  tensorflow_datasets would retry each download for minutes, so an
+  unprepared data set and an unreachable download host fail at once.
+  """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   try:
-    (x_tr, y_tr), (x_te, y_te) = tfds.as_numpy(tfds.load(
-        _TFDS_NAMES[name], split=['train', 'test'], batch_size=-1,
-        as_supervised=True, data_dir=data_dir))
+    builder = tfds.builder(_TFDS_NAMES[name], data_dir=data_dir)
+    if not builder.is_prepared():
+      if not _can_reach(_TFDS_DOWNLOAD_HOST):
+        raise OSError(f'{_TFDS_DOWNLOAD_HOST} is unreachable')
+      builder.download_and_prepare()
+    (x_tr, y_tr), (x_te, y_te) = tfds.as_numpy(builder.as_dataset(
+        split=['train', 'test'], batch_size=-1, as_supervised=True))
   except Exception as e:  # pylint: disable=broad-except
     raise DataUnavailableError(
         f'Could not load {name!r} through tensorflow_datasets ({e!r:.300}). '

@@ -1,0 +1,131 @@
+"""Tests for tasks.datasets and tasks.report."""
+
+import collections
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import datasets
+from tasks import report
+
+
+@pytest.fixture(scope='module')
+def digits(tmp_path_factory):
+  return datasets.load_task('digits', num_clients=5, partition='dirichlet',
+                            alpha=0.5, seed=0,
+                            cache_dir=str(tmp_path_factory.mktemp('cache')))
+
+
+def test_digits_clients_hold_exactly_their_partition(digits):
+  assert digits.input_shape == (8, 8, 1)
+  assert digits.num_classes == 10
+  client_data = digits.client_data
+  assert len(client_data.client_ids) == 5
+  total = 0
+  for cid, labels in zip(client_data.client_ids, digits.train_labels):
+    ys = [int(e['y']) for e in client_data.create_tf_dataset_for_client(cid)]
+    assert ys == list(labels)
+    total += len(ys)
+  # 1797 digits, 20% held out centrally.
+  assert total + len(digits.test_y) == 1797
+  assert digits.test_x.shape == (359, 8, 8, 1)
+  assert 0.0 <= digits.test_x.min() and digits.test_x.max() <= 1.0
+
+
+def test_client_data_is_served_by_a_dataset_computation(digits):
+  # What the TFF worker runs: client id in, dataset out.
+  computation = digits.client_data.dataset_computation
+  ds = computation(digits.client_data.client_ids[1])
+  assert sum(1 for _ in ds) == len(digits.train_labels[1])
+
+
+def test_same_seed_same_cache_files(digits, tmp_path):
+  again = datasets.load_task('digits', num_clients=5, partition='dirichlet',
+                             alpha=0.5, seed=0, cache_dir=str(tmp_path))
+  assert all(np.array_equal(a, b) for a, b in zip(digits.train_labels,
+                                                  again.train_labels))
+
+
+def test_preprocess_epochs_and_steps():
+  ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=np.zeros((10, 2), np.float32), y=np.zeros(10, np.int32)))
+  epochs = datasets.preprocess_fn(4, local_epochs=3)(ds)
+  assert [int(b['y'].shape[0]) for b in epochs] == [4, 4, 4, 4, 4, 4, 4, 2]
+  steps = datasets.preprocess_fn(4, local_steps=5)(ds)
+  assert sum(1 for _ in steps) == 5
+
+
+def test_synthetic_clients_differ_and_label_from_their_own_model(tmp_path):
+  data = datasets.load_task('synthetic', num_clients=4, seed=1,
+                            cache_dir=str(tmp_path), synthetic_alpha=1.0,
+                            synthetic_beta=1.0)
+  assert data.input_shape == (60,)
+  assert len(data.client_data.client_ids) == 4
+  counts = data.class_counts()
+  # Heterogeneous: the clients' label distributions are not all the same.
+  shares = counts / counts.sum(1, keepdims=True)
+  assert np.abs(shares - shares.mean(0)).max() > 0.1
+
+
+def test_image_folder_reads_class_directories(tmp_path):
+  rng = np.random.default_rng(0)
+  for cls in ('cat', 'dog'):
+    os.makedirs(tmp_path / 'images' / cls)
+    for i in range(6):
+      pixels = rng.integers(0, 255, (12, 10, 3), dtype=np.uint8)
+      tf.io.write_file(str(tmp_path / 'images' / cls / f'{i}.png'),
+                       tf.io.encode_png(pixels))
+  data = datasets.load_task('image_folder', num_clients=2, partition='iid',
+                            data_dir=str(tmp_path / 'images'), image_size=8,
+                            cache_dir=str(tmp_path / 'cache'))
+  assert data.input_shape == (8, 8, 3)
+  assert data.num_classes == 2
+  assert sum(len(y) for y in data.train_labels) + len(data.test_y) == 12
+
+
+def test_shakespeare_snippets_become_next_character_sequences():
+  snippets = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(snippets=['abc']))
+  (element,) = list(datasets.shakespeare_sequences(snippets, seq_length=6))
+  x, y = element['x'].numpy(), element['y'].numpy()
+  # <bos> a b c <eos> then padding; y is x shifted by one.
+  assert x[0] == 2 and list(x[4:]) == [3, 0]
+  np.testing.assert_array_equal(x[1:], y[:-1])
+  assert len(set(x[1:4])) == 3 and min(x[1:4]) >= 4
+
+
+def test_unknown_task_is_named():
+  with pytest.raises(ValueError, match="Unknown task 'svhn'"):
+    datasets.load_task('svhn')
+
+
+@pytest.mark.parametrize('name', ['cifar10', 'cifar100', 'fmnist', 'mnist'])
+def test_tfds_tasks_load_when_the_data_can_be_had(name, tmp_path):
+  try:
+    data = datasets.load_task(name, num_clients=10, partition='iid',
+                              cache_dir=str(tmp_path))
+  except datasets.DataUnavailableError as e:
+    pytest.skip(f'{name} cannot be downloaded here (no network): {e}')
+  assert data.num_classes == (100 if name == 'cifar100' else 10)
+  assert len(data.client_data.client_ids) == 10
+
+
+@pytest.mark.parametrize('name', ['emnist', 'shakespeare'])
+def test_natural_split_tasks_load_when_the_data_can_be_had(name):
+  try:
+    data = datasets.load_task(name)
+  except datasets.DataUnavailableError as e:
+    pytest.skip(f'{name} cannot be downloaded here (no network): {e}')
+  assert len(data.client_data.client_ids) > 100
+
+
+def test_partition_report_text_and_heatmap(tmp_path):
+  counts = np.array([[3, 0], [1, 5]])
+  text = report.partition_table(counts)
+  assert text.splitlines()[1].split() == ['0', '3', '0', '3']
+  assert text.splitlines()[-1].split() == ['total', '4', '5', '9']
+  _, png = report.write_partition_report(counts, str(tmp_path))
+  with open(png, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'

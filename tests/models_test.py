@@ -1,0 +1,68 @@
+"""Tests for tasks.models."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import models
+
+SMALL = {
+    'fedcka_cnn': ((32, 32, 3), {}),
+    'fedmax_cnn': ((32, 32, 3), {}),
+    'mlp': ((8, 8, 1), {}),
+    'resnet18': ((16, 16, 3), dict(width=8, projection_dim=16)),
+    'resnet50': ((16, 16, 3), dict(width=4)),
+    'vgg9': ((32, 32, 3), {}),
+    'shakespeare_lstm': ((12,), dict(units=8)),
+}
+
+
+@pytest.mark.parametrize('name', models.MODEL_NAMES)
+def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
+  input_shape, kwargs = SMALL[name]
+  num_classes = 7 if name != 'shakespeare_lstm' else 90
+  model = models.get_model(name, num_classes, input_shape, **kwargs)
+  assert {'features', 'logits'} <= set(model.output)
+  assert len(models.layer_names(model)) >= 2
+  # Raises if any trainable layer were off the path to the logits.
+  wrapped = models.logits_only(model)
+  dtype = np.int32 if name == 'shakespeare_lstm' else np.float32
+  x = np.ones((2,) + input_shape, dtype)
+  out = model(x)
+  assert out['logits'].shape[-1] == num_classes
+  np.testing.assert_allclose(wrapped(x).numpy(), out['logits'].numpy(),
+                             rtol=1e-5)
+  # `features` is the input of the last dense layer.
+  last = model.layers[-1]
+  np.testing.assert_allclose(last(out['features']).numpy(),
+                             out['logits'].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_fedcka_cnn_has_the_papers_shapes():
+  model = models.get_model('fedcka_cnn', 10, (32, 32, 3))
+  shapes = {k: tuple(v.shape[1:]) for k, v in model.output.items()}
+  assert shapes['layer_1'] == (14, 14, 16)
+  assert shapes['layer_2'] == (5, 5, 32)
+  assert shapes['z'] == (256,)
+  dense_widths = [l.units for l in model.layers
+                  if isinstance(l, tf.keras.layers.Dense)]
+  assert dense_widths == [120, 84, 84, 256, 10]
+
+
+def test_fedmax_cnn_activation_is_512_wide():
+  model = models.get_model('fedmax_cnn', 10, (32, 32, 3))
+  assert model.output['features'].shape[-1] == 512
+  assert len(models.layer_names(model)) == 5
+
+
+def test_resnets_use_group_norm_only():
+  model = models.get_model('resnet18', 10, (16, 16, 3), width=8)
+  kinds = {type(l).__name__ for l in model.layers}
+  assert 'GroupNormalization' in kinds
+  assert 'BatchNormalization' not in kinds
+  assert len(models.layer_names(model)) == 5  # stem + 4 stages
+
+
+def test_unknown_model_is_named():
+  with pytest.raises(ValueError, match="Unknown model 'lenet'"):
+    models.get_model('lenet', 10, (8, 8, 1))
