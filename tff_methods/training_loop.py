@@ -172,16 +172,23 @@ def run_training(
       seconds = time.monotonic() - started
       durations.append(seconds)
       metrics = collections.OrderedDict(output.metrics)
-      if model_lib.all_finite(process.get_model_weights(output.state)):
+      # TFF's finalizer already skips a non-finite averaged update; any other
+      # non-finite global model (e.g. from a custom server rule) is caught
+      # here. Either way the round is rejected and the model kept.
+      finalizer_skipped = bool(
+          metrics.get('finalizer', {}).get('update_non_finite', 0))
+      if (not finalizer_skipped and
+          model_lib.all_finite(process.get_model_weights(output.state))):
         state = output.state
         metrics['rejected'] = 0
       else:
         rejected_rounds += 1
         metrics['rejected'] = 1
         logging.warning(
-            'Round %d: the new global model is not finite (a diverged '
+            'Round %d: the averaged update is not finite (a diverged '
             'update); the round is rejected and the model kept.', round_num)
-        bar.write(f'round {round_num}: non-finite update rejected')
+        bar.write(f'round {round_num}: non-finite update rejected, model '
+                  'kept')
       metrics['seconds'] = seconds
       if evaluate_fn is not None and (round_num % rounds_per_eval == 0 or
                                       round_num == total_rounds):

@@ -1,0 +1,45 @@
+"""Every stateless method is a LearningProcess that TFF's own loop can drive."""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tasks import datasets
+from tff_methods import methods
+from tff_methods import model_lib
+
+
+@pytest.fixture(scope='module')
+def client_data(digits_task):
+  return digits_task.client_data.preprocess(
+      datasets.preprocess_fn(batch_size=32, local_epochs=1, seed=0))
+
+
+@pytest.mark.parametrize('name', methods.METHOD_NAMES)
+def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
+                                           tmp_path):
+  process = methods.build_method(
+      name, small_model_fn, client_data.element_type_structure,
+      methods.Hyperparameters(client_learning_rate=0.05, mu=0.1))
+  assert isinstance(process, tff.learning.templates.LearningProcess)
+  by_id = tff.simulation.compose_dataset_computation_with_learning_process(
+      client_data.dataset_computation, process)
+  ids = client_data.client_ids
+  state = tff.simulation.run_training_process(
+      by_id,
+      training_selection_fn=lambda round_num: ids[:2],
+      total_rounds=2,
+      program_state_manager=tff.program.FileProgramStateManager(
+          str(tmp_path)))
+  weights = by_id.get_model_weights(state)
+  initial = model_lib.flat_trainable(
+      by_id.get_model_weights(by_id.initialize()))
+  trained = model_lib.flat_trainable(weights)
+  assert trained.shape == initial.shape
+  assert np.all(np.isfinite(trained))
+
+
+def test_unknown_method_is_named():
+  with pytest.raises(ValueError, match="Unknown method 'fedsgd'; choose one "
+                     'of fedavg'):
+    methods.build_method('fedsgd', None, None, methods.Hyperparameters())

@@ -1,0 +1,157 @@
+"""Tests for tff_methods.training_loop and tff_methods.experiment."""
+
+import collections
+import csv
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from tasks import models
+from tff_methods import experiment
+from tff_methods import model_lib
+from tff_methods import training_loop
+
+
+class Interrupted(Exception):
+  pass
+
+
+def _config(tmp_path, name, **overrides):
+  values = dict(method='fedavgm', task='digits', model='mlp', num_clients=4,
+                clients_per_round=2, rounds=4, batch_size=32,
+                client_learning_rate=0.05, seed=3,
+                output_dir=str(tmp_path / name),
+                cache_dir=str(tmp_path / 'cache'))
+  values.update(overrides)
+  return experiment.ExperimentConfig(**values)
+
+
+def _metric_rows(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    row.pop('seconds')
+  return rows
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
+  whole = experiment.run(_config(tmp_path, 'whole'), progress=False)
+
+  def interrupt_after_round_2(round_num, metrics):
+    del metrics
+    if round_num == 2:
+      raise Interrupted()
+
+  config = _config(tmp_path, 'resumed')
+  with pytest.raises(Interrupted):
+    experiment.run(config, progress=False, round_hook=interrupt_after_round_2)
+  assert len(_metric_rows(config.output_dir)) == 2
+  resumed_rounds = []
+  resumed = experiment.run(
+      config, progress=False,
+      round_hook=lambda round_num, _: resumed_rounds.append(round_num))
+  assert resumed_rounds == [3, 4]  # Rounds 1-2 were not redone.
+  np.testing.assert_allclose(
+      model_lib.flat_trainable(resumed['final_weights']),
+      model_lib.flat_trainable(whole['final_weights']), rtol=1e-5, atol=1e-6)
+  whole_rows = _metric_rows(str(tmp_path / 'whole'))
+  resumed_rows = _metric_rows(config.output_dir)
+  assert [r['round'] for r in resumed_rows] == ['1', '2', '3', '4']
+  for a, b in zip(whole_rows, resumed_rows):
+    for key in a:
+      np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-4,
+                                 err_msg=key)
+
+  # A larger --rounds extends the finished run.
+  extended_rounds = []
+  experiment.run(dataclasses.replace(config, rounds=5), progress=False,
+                 round_hook=lambda r, _: extended_rounds.append(r))
+  assert extended_rounds == [5]
+  assert len(_metric_rows(config.output_dir)) == 5
+
+
+def test_output_dir_of_another_experiment_is_refused(tmp_path):
+  training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg',
+                                                            mu=0.1, rounds=3))
+  # Changing only the number of rounds is allowed (it extends the run).
+  training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg',
+                                                            mu=0.1, rounds=9))
+  with pytest.raises(ValueError, match=r"different experiment \(method: "
+                     r"saved 'fedavg', now 'fedprox'; mu: saved 0.1, now 0.2"):
+    training_loop.check_experiment_config(
+        str(tmp_path), dict(method='fedprox', mu=0.2, rounds=3))
+
+
+def test_diverged_round_is_rejected_and_the_model_kept(tmp_path):
+  config = _config(tmp_path, 'diverged', method='fedavg', rounds=2,
+                   client_learning_rate=1e30, client_momentum=0.0)
+  results = experiment.run(config, progress=False)
+  assert results['rejected_rounds'] == 2
+  rows = _metric_rows(config.output_dir)
+  assert [r['rejected'] for r in rows] == ['1', '1']
+  keras_model_fn = lambda: models.get_model('mlp', 10, (8, 8, 1))
+  np.testing.assert_array_equal(
+      model_lib.flat_trainable(results['final_weights']),
+      model_lib.flat_trainable(model_lib.initial_weights(keras_model_fn, 3)))
+
+
+class _NonFiniteProcess:
+  """A stand-in process whose server rule returns NaN weights in round 2."""
+
+  Output = collections.namedtuple('Output', ['state', 'metrics'])
+
+  def initialize(self):
+    return np.zeros(2)
+
+  def set_model_weights(self, state, weights):
+    del state
+    return np.asarray(weights.trainable[0], np.float64)
+
+  def get_model_weights(self, state):
+    return model_lib.tff.learning.models.ModelWeights([state], [])
+
+  def next(self, state, client_ids):
+    del client_ids
+    new = state + 1.0 if state[0] < 1 else state * np.nan
+    return self.Output(new, collections.OrderedDict())
+
+
+def test_non_finite_global_model_is_rejected(tmp_path):
+  results = training_loop.run_training(
+      _NonFiniteProcess(), ['a', 'b'], 1, 3, str(tmp_path),
+      model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
+      progress=False)
+  assert results['rejected_rounds'] == 2
+  np.testing.assert_array_equal(results['final_weights'].trainable[0],
+                                [1.0, 1.0])
+
+
+def test_sampling_is_seeded_per_round():
+  ids = [f'c{i}' for i in range(10)]
+  a = training_loop.sample_clients(ids, 3, round_num=5, seed=1)
+  assert a == training_loop.sample_clients(ids, 3, round_num=5, seed=1)
+  assert a != training_loop.sample_clients(ids, 3, round_num=6, seed=1)
+  assert len(set(a)) == 3
+
+
+def test_bad_settings_are_all_named_before_any_work(tmp_path):
+  config = _config(tmp_path, 'bad', method='fedmagic', alpha=0.0,
+                   clients_per_round=9, mu=-1.0, model='lenet')
+  with pytest.raises(ValueError) as error:
+    experiment.run(config)
+  message = str(error.value)
+  for expected in ("--method='fedmagic' is unknown", '--alpha=0.0 must be > 0',
+                   '--clients_per_round=9 must be in [1, --num_clients=4]',
+                   '--mu=-1.0 must be >= 0', "--model='lenet' is unknown"):
+    assert expected in message
+  assert not os.path.exists(config.output_dir)
+
+
+def test_partition_leaving_a_client_empty_is_refused(tmp_path):
+  config = _config(tmp_path, 'empty', partition='iid', clients_per_round=2)
+  # 2000 clients for the 1438 digits training examples cannot all get data.
+  with pytest.raises(ValueError, match='num_clients=2000 is more than the '
+                     '1438 examples'):
+    experiment.run(dataclasses.replace(config, num_clients=2000))
