@@ -1,5 +1,6 @@
 """Tests for tasks.datasets and tasks.report."""
 
+import sys
 import collections
 import os
 
@@ -129,3 +130,7 @@ def test_partition_report_text_and_heatmap(tmp_path):
   _, png = report.write_partition_report(counts, str(tmp_path))
   with open(png, 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

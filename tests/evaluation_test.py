@@ -1,6 +1,8 @@
 """Tests for tff_methods.evaluation."""
 
+import sys
 import numpy as np
+import pytest
 from sklearn import metrics
 
 from tasks import models
@@ -35,3 +37,7 @@ def test_evaluator_uses_the_given_weights():
   result = evaluation.Evaluator(model_fn, x, y, batch_size=16)(weights)
   assert result['accuracy'] == 1.0
   assert result['macro_f1'] == 1.0
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -3,6 +3,7 @@
 TFF computations are built once per module (module-scoped fixtures).
 """
 
+import sys
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -116,3 +117,7 @@ def test_diverged_clients_get_zero_weight(setup, small_model_fn):
   train = output.metrics['client_work']['train']
   assert train['num_non_finite_clients'] == 3
   assert train['num_examples'] == 0
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

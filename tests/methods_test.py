@@ -1,5 +1,6 @@
 """Every stateless method is a LearningProcess that TFF's own loop can drive."""
 
+import sys
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -43,3 +44,7 @@ def test_unknown_method_is_named():
   with pytest.raises(ValueError, match="Unknown method 'fedsgd'; choose one "
                      'of fedavg'):
     methods.build_method('fedsgd', None, None, methods.Hyperparameters())
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,5 +1,6 @@
 """Tests for tasks.models."""
 
+import sys
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -66,3 +67,7 @@ def test_resnets_use_group_norm_only():
 def test_unknown_model_is_named():
   with pytest.raises(ValueError, match="Unknown model 'lenet'"):
     models.get_model('lenet', 10, (8, 8, 1))
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

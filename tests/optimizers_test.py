@@ -1,5 +1,6 @@
 """Tests for tff_methods.optimizers."""
 
+import sys
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -37,3 +38,7 @@ def test_server_optimizers_by_name():
 def test_bad_client_optimizer_settings_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     optimizers.build_client_sgd(**kwargs)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,5 +1,6 @@
 """Tests for tasks.partition."""
 
+import sys
 import numpy as np
 import pytest
 
@@ -99,3 +100,7 @@ def test_mixed_interpolates_between_shards_and_iid():
 def test_more_clients_than_examples_is_refused():
   with pytest.raises(ValueError, match='num_clients=5 is more than the 3'):
     partition.iid(np.array([0, 1, 2]), 5)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,5 +1,6 @@
 """Tests for tff_methods.training_loop and tff_methods.experiment."""
 
+import sys
 import collections
 import csv
 import dataclasses
@@ -155,3 +156,7 @@ def test_partition_leaving_a_client_empty_is_refused(tmp_path):
   with pytest.raises(ValueError, match='num_clients=2000 is more than the '
                      '1438 examples'):
     experiment.run(dataclasses.replace(config, num_clients=2000))
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,0 +1,34 @@
+# The two commands a user needs (each sets up the virtual environment on
+# first use):
+#   make demo   trains FedProx on the embedded digits task
+#   make test   runs the test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
+
+.PHONY: setup demo test clean-venv
+
+$(STAMP): requirements.txt
+	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
+	  f"tff_methods needs Python 3.11 (TFF 0.87), not {sys.version}"'
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	# TFF 0.87.0 pins jax/jaxlib 0.4.14, which the registry does not serve:
+	# its other dependencies come from requirements.txt (jax 0.4.13).
+	$(VENV)/bin/pip install --quiet --no-deps tensorflow-federated==0.87.0
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/python -m binaries.train --method=fedprox --mu=0.01 \
+	  --task=digits --partition=dirichlet --alpha=0.5 --num_clients=10 \
+	  --rounds=20 --local_epochs=2 --output_dir=runs/demo_fedprox
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -rs
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,109 @@
+"""Keeps the Bazel BUILD files in step with the code.
+
+Bazel cannot fetch its rule sets on the project's offline machines, so
+instead of `bazel build` this test reads every BUILD file (evaluating it
+with stand-ins for the rules) and checks that every Python source belongs
+to exactly one target, every test file has a py_test, every binary a
+py_binary, every dependency names an existing target or a required
+package, and every project module a file imports is among its target's
+dependencies.
+"""
+
+import ast
+import os
+import re
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ('tasks', 'tff_methods', 'binaries', 'tests')
+# Installed with --no-deps after requirements.txt (see the Makefile).
+INSTALLED_SEPARATELY = {'tensorflow-federated'}
+
+
+def _read_build(package):
+  targets = []
+
+  def rule(kind):
+
+    def record(**kwargs):
+      targets.append(dict(kind=kind, package=package, **kwargs))
+
+    return record
+
+  namespace = dict(
+      load=lambda *args: None, package=lambda **kwargs: None,
+      licenses=lambda *args: None, exports_files=lambda *args: None,
+      requirement=lambda name: f'requirement:{name}',
+      py_library=rule('py_library'), py_binary=rule('py_binary'),
+      py_test=rule('py_test'))
+  with open(os.path.join(REPO, package, 'BUILD')) as f:
+    exec(f.read(), namespace)  # pylint: disable=exec-used
+  return targets
+
+
+def _requirements():
+  names = set()
+  with open(os.path.join(REPO, 'requirements.txt')) as f:
+    for line in f:
+      line = line.split('#')[0].strip()
+      if line:
+        names.add(re.split(r'[<>=~!\[; ]', line)[0].lower())
+  return names | INSTALLED_SEPARATELY
+
+
+def _project_imports(path):
+  found = set()
+  for node in ast.walk(ast.parse(open(path).read())):
+    if isinstance(node, ast.ImportFrom) and node.module in PACKAGES:
+      found |= {f'//{node.module}:{a.name}' for a in node.names}
+  return found
+
+
+TARGETS = [t for p in PACKAGES for t in _read_build(p)]
+BY_LABEL = {f"//{t['package']}:{t['name']}": t for t in TARGETS}
+
+
+def _label(dep, package):
+  return f'//{package}{dep}' if dep.startswith(':') else dep
+
+
+@pytest.mark.parametrize('package', PACKAGES)
+def test_every_source_is_in_exactly_one_target(package):
+  sources = sorted(f for f in os.listdir(os.path.join(REPO, package))
+                   if f.endswith('.py') and f != '__init__.py')
+  claimed = [s for t in TARGETS if t['package'] == package
+             for s in t['srcs']]
+  assert sorted(claimed) == sources
+
+
+def test_tests_and_binaries_have_the_right_rules():
+  for label, target in BY_LABEL.items():
+    (src,) = target['srcs']
+    if target['package'] == 'tests' and src.endswith('_test.py'):
+      assert target['kind'] == 'py_test', label
+    if target['package'] == 'binaries':
+      assert target['kind'] == 'py_binary', label
+
+
+def test_every_dependency_exists():
+  required = _requirements()
+  for label, target in BY_LABEL.items():
+    for dep in target.get('deps', []):
+      if dep.startswith('requirement:'):
+        assert dep.split(':', 1)[1] in required, (label, dep)
+      else:
+        assert _label(dep, target['package']) in BY_LABEL, (label, dep)
+
+
+def test_every_project_import_is_a_declared_dependency():
+  for label, target in BY_LABEL.items():
+    path = os.path.join(REPO, target['package'], target['srcs'][0])
+    declared = {_label(d, target['package']) for d in target.get('deps', [])}
+    missing = _project_imports(path) - declared
+    assert not missing, f'{label} imports {sorted(missing)} undeclared'
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

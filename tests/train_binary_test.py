@@ -1,0 +1,123 @@
+"""End-to-end tests of binaries/train.py as a user runs it.
+
+The TFF worker must end on every exit path: a normal end, and SIGINT or
+SIGTERM mid-round.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from binaries import train
+from tff_methods import methods
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _children(pid):
+  """Pids of live processes whose parent is `pid`."""
+  found = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
+      continue
+    if int(fields[1]) == pid and fields[0] != 'Z':
+      found.append(int(entry))
+  return found
+
+
+def _alive(pid):
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False
+
+
+def _start(tmp_path, *flags):
+  log = open(tmp_path / 'log.txt', 'w')  # pylint: disable=consider-using-with
+  process = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, '-m', 'binaries.train', '--task=digits',
+       '--model=mlp', f'--cache_dir={tmp_path / "cache"}', '--noprogress',
+       *flags],
+      cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+  return process
+
+
+def _worker_of(process, timeout=60):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    workers = [p for p in _children(process.pid)
+               if 'worker_binary' in open(f'/proc/{p}/cmdline').read()]
+    if workers:
+      return workers[0]
+    assert process.poll() is None, 'train exited before starting a worker'
+    time.sleep(0.2)
+  raise AssertionError('no TFF worker started')
+
+
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_round_leaves_no_worker(signum, tmp_path):
+  output_dir = tmp_path / 'run'
+  process = _start(tmp_path, '--rounds=500', '--local_epochs=3',
+                   f'--output_dir={output_dir}')
+  worker = _worker_of(process)
+  # Wait until training is under way (a round has been written), then
+  # interrupt in the middle of a later round.
+  deadline = time.monotonic() + 120
+  metrics = output_dir / 'metrics.csv'
+  while not (metrics.exists() and len(metrics.read_text().splitlines()) > 1):
+    assert time.monotonic() < deadline and process.poll() is None
+    time.sleep(0.2)
+  time.sleep(0.5)
+  process.send_signal(signum)
+  process.wait(timeout=60)
+  assert process.returncode != 0
+  time.sleep(0.5)
+  assert not _alive(worker), f'worker {worker} outlived the program'
+  # Program state saved before the interruption is intact: a rerun resumes.
+  assert any(os.scandir(output_dir / 'program_state'))
+
+
+def test_normal_run_ends_its_worker_and_writes_results(tmp_path):
+  output_dir = tmp_path / 'run'
+  process = _start(tmp_path, '--rounds=2', f'--output_dir={output_dir}')
+  worker = _worker_of(process)
+  assert process.wait(timeout=300) == 0
+  time.sleep(0.5)
+  assert not _alive(worker)
+  log = (tmp_path / 'log.txt').read_text()
+  assert 'test accuracy' in log
+  for name in ('metrics.csv', 'results.json', 'partition.png',
+               'experiment.json'):
+    assert (output_dir / name).exists(), name
+
+
+def test_bad_flags_fail_before_any_work(tmp_path):
+  output_dir = tmp_path / 'run'
+  result = subprocess.run(
+      [sys.executable, '-m', 'binaries.train', '--method=fedmagic',
+       '--alpha=-1', f'--output_dir={output_dir}'],
+      cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+  assert result.returncode == 2
+  assert "--method='fedmagic' is unknown" in result.stderr
+  assert '--alpha=-1.0 must be > 0' in result.stderr
+  assert not output_dir.exists()
+
+
+def test_help_lists_every_method():
+  help_text = train.flags.FLAGS['method'].help
+  for name in methods.METHOD_NAMES:
+    assert name in help_text
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
