@@ -59,8 +59,15 @@ flags.DEFINE_float('server_learning_rate', None,
                    'Server learning rate (default: 1.0 for averaging, 0.01 '
                    'for fedadam/fedyogi).')
 flags.DEFINE_float('server_momentum', 0.9, 'fedavgm: server momentum.')
-flags.DEFINE_float('mu', 0.01, "The method's regularization strength "
-                   "(FedProx's mu).")
+flags.DEFINE_float('mu', None, "The method's regularization strength "
+                   '(default: fedprox 0.01, moon 1, fedcka 3).')
+flags.DEFINE_float('temperature', 0.5, "moon: the contrastive temperature.")
+flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
+                     'regularized.')
+flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
+                    'kernel_cka, cosine or frobenius.')
+flags.DEFINE_string('client_state_dir', None, 'moon/fedcka: keep client '
+                    'states on disk here instead of in memory.')
 flags.DEFINE_integer('seed', 0, 'Fixes partition, sampling and init.')
 flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate every N rounds.')
 flags.DEFINE_integer('rounds_per_checkpoint', 1, 'Save state every N rounds.')

@@ -1,4 +1,7 @@
-"""Every stateless method is a LearningProcess that TFF's own loop can drive."""
+"""Every stateless method is a LearningProcess that TFF's own loop can drive.
+
+Stateful methods (per-client state) are tested in stateful_test.py.
+"""
 
 import sys
 import numpy as np
@@ -16,7 +19,7 @@ def client_data(digits_task):
       datasets.preprocess_fn(batch_size=32, local_epochs=1, seed=0))
 
 
-@pytest.mark.parametrize('name', methods.METHOD_NAMES)
+@pytest.mark.parametrize('name', methods.STATELESS_METHODS)
 def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
                                            tmp_path):
   process = methods.build_method(

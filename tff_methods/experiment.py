@@ -28,6 +28,7 @@ from tasks import report
 from tff_methods import evaluation
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import similarity as similarity_lib
 from tff_methods import training_loop
 
 DEFAULT_MODELS = {
@@ -36,6 +37,14 @@ DEFAULT_MODELS = {
     'emnist': 'fedmax_cnn', 'shakespeare': 'shakespeare_lstm',
     'synthetic': 'mlp', 'image_folder': 'resnet18',
 }
+
+
+# Models with MOON's projection output `z` (ResNets get one with
+# projection_dim; the registry's default ResNets have none).
+MODELS_WITH_PROJECTION = ('fedcka_cnn',)
+# How many `layer_k` outputs each model has (FedCKA's M at most).
+MODEL_LAYERS = {'fedcka_cnn': 2, 'fedmax_cnn': 5, 'mlp': 2, 'resnet18': 5,
+                'resnet50': 5, 'vgg9': 6, 'shakespeare_lstm': 2}
 
 
 @dataclasses.dataclass
@@ -64,7 +73,11 @@ class ExperimentConfig:
   weight_decay: float = 0.0
   server_learning_rate: Optional[float] = None
   server_momentum: float = 0.9
-  mu: float = 0.01
+  mu: Optional[float] = None
+  temperature: float = 0.5
+  cka_layers: int = 2
+  similarity: str = 'linear_cka'
+  client_state_dir: Optional[str] = None
   seed: int = 0
   rounds_per_eval: int = 1
   rounds_per_checkpoint: int = 1
@@ -82,7 +95,8 @@ class ExperimentConfig:
         weight_decay=self.weight_decay,
         server_learning_rate=self.server_learning_rate,
         server_momentum=self.server_momentum,
-        mu=self.mu)
+        mu=self.mu, temperature=self.temperature, cka_layers=self.cka_layers,
+        similarity=self.similarity, client_state_dir=self.client_state_dir)
 
 
 def validate(config: ExperimentConfig) -> None:
@@ -136,7 +150,24 @@ def validate(config: ExperimentConfig) -> None:
        f'--server_learning_rate={config.server_learning_rate} must be > 0')
   need(0 <= config.server_momentum < 1,
        f'--server_momentum={config.server_momentum} must be in [0, 1)')
-  need(config.mu >= 0, f'--mu={config.mu} must be >= 0 (a strength)')
+  need(config.mu is None or config.mu >= 0,
+       f'--mu={config.mu} must be >= 0 (a strength)')
+  need(config.temperature > 0,
+       f'--temperature={config.temperature} must be > 0')
+  need(config.cka_layers >= 1, f'--cka_layers={config.cka_layers} must be '
+       '>= 1')
+  need(config.similarity in similarity_lib.SIMILARITIES,
+       f'--similarity={config.similarity!r} is unknown; choose one of '
+       f'{", ".join(similarity_lib.SIMILARITIES)}')
+  model_name = config.model_name()
+  if config.method == 'moon' and model_name in task_models.MODEL_NAMES:
+    need(model_name in MODELS_WITH_PROJECTION,
+         f'--method=moon needs a model with a projection head (z): '
+         f'{", ".join(MODELS_WITH_PROJECTION)}, not --model={model_name}')
+  if config.method == 'fedcka' and model_name in task_models.MODEL_NAMES:
+    need(config.cka_layers <= MODEL_LAYERS.get(model_name, 0),
+         f'--cka_layers={config.cka_layers} is more than --model='
+         f'{model_name}\'s {MODEL_LAYERS.get(model_name)} layers')
   need(config.rounds_per_eval >= 1,
        f'--rounds_per_eval={config.rounds_per_eval} must be >= 1')
   need(config.rounds_per_checkpoint >= 1,
@@ -159,12 +190,8 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   client_data = data.client_data.preprocess(datasets.preprocess_fn(
       config.batch_size, config.local_epochs, config.local_steps,
       seed=config.seed))
-  process = methods.build_method(config.method, keras_model_fn,
-                                 client_data.element_type_structure,
-                                 config.hyperparameters())
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  process = tff.simulation.compose_dataset_computation_with_learning_process(
-      client_data.dataset_computation, process)
+  process = methods.build_method_for_client_ids(
+      config.method, keras_model_fn, client_data, config.hyperparameters())
   return process, keras_model_fn
 
 

@@ -37,30 +37,81 @@ def _cross_entropy(labels, logits):
       labels, logits, from_logits=True))
 
 
-def build_client_update_fn(model: tf.keras.Model,
+def _reference_view(keras_model_fn: model_lib.KerasModelFn,
+                    output_names: Sequence[str]):
+  """A fresh copy of the model, and a view of it up to `output_names`.
+
+  Running the view computes only the layers those outputs depend on (for
+  FedCKA's first layers, a small part of the forward pass).
+
+  Returns:
+    (full copy, view), or None when no outputs are needed.
+  """
+  if not output_names:
+    return None
+  full = keras_model_fn()
+  missing = sorted(set(output_names) - set(full.output))
+  if missing:
+    raise ValueError(
+        f'A regularizer reads outputs {missing} that model {full.name!r} does '
+        f'not have (it has {sorted(full.output)}).')
+  view = tf.keras.Model(full.input,
+                        {name: full.output[name] for name in output_names})
+  return full, view
+
+
+def _union(names_lists):
+  return tuple(sorted(set(n for names in names_lists for n in names)))
+
+
+def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
                            optimizer: tff.learning.optimizers.Optimizer,
                            regularizers: Sequence[
                                regularizers_lib.Regularizer],
                            weighting: tff.learning.ClientWeighting):
-  """The `tf.function` that trains `model` on one client's data.
+  """The `tf.function` that trains one client.
+
+  Builds the model, and truncated copies of the global and previous models
+  for the outputs the regularizers declare.
 
   Returns:
-    A function `(initial_weights, dataset) -> (ClientResult, train_sums)`.
+    A function `(initial_weights, dataset, previous_weights=None,
+    has_previous=False) -> (ClientResult, train_sums, final_weights)`.
   """
+  model = keras_model_fn()
+  global_reference = _reference_view(
+      keras_model_fn, _union(r.global_outputs for r in regularizers))
+  previous_reference = _reference_view(
+      keras_model_fn, _union(r.previous_outputs for r in regularizers))
 
   @tf.function
-  def client_update(initial_weights, dataset):
+  def client_update(initial_weights, dataset, previous_weights=None,
+                    has_previous=False):
     trainable = model.trainable_variables
     model_lib.assign_weights(model, initial_weights)
     global_weights = list(initial_weights.trainable)
+    if global_reference is not None:
+      model_lib.assign_weights(global_reference[0], initial_weights)
+    if previous_reference is not None:
+      model_lib.assign_weights(previous_reference[0], previous_weights)
 
     def reduce_fn(state, batch):
       sums, optimizer_state = state
+      global_outputs = previous_outputs = None
+      # Reference models: inference mode, outside the tape.
+      if global_reference is not None:
+        global_outputs = tf.nest.map_structure(
+            tf.stop_gradient, global_reference[1](batch['x'], training=False))
+      if previous_reference is not None:
+        previous_outputs = tf.nest.map_structure(
+            tf.stop_gradient,
+            previous_reference[1](batch['x'], training=False))
       with tf.GradientTape() as tape:
         outputs = model(batch['x'], training=True)
         loss = _cross_entropy(batch['y'], outputs['logits'])
-        step = regularizers_lib.LocalStep(trainable, global_weights, outputs,
-                                          batch)
+        step = regularizers_lib.LocalStep(
+            trainable, global_weights, outputs, batch, global_outputs,
+            previous_outputs, has_previous)
         objective = loss
         for regularizer in regularizers:
           objective += regularizer(step)
@@ -106,13 +157,17 @@ def build_client_update_fn(model: tf.keras.Model,
 
     update, weight, sums = tf.cond(is_finite, lambda: (update, weight, sums),
                                    drop_client)
-    return tff.learning.templates.ClientResult(
-        update=update, update_weight=weight), sums
+    final_weights = tff.learning.models.ModelWeights(
+        trainable=[tf.identity(v) for v in model.trainable_variables],
+        non_trainable=[tf.identity(v) for v in model.non_trainable_variables])
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            sums, final_weights)
 
   return client_update
 
 
-def _finalize_train_metrics(sums):
+def finalize_train_metrics(sums):
   """Summed client counts -> TFF-style train metrics."""
   safe = lambda n: tf.maximum(n, 1.0)
   return collections.OrderedDict(
@@ -154,17 +209,24 @@ def build_local_training_client_work(
   def init_fn():
     return tff.federated_value((), tff.SERVER)
 
+  if regularizers_lib.needs_previous_model(regularizers):
+    raise ValueError(
+        'A regularizer reads the client\'s previous model, which needs '
+        'per-client state: use tff_methods.stateful.'
+        'build_stateful_local_training_process.')
+
   @tff.tensorflow.computation(weights_type, data_type)
   def client_update_computation(initial_weights, dataset):
-    client_update = build_client_update_fn(keras_model_fn(), optimizer,
+    client_update = build_client_update_fn(keras_model_fn, optimizer,
                                            regularizers, client_weighting)
-    return client_update(initial_weights, dataset)
+    result, sums, _ = client_update(initial_weights, dataset)
+    return result, sums
 
   sums_type = client_update_computation.type_signature.result[1]
 
   @tff.tensorflow.computation(sums_type)
   def finalize_metrics(sums):
-    return _finalize_train_metrics(sums)
+    return finalize_train_metrics(sums)
 
   @tff.federated_computation(
       init_fn.type_signature.result,

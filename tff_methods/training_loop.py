@@ -15,6 +15,8 @@ compose_dataset_computation_with_learning_process`), the way
   (`metrics.csv`, rows past the resumed round are replaced) and TensorBoard.
 - A round whose new global weights are not all finite is rejected: the
   state stays as it was, and the round is reported (`rejected_rounds`).
+- A process with per-client state (`tff_methods.stateful`) has its client
+  states saved and restored with the program state.
 - `experiment.json` records the experiment's settings; an output directory
   that holds a different experiment is refused before any work starts.
 """
@@ -137,10 +139,16 @@ def run_training(
   state_manager = tff.program.FileProgramStateManager(
       os.path.join(output_dir, 'program_state'), keep_total=2,
       keep_first=False)
+  # Stateful-client processes keep their client-state store beside the
+  # program state (`tff_methods.stateful`).
+  has_client_states = hasattr(process, 'save_client_states')
+  client_state_dir = os.path.join(output_dir, 'client_states')
   loaded, version = asyncio.run(state_manager.load_latest(program_state))
   if loaded is not None:
     program_state = loaded
     state = loaded['state']
+    if has_client_states:
+      process.restore_client_states(client_state_dir, version)
     logging.info('Resuming from round %d of %s.', version, output_dir)
   start_round = int(program_state['round_num'])
   rejected_rounds = int(program_state['rejected_rounds'])
@@ -156,6 +164,9 @@ def run_training(
       asyncio.run(manager.release(metrics, key=round_num))
 
   def save(round_num):
+    # Client states first: a saved program state always has its clients'.
+    if has_client_states:
+      process.save_client_states(client_state_dir, round_num)
     asyncio.run(state_manager.save(collections.OrderedDict(
         state=state, round_num=round_num, rejected_rounds=rejected_rounds),
                                    version=round_num))

@@ -1,0 +1,99 @@
+"""FedCKA (Kim et al., 2022): contrastive regularization of the first layers.
+
+Local objective, with `a_n`, `a_glob_n`, `a_prev_n` the activations of the
+n-th regularized layer (the first M layers, nearest the input) of the local
+model, the round's global model and the client's previous local model on
+the same batch, each flattened to B x D:
+
+  l_cka = (1/M) sum_n -log( e^{s(a_n, a_glob_n)}
+                            / (e^{s(a_n, a_glob_n)} + e^{s(a_n, a_prev_n)}) ),
+  loss = CE + mu * l_cka,
+
+with `s` linear CKA by default (no temperature). Only the first M layers of
+the global and previous models are computed, never their full forward pass
+(the paper's efficiency claim, Table 4). In a client's first round there is
+no previous model, so the term is 0 (as in MOON). Needs per-client state.
+
+Server rule: FedAvg's example-weighted mean of the updates.
+"""
+
+from typing import Any, Callable, Optional, Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import model_lib
+from tff_methods import regularizers
+from tff_methods import similarity as similarity_lib
+from tff_methods import stateful
+
+
+def cka_contrastive_loss(
+    activations: Sequence[tf.Tensor],
+    activations_global: Sequence[tf.Tensor],
+    activations_prev: Sequence[tf.Tensor],
+    similarity: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = (
+        similarity_lib.linear_cka)) -> tf.Tensor:
+  """FedCKA's loss averaged over the M regularized layers (no strength)."""
+  losses = []
+  for a, a_global, a_prev in zip(activations, activations_global,
+                                 activations_prev):
+    logits = tf.stack([similarity(a, a_global), similarity(a, a_prev)])
+    losses.append(tf.reduce_logsumexp(logits) - logits[0])
+  return tf.add_n(losses) / len(losses)
+
+
+class CKAContrastiveTerm(regularizers.Regularizer):
+  """`mu * l_cka` on layers `layer_1`..`layer_M`; 0 without a previous model."""
+
+  name = 'fedcka'
+
+  def __init__(self, mu: float, num_layers: int = 2,
+               similarity: str = 'linear_cka'):
+    self.mu = regularizers.check_strength('FedCKA mu', mu)
+    if not isinstance(num_layers, int) or num_layers < 1:
+      raise ValueError(f'FedCKA cka_layers must be >= 1, got {num_layers!r}.')
+    self.similarity = similarity_lib.get_similarity(similarity)
+    self.layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
+    self.global_outputs = self.layers
+    self.previous_outputs = self.layers
+
+  def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
+    term = cka_contrastive_loss(
+        [step.outputs[k] for k in self.layers],
+        [step.global_outputs[k] for k in self.layers],
+        [step.previous_outputs[k] for k in self.layers], self.similarity)
+    return self.mu * tf.cast(step.has_previous, tf.float32) * term
+
+
+def build_fedcka(
+    keras_model_fn: model_lib.KerasModelFn,
+    element_spec: Any,
+    dataset_computation: tff.Computation,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    mu: float,
+    num_layers: int = 2,
+    similarity: str = 'linear_cka',
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    client_state_dir: Optional[str] = None,
+) -> stateful.StatefulLearningProcess:
+  """Builds FedCKA as a stateful-client learning process.
+
+  Args:
+    keras_model_fn: Builds one of the project's models; its `layer_1` ..
+      `layer_M` outputs are regularized (for a ResNet: the stem and the
+      first stage).
+    element_spec: The spec of one batch of client data.
+    dataset_computation: Client id -> that client's preprocessed dataset.
+    client_optimizer: The client optimizer.
+    mu: The strength, >= 0; 0 is FedAvg (paper: 3, 5 or 10).
+    num_layers: M, the number of layers regularized (default 2).
+    similarity: 'linear_cka' (default), 'kernel_cka', 'cosine' or
+      'frobenius' (the paper's Table 3).
+    server_optimizer: SGD with learning rate 1 by default.
+    client_state_dir: Keep previous models on disk here (default: memory).
+  """
+  return stateful.build_stateful_local_training_process(
+      keras_model_fn, element_spec, dataset_computation, client_optimizer,
+      server_optimizer, [CKAContrastiveTerm(mu, num_layers, similarity)],
+      client_state_dir)

@@ -1,0 +1,106 @@
+"""Similarity of two layers' representations of the same batch.
+
+Each function takes `x` (B x ...) and `y` (B x ...), the activations of two
+models on the same B examples, flattens them to B x D matrices and returns a
+scalar. FedCKA's contrastive loss uses one of them (its Table 3 ablation):
+
+- `linear_cka`: Kornblith et al. (2019) linear CKA, from the B x B Gram
+  matrices, `tr(Kc Lc) / (||Kc||_F ||Lc||_F)` with `Kc = Xc Xc^T` for
+  column-centred `Xc`. Equal to `||Yc^T Xc||_F^2 / (||Xc^T Xc||_F
+  ||Yc^T Yc||_F)` but costs O(B^2 D) instead of O(B D^2).
+- `kernel_cka`: CKA with RBF kernels whose bandwidth is `threshold` times the
+  median pairwise distance (Kornblith's `gram_rbf`; 0.5 in FedCKA).
+- `cosine_similarity`: the cosine of the two flattened (vectorized) batches.
+- `frobenius_similarity`: the squared Frobenius norm of the cross-product,
+  `||Y^T X||_F^2`, normalized by `||X||_F^2 ||Y||_F^2` so that it lies in
+  [0, 1] like the others (the paper's text gives the squared norm without
+  saying how it is scaled; unscaled, `exp` of it overflows).
+"""
+
+from typing import Callable
+
+import tensorflow as tf
+
+_EPSILON = 1e-12
+
+
+def _flatten(x: tf.Tensor) -> tf.Tensor:
+  x = tf.convert_to_tensor(x)
+  return tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+
+
+def _center_gram(gram: tf.Tensor) -> tf.Tensor:
+  """H K H with H = I - 11^T / n."""
+  gram = gram - tf.reduce_mean(gram, axis=0, keepdims=True)
+  return gram - tf.reduce_mean(gram, axis=1, keepdims=True)
+
+
+def _cka_from_grams(gram_x: tf.Tensor, gram_y: tf.Tensor) -> tf.Tensor:
+  gram_x = _center_gram(gram_x)
+  gram_y = _center_gram(gram_y)
+  hsic = tf.reduce_sum(gram_x * gram_y)
+  norms = tf.norm(gram_x) * tf.norm(gram_y)
+  return hsic / (norms + _EPSILON)
+
+
+def linear_cka(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """Linear CKA of two B x ... activations, via B x B Gram matrices."""
+  x, y = _flatten(x), _flatten(y)
+  return _cka_from_grams(tf.matmul(x, x, transpose_b=True),
+                         tf.matmul(y, y, transpose_b=True))
+
+
+def _median(values: tf.Tensor) -> tf.Tensor:
+  """The median of all entries (mean of the two middle ones when even)."""
+  flat = tf.sort(tf.reshape(values, [-1]))
+  n = tf.size(flat)
+  upper = flat[n // 2]
+  lower = flat[(n - 1) // 2]
+  return 0.5 * (upper + lower)
+
+
+def _rbf_gram(x: tf.Tensor, threshold: float) -> tf.Tensor:
+  dots = tf.matmul(x, x, transpose_b=True)
+  squared_norms = tf.linalg.diag_part(dots)
+  squared_distances = tf.maximum(
+      squared_norms[:, None] + squared_norms[None, :] - 2.0 * dots, 0.0)
+  squared_median = _median(squared_distances)
+  return tf.exp(-squared_distances /
+                (2.0 * threshold**2 * squared_median + _EPSILON))
+
+
+def kernel_cka(x: tf.Tensor, y: tf.Tensor, threshold: float = 0.5
+               ) -> tf.Tensor:
+  """RBF-kernel CKA; bandwidth `threshold` x the median distance."""
+  x, y = _flatten(x), _flatten(y)
+  return _cka_from_grams(_rbf_gram(x, threshold), _rbf_gram(y, threshold))
+
+
+def cosine_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """The cosine between the two batches, each flattened to one vector."""
+  x, y = tf.reshape(_flatten(x), [-1]), tf.reshape(_flatten(y), [-1])
+  return tf.reduce_sum(x * y) / (tf.norm(x) * tf.norm(y) + _EPSILON)
+
+
+def frobenius_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """`||Y^T X||_F^2 / (||X||_F^2 ||Y||_F^2)`, uncentred, in [0, 1]."""
+  x, y = _flatten(x), _flatten(y)
+  # ||Y^T X||_F^2 = tr(X X^T Y Y^T): the B x B form again.
+  cross = tf.reduce_sum(tf.matmul(x, x, transpose_b=True) *
+                        tf.matmul(y, y, transpose_b=True))
+  return cross / (tf.reduce_sum(x * x) * tf.reduce_sum(y * y) + _EPSILON)
+
+
+SIMILARITIES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
+    'linear_cka': linear_cka,
+    'kernel_cka': kernel_cka,
+    'cosine': cosine_similarity,
+    'frobenius': frobenius_similarity,
+}
+
+
+def get_similarity(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  if name not in SIMILARITIES:
+    raise ValueError(f'Unknown similarity {name!r}; choose one of '
+                     f'{", ".join(SIMILARITIES)}.')
+  return SIMILARITIES[name]
