@@ -1,0 +1,115 @@
+"""Tests for tff_methods.similarity."""
+
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_methods import similarity
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(12, 7)).astype(np.float32)
+Y = (X @ RNG.normal(size=(7, 5)) + 0.5 * RNG.normal(size=(12, 5))).astype(
+    np.float32)
+
+
+def _feature_space_linear_cka(x, y):
+  x = x - x.mean(0)
+  y = y - y.mean(0)
+  return (np.linalg.norm(y.T @ x)**2 /
+          (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+
+
+def test_linear_cka_of_identical_inputs_is_one():
+  assert np.isclose(similarity.linear_cka(X, X).numpy(), 1.0, atol=1e-6)
+
+
+def test_linear_cka_equals_the_feature_space_formula():
+  assert np.isclose(similarity.linear_cka(X, Y).numpy(),
+                    _feature_space_linear_cka(X, Y), rtol=1e-5)
+  hand_x = np.array([[1., 0.], [0., 1.], [1., 1.]], np.float32)
+  hand_y = np.array([[2.], [0.], [1.]], np.float32)
+  # Centred: x -> [[1/3,-2/3],[-2/3,1/3],[1/3,1/3]], y -> [[1],[-1],[0]];
+  # Y^T X = [1, -1] -> 2; X^T X = [[2/3,-1/3],[-1/3,2/3]] -> sqrt(10)/3;
+  # Y^T Y = 2. CKA = 2 / (sqrt(10)/3 * 2) = 3 / sqrt(10).
+  assert np.isclose(similarity.linear_cka(hand_x, hand_y).numpy(),
+                    3 / np.sqrt(10), rtol=1e-5)
+
+
+def test_linear_cka_is_symmetric_and_invariant():
+  base = similarity.linear_cka(X, Y).numpy()
+  assert np.isclose(similarity.linear_cka(Y, X).numpy(), base, rtol=1e-5)
+  q, _ = np.linalg.qr(RNG.normal(size=(7, 7)))
+  rotated = (X @ q).astype(np.float32)
+  assert np.isclose(similarity.linear_cka(rotated, Y).numpy(), base,
+                    rtol=1e-4)
+  assert np.isclose(similarity.linear_cka(3.5 * X, Y).numpy(), base,
+                    rtol=1e-5)
+  assert np.isclose(similarity.linear_cka(X, 0.2 * Y).numpy(), base,
+                    rtol=1e-5)
+
+
+def test_conv_maps_are_flattened_per_example():
+  maps = RNG.normal(size=(6, 3, 3, 2)).astype(np.float32)
+  other = RNG.normal(size=(6, 4, 4, 1)).astype(np.float32)
+  assert np.isclose(similarity.linear_cka(maps, other).numpy(),
+                    _feature_space_linear_cka(maps.reshape(6, -1),
+                                              other.reshape(6, -1)),
+                    rtol=1e-5)
+
+
+def _numpy_kernel_cka(x, y, threshold=0.5):
+  # Kornblith et al.'s gram_rbf / center_gram / cka.
+
+  def gram(a):
+    dots = a @ a.T
+    norms = np.diag(dots)
+    sq = -2 * dots + norms[:, None] + norms[None, :]
+    return np.exp(-sq / (2 * threshold**2 * np.median(sq)))
+
+  def center(g):
+    n = g.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    return h @ g @ h
+
+  gx, gy = center(gram(x.astype(np.float64))), center(gram(
+      y.astype(np.float64)))
+  return np.sum(gx * gy) / (np.linalg.norm(gx) * np.linalg.norm(gy))
+
+
+def test_kernel_cka_matches_kornbliths_formula():
+  assert np.isclose(similarity.kernel_cka(X, X).numpy(), 1.0, atol=1e-5)
+  assert np.isclose(similarity.kernel_cka(X, Y).numpy(),
+                    _numpy_kernel_cka(X, Y), rtol=1e-4)
+
+
+def test_cosine_and_frobenius_by_hand():
+  a = np.array([[1., 0.], [0., 1.]], np.float32)
+  b = np.array([[1., 1.], [0., 0.]], np.float32)
+  # vec(a) . vec(b) = 1, |vec(a)| = sqrt(2), |vec(b)| = sqrt(2).
+  assert np.isclose(similarity.cosine_similarity(a, b).numpy(), 0.5)
+  # b^T a = [[1, 0], [1, 0]] -> ||.||_F^2 = 2; ||a||^2 = 2, ||b||^2 = 2.
+  assert np.isclose(similarity.frobenius_similarity(a, b).numpy(), 0.5)
+  assert np.isclose(similarity.frobenius_similarity(X, X).numpy(),
+                    np.linalg.norm(X.T @ X)**2 / np.sum(X * X)**2, rtol=1e-5)
+
+
+def test_unknown_similarity_is_named():
+  with pytest.raises(ValueError, match="Unknown similarity 'l2'"):
+    similarity.get_similarity('l2')
+
+
+def test_linear_cka_on_fedckas_first_layer_shape():
+  # B=128 examples of a 14x14x16 map (D=3136 > B): the Gram form's case.
+  x = RNG.normal(size=(128, 14, 14, 16)).astype(np.float32)
+  y = (0.3 * x + RNG.normal(size=x.shape)).astype(np.float32)
+  assert np.isclose(similarity.linear_cka(x, x).numpy(), 1.0, atol=1e-5)
+  assert np.isclose(similarity.linear_cka(x, y).numpy(),
+                    _feature_space_linear_cka(x.reshape(128, -1),
+                                              y.reshape(128, -1)),
+                    rtol=1e-4)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

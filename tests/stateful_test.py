@@ -1,0 +1,287 @@
+"""Tests for per-client state (tff_methods.stateful), MOON and FedCKA.
+
+The TFF computations are built once per module.
+"""
+
+import dataclasses
+import functools
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import datasets
+from tasks import models
+from tff_methods import experiment
+from tff_methods import fedavg
+from tff_methods import fedcka
+from tff_methods import local_training
+from tff_methods import model_lib
+from tff_methods import moon
+from tff_methods import optimizers
+from tff_methods import regularizers
+from tff_methods import similarity
+from tff_methods import stateful
+
+# ---------------------------------------------------------------------------
+# The losses, by hand.
+
+
+def test_moon_loss_by_hand():
+  z = tf.constant([[1.0, 0.0]])
+  z_global = tf.constant([[2.0, 0.0]])  # cos = 1
+  z_prev = tf.constant([[0.0, 3.0]])    # cos = 0
+  # -log(e^{1/0.5} / (e^{1/0.5} + e^{0})) = log(1 + e^{-2}).
+  assert np.isclose(moon.contrastive_loss(z, z_global, z_prev, 0.5).numpy(),
+                    np.log1p(np.exp(-2.0)), rtol=1e-6)
+  # Batch mean: a second example with cos_g = 0, cos_p = 1 (tau = 1).
+  z2 = tf.constant([[1.0, 0.0], [0.0, 1.0]])
+  zg2 = tf.constant([[1.0, 0.0], [1.0, 0.0]])
+  zp2 = tf.constant([[0.0, 1.0], [0.0, 1.0]])
+  expected = (np.log1p(np.exp(-1.0)) + np.log1p(np.exp(1.0))) / 2
+  assert np.isclose(moon.contrastive_loss(z2, zg2, zp2, 1.0).numpy(),
+                    expected, rtol=1e-6)
+
+
+def _cos(a, b):
+  a, b = np.ravel(a), np.ravel(b)
+  return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+
+
+def test_moon_gradient_moves_z_towards_the_global_projection():
+  rng = np.random.default_rng(1)
+  z = tf.Variable(rng.normal(size=(1, 4)).astype(np.float32))
+  z_global = tf.constant(rng.normal(size=(1, 4)).astype(np.float32))
+  z_prev = tf.constant(rng.normal(size=(1, 4)).astype(np.float32))
+  before = _cos(z.numpy(), z_global.numpy())
+  for _ in range(20):
+    with tf.GradientTape() as tape:
+      loss = moon.contrastive_loss(z, z_global, z_prev, 0.5)
+    z.assign_sub(0.1 * tape.gradient(loss, z))
+  assert _cos(z.numpy(), z_global.numpy()) > before + 0.1
+
+
+def test_cka_loss_by_hand():
+  rng = np.random.default_rng(2)
+  a1, p1 = [rng.normal(size=(8, 5)).astype(np.float32) for _ in range(2)]
+  a2, p2 = [rng.normal(size=(8, 3, 3, 2)).astype(np.float32)
+            for _ in range(2)]
+  # The global model's activations equal the local ones: CKA = 1.
+  c1 = similarity.linear_cka(a1, p1).numpy()
+  c2 = similarity.linear_cka(a2, p2).numpy()
+  expected = (np.log1p(np.exp(c1 - 1)) + np.log1p(np.exp(c2 - 1))) / 2
+  loss = fedcka.cka_contrastive_loss([a1, a2], [a1, a2], [p1, p2])
+  assert np.isclose(loss.numpy(), expected, rtol=1e-5)
+
+
+def test_cka_gradient_moves_activations_towards_the_global_ones():
+  rng = np.random.default_rng(3)
+  a = tf.Variable(rng.normal(size=(10, 6)).astype(np.float32))
+  a_global = tf.constant(rng.normal(size=(10, 6)).astype(np.float32))
+  a_prev = tf.constant(rng.normal(size=(10, 6)).astype(np.float32))
+  before = similarity.linear_cka(a, a_global).numpy()
+  for _ in range(30):
+    with tf.GradientTape() as tape:
+      loss = fedcka.cka_contrastive_loss([a], [a_global], [a_prev])
+    a.assign_sub(0.5 * tape.gradient(loss, a))
+  assert similarity.linear_cka(a, a_global).numpy() > before + 0.05
+
+
+def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
+  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
+                               (32, 32, 3))
+  full, view = local_training._reference_view(model_fn,  # pylint: disable=protected-access
+                                              ('layer_1', 'layer_2'))
+  # Two conv layers (kernel + bias each) of the full model's 14 tensors.
+  assert len(view.trainable_variables) == 4
+  assert len(full.trainable_variables) == 14
+  assert not any('dense' in v.name for v in view.trainable_variables)
+
+
+def test_bad_strengths_and_options_are_named():
+  with pytest.raises(ValueError, match='MOON mu must be a number >= 0'):
+    moon.ModelContrastiveTerm(-1.0)
+  with pytest.raises(ValueError, match='temperature must be > 0'):
+    moon.ModelContrastiveTerm(1.0, temperature=0.0)
+  with pytest.raises(ValueError, match="Unknown similarity 'l1'"):
+    fedcka.CKAContrastiveTerm(1.0, similarity='l1')
+  with pytest.raises(ValueError, match='cka_layers must be >= 1'):
+    fedcka.CKAContrastiveTerm(1.0, num_layers=0)
+
+
+# ---------------------------------------------------------------------------
+# The client-state store.
+
+INITIAL = dict(flag=np.int32(0), w=[np.zeros(2), np.zeros((1, 2))])
+
+
+def _state(value):
+  return dict(flag=np.int32(1), w=[np.full(2, value), np.full((1, 2), value)])
+
+
+@pytest.mark.parametrize('on_disk', [False, True])
+def test_store_keeps_clients_apart_and_round_trips(on_disk, tmp_path):
+  store = stateful.ClientStateStore(
+      INITIAL, str(tmp_path / 'states') if on_disk else None)
+  # A client never seen gets the initial state.
+  assert store.get('new')['flag'] == 0
+  store.put('a', _state(1.0), round_num=1)
+  store.put('b', _state(2.0), round_num=1)
+  assert store.get('a')['w'][0][0] == 1.0
+  assert store.get('b')['w'][1][0, 0] == 2.0
+  store.save(str(tmp_path / 'ckpt'), 1)
+  store.put('a', _state(3.0), round_num=2)
+  store.save(str(tmp_path / 'ckpt'), 2)
+  store.put('b', _state(4.0), round_num=3)  # not checkpointed
+
+  restored = stateful.ClientStateStore(
+      INITIAL, str(tmp_path / 'states') if on_disk else None)
+  restored.restore(str(tmp_path / 'ckpt'), 2)
+  assert restored.get('a')['w'][0][0] == 3.0
+  assert restored.get('b')['w'][0][0] == 2.0  # round 3 was not saved
+  assert 'c' not in restored and len(restored) == 2
+  restored.restore(str(tmp_path / 'ckpt'), 1)
+  assert restored.get('a')['w'][0][0] == 1.0
+
+
+def test_store_rejects_states_of_another_shape():
+  store = stateful.ClientStateStore(INITIAL)
+  with pytest.raises(ValueError, match="State of client 'a' has 1 tensors"):
+    store.put('a', dict(flag=np.int32(1)), 1)
+
+
+# ---------------------------------------------------------------------------
+# The processes.
+
+
+@pytest.fixture(scope='module')
+def setup(digits_task):
+  client_data = digits_task.client_data.preprocess(
+      datasets.preprocess_fn(batch_size=32, local_epochs=1, seed=0))
+  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10, (8, 8, 1))
+  return dict(client_data=client_data, model_fn=model_fn,
+              spec=client_data.element_type_structure,
+              optimizer=optimizers.build_client_sgd(0.05, 0.9),
+              initial=model_lib.initial_weights(model_fn, seed=0))
+
+
+def _rounds(process, initial, cohorts):
+  state = process.set_model_weights(process.initialize(), initial)
+  outputs = []
+  for cohort in cohorts:
+    output = process.next(state, cohort)
+    state = output.state
+    outputs.append(output)
+  return process.get_model_weights(state), outputs
+
+
+@pytest.fixture(scope='module')
+def fedavg_two_rounds(setup):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  process = tff.simulation.compose_dataset_computation_with_learning_process(
+      setup['client_data'].dataset_computation,
+      fedavg.build_fedavg(setup['model_fn'], setup['spec'],
+                          setup['optimizer']))
+  ids = setup['client_data'].client_ids[:2]
+  return _rounds(process, setup['initial'], [ids, ids])[0]
+
+
+@pytest.mark.parametrize('build', [
+    lambda s, mu: moon.build_moon(s['model_fn'], s['spec'],
+                                  s['client_data'].dataset_computation,
+                                  s['optimizer'], mu),
+    lambda s, mu: fedcka.build_fedcka(s['model_fn'], s['spec'],
+                                      s['client_data'].dataset_computation,
+                                      s['optimizer'], mu),
+], ids=['moon', 'fedcka'])
+def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
+                                                      fedavg_two_rounds):
+  ids = setup['client_data'].client_ids[:2]
+  zero, _ = _rounds(build(setup, 0.0), setup['initial'], [ids, ids])
+  np.testing.assert_allclose(model_lib.flat_trainable(zero),
+                             model_lib.flat_trainable(fedavg_two_rounds),
+                             rtol=1e-5, atol=1e-6)
+  process = build(setup, 5.0)
+  weights, outputs = _rounds(process, setup['initial'], [ids, ids])
+  first, second = [o.metrics['client_work']['train'] for o in outputs]
+  # Round 1: no client has a previous model, so the term is 0.
+  assert np.isclose(first['objective'], first['loss'])
+  assert second['objective'] > second['loss'] + 1e-3
+  assert not np.allclose(model_lib.flat_trainable(weights),
+                         model_lib.flat_trainable(fedavg_two_rounds))
+  # Each sampled client now holds its own previous model.
+  store = process.client_states
+  states = [store.get(c) for c in ids]
+  assert all(s['has_previous'] == 1 for s in states)
+  assert not np.allclose(states[0]['model'].trainable[0],
+                         states[1]['model'].trainable[0])
+  assert setup['client_data'].client_ids[3] not in store
+
+
+def test_stateful_run_resumes_exactly_with_client_states(tmp_path):
+  base = dict(method='moon', task='digits', model='fedcka_cnn', mu=1.0,
+              num_clients=4, clients_per_round=2, rounds=4, batch_size=32,
+              client_learning_rate=0.05, seed=5,
+              cache_dir=str(tmp_path / 'cache'))
+  whole = experiment.run(experiment.ExperimentConfig(
+      output_dir=str(tmp_path / 'whole'), **base), progress=False)
+
+  class Interrupted(Exception):
+    pass
+
+  def stop_after_2(round_num, metrics):
+    del metrics
+    if round_num == 2:
+      raise Interrupted()
+
+  config = experiment.ExperimentConfig(output_dir=str(tmp_path / 'resumed'),
+                                       client_state_dir=None, **base)
+  with pytest.raises(Interrupted):
+    experiment.run(config, progress=False, round_hook=stop_after_2)
+  resumed = experiment.run(config, progress=False)
+  np.testing.assert_allclose(
+      model_lib.flat_trainable(resumed['final_weights']),
+      model_lib.flat_trainable(whole['final_weights']), rtol=1e-5, atol=1e-6)
+  saved = sorted(os.listdir(tmp_path / 'resumed' / 'client_states'))
+  assert saved == ['client_states_3.npz', 'client_states_4.npz']
+
+
+def test_disk_store_run_equals_memory_store_run(tmp_path):
+  base = dict(method='fedcka', task='digits', model='fedcka_cnn', mu=3.0,
+              num_clients=4, clients_per_round=2, rounds=3, batch_size=32,
+              seed=6, cache_dir=str(tmp_path / 'cache'))
+  memory = experiment.run(experiment.ExperimentConfig(
+      output_dir=str(tmp_path / 'memory'), **base), progress=False)
+  disk = experiment.run(experiment.ExperimentConfig(
+      output_dir=str(tmp_path / 'disk'),
+      client_state_dir=str(tmp_path / 'states'), **base), progress=False)
+  np.testing.assert_allclose(model_lib.flat_trainable(disk['final_weights']),
+                             model_lib.flat_trainable(memory['final_weights']),
+                             rtol=1e-5, atol=1e-6)
+  assert os.listdir(tmp_path / 'states')
+
+
+def test_moon_without_a_projection_head_is_refused(tmp_path):
+  config = experiment.ExperimentConfig(method='moon', model='mlp',
+                                       output_dir=str(tmp_path / 'x'))
+  with pytest.raises(ValueError, match='--method=moon needs a model with a '
+                     'projection head'):
+    experiment.validate(config)
+  with pytest.raises(ValueError, match="--cka_layers=3 is more than "
+                     "--model=fedcka_cnn's 2 layers"):
+    experiment.validate(dataclasses.replace(config, method='fedcka',
+                                            model='fedcka_cnn', cka_layers=3))
+
+
+def test_regularizers_reading_previous_models_need_a_stateful_process(setup):
+  with pytest.raises(ValueError, match='needs per-client state'):
+    local_training.build_local_training_client_work(
+        setup['model_fn'], setup['spec'], setup['optimizer'],
+        [moon.ModelContrastiveTerm(1.0)])
+  assert regularizers.needs_previous_model([fedcka.CKAContrastiveTerm(1.0)])
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
