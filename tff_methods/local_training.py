@@ -12,8 +12,10 @@ optimizer treats it as a gradient) weighted by its number of examples. A
 client whose update is not finite gets weight 0 and is counted in the
 `num_non_finite_clients` measurement, as TFF does.
 
-`build_local_training_process` composes it with TFF's broadcast, mean
-aggregator and server-optimizer finalizer into a `tff.learning.templates.
+`build_local_training_process` composes it with a distributor (TFF's
+broadcast, plus the values of regularizers that keep server state, such as
+FedCos's last global move), a mean aggregator and TFF's server-optimizer
+finalizer into a `tff.learning.templates.
 LearningProcess`; with no regularizers and TFF's SGD it computes what
 `tff.learning.algorithms.build_weighted_fed_avg` computes.
 """
@@ -76,7 +78,9 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
 
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
-    has_previous=False) -> (ClientResult, train_sums, final_weights)`.
+    has_previous=False, broadcast=None, client_state=None) ->
+    (ClientResult, train_sums, final_weights)`; `broadcast` and
+    `client_state` reach the regularizers through `LocalStep`.
   """
   model = keras_model_fn()
   global_reference = _reference_view(
@@ -86,7 +90,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
 
   @tf.function
   def client_update(initial_weights, dataset, previous_weights=None,
-                    has_previous=False):
+                    has_previous=False, broadcast=None, client_state=None):
     trainable = model.trainable_variables
     model_lib.assign_weights(model, initial_weights)
     global_weights = list(initial_weights.trainable)
@@ -111,7 +115,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
         loss = _cross_entropy(batch['y'], outputs['logits'])
         step = regularizers_lib.LocalStep(
             trainable, global_weights, outputs, batch, global_outputs,
-            previous_outputs, has_previous)
+            previous_outputs, has_previous, broadcast, client_state)
         objective = loss
         for regularizer in regularizers:
           objective += regularizer(step)
@@ -180,6 +184,66 @@ def finalize_train_metrics(sums):
                                      tf.int32))
 
 
+def build_distributor(
+    weights_type: tff.Type,
+    regularizers: Sequence[regularizers_lib.Regularizer],
+    trainable_zeros: Sequence[np.ndarray],
+) -> tff.learning.templates.DistributionProcess:
+  """Broadcasts the global weights, and the regularizers' server values.
+
+  Without regularizers that keep server state this is TFF's
+  `build_broadcast_process`. Otherwise its state holds each such
+  regularizer's server state; every round it runs their `server_broadcast`
+  on the global weights and broadcasts `OrderedDict(model=weights,
+  broadcast=values by regularizer name)`.
+  """
+  if not regularizers_lib.keeps_server_state(regularizers):
+    return tff.learning.templates.build_broadcast_process(weights_type)
+  initial_states = regularizers_lib.with_server_state(regularizers,
+                                                      trainable_zeros)
+  stateful_regularizers = [r for r in regularizers if r.name in
+                           initial_states]
+
+  @tff.tensorflow.computation
+  def initial_state_fn():
+    return collections.OrderedDict(
+        (name, tf.nest.map_structure(tf.constant, state))
+        for name, state in initial_states.items())
+
+  state_type = initial_state_fn.type_signature.result
+
+  @tff.tensorflow.computation(state_type, weights_type)
+  def server_update(state, weights):
+    new_states, values = collections.OrderedDict(), collections.OrderedDict()
+    for r in stateful_regularizers:
+      new_states[r.name], values[r.name] = r.server_broadcast(
+          state[r.name], list(weights.trainable))
+    return new_states, values
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initial_state_fn, tff.SERVER)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.SERVER))
+  def next_fn(state, weights):
+    updated = tff.federated_map(server_update, (state, weights))
+    new_state, values = updated[0], updated[1]
+    received = tff.federated_broadcast(tff.federated_zip(
+        collections.OrderedDict(model=weights, broadcast=values)))
+    return tff.templates.MeasuredProcessOutput(
+        new_state, received, tff.federated_value((), tff.SERVER))
+
+  return tff.learning.templates.DistributionProcess(init_fn, next_fn)
+
+
+def split_received(received, has_broadcast: bool):
+  """(model weights, broadcast values) from what the distributor sent."""
+  if has_broadcast:
+    return received['model'], received['broadcast']
+  return received, None
+
+
 def build_local_training_client_work(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
@@ -187,6 +251,7 @@ def build_local_training_client_work(
     regularizers: Sequence[regularizers_lib.Regularizer] = (),
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
+    received_type: Optional[tff.Type] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local training on cross-entropy plus `regularizers`, as client work.
 
@@ -197,29 +262,34 @@ def build_local_training_client_work(
     optimizer: The client optimizer, e.g. `optimizers.build_client_sgd`.
     regularizers: Terms added to the local objective.
     client_weighting: How client updates are weighted in the mean.
+    received_type: What each client receives from the distributor (see
+      `build_distributor`); the model weights type by default.
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` with stateless server state.
   """
   regularizers = tuple(regularizers)
-  weights_type = model_lib.weights_type(keras_model_fn, element_spec)
+  if regularizers_lib.needs_previous_model(regularizers):
+    raise ValueError(
+        'A regularizer reads the client\'s previous model, which needs '
+        'per-client state: use tff_methods.stateful.'
+        'build_stateful_local_training_process.')
+  has_broadcast = regularizers_lib.keeps_server_state(regularizers)
+  if received_type is None:
+    received_type = model_lib.weights_type(keras_model_fn, element_spec)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
 
   @tff.federated_computation
   def init_fn():
     return tff.federated_value((), tff.SERVER)
 
-  if regularizers_lib.needs_previous_model(regularizers):
-    raise ValueError(
-        'A regularizer reads the client\'s previous model, which needs '
-        'per-client state: use tff_methods.stateful.'
-        'build_stateful_local_training_process.')
-
-  @tff.tensorflow.computation(weights_type, data_type)
-  def client_update_computation(initial_weights, dataset):
+  @tff.tensorflow.computation(received_type, data_type)
+  def client_update_computation(received, dataset):
+    initial_weights, broadcast = split_received(received, has_broadcast)
     client_update = build_client_update_fn(keras_model_fn, optimizer,
                                            regularizers, client_weighting)
-    result, sums, _ = client_update(initial_weights, dataset)
+    result, sums, _ = client_update(initial_weights, dataset,
+                                    broadcast=broadcast)
     return result, sums
 
   sums_type = client_update_computation.type_signature.result[1]
@@ -230,11 +300,11 @@ def build_local_training_client_work(
 
   @tff.federated_computation(
       init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(received_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, weights, client_data):
+  def next_fn(state, received, client_data):
     client_result, sums = tff.federated_map(client_update_computation,
-                                            (weights, client_data))
+                                            (received, client_data))
     train = tff.federated_map(finalize_metrics, tff.federated_sum(sums))
     measurements = tff.federated_zip(collections.OrderedDict(train=train))
     return tff.templates.MeasuredProcessOutput(state, client_result,
@@ -282,10 +352,14 @@ def build_local_training_process(
         trainable=list(model.trainable_variables),
         non_trainable=list(model.non_trainable_variables))
 
-  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  regularizers = tuple(regularizers)
+  distributor = build_distributor(
+      weights_type, regularizers,
+      model_lib.zero_weights(keras_model_fn).trainable)
   client_work = build_local_training_client_work(
       keras_model_fn, element_spec, client_optimizer, regularizers,
-      client_weighting)
+      client_weighting,
+      received_type=distributor.next.type_signature.result.result.member)
   aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(

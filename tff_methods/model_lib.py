@@ -68,6 +68,18 @@ def initial_weights(keras_model_fn: KerasModelFn, seed: int
   return get_weights(keras_model_fn())
 
 
+def zero_weights(keras_model_fn: KerasModelFn
+                 ) -> tff.learning.models.ModelWeights:
+  """Numpy zeros shaped like the model's weights (built in a scratch graph)."""
+  with tf.Graph().as_default():
+    model = keras_model_fn()
+    return tff.learning.models.ModelWeights(
+        [np.zeros(v.shape, v.dtype.as_numpy_dtype)
+         for v in model.trainable_variables],
+        [np.zeros(v.shape, v.dtype.as_numpy_dtype)
+         for v in model.non_trainable_variables])
+
+
 def all_finite(weights) -> bool:
   """Whether every tensor in a (nested) weights structure is finite."""
   return all(np.all(np.isfinite(np.asarray(w)))

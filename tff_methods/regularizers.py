@@ -38,6 +38,10 @@ class LocalStep:
     previous_outputs: The same for the client's previous local model.
     has_previous: A boolean scalar: whether the client has a previous model
       (False in the first round it takes part in).
+    broadcast: What regularizers with server state broadcast this round,
+      by regularizer name (e.g. FedCos's last global move under 'fedcos').
+    client_state: The client's own state in stateful processes (e.g.
+      SCAFFOLD's control variate), or None.
   """
   weights: Sequence[tf.Variable]
   global_weights: Sequence[tf.Tensor]
@@ -46,6 +50,8 @@ class LocalStep:
   global_outputs: Optional[Mapping[str, tf.Tensor]] = None
   previous_outputs: Optional[Mapping[str, tf.Tensor]] = None
   has_previous: Any = False
+  broadcast: Optional[Mapping[str, Any]] = None
+  client_state: Any = None
 
 
 class Regularizer(abc.ABC):
@@ -62,6 +68,29 @@ class Regularizer(abc.ABC):
   global_outputs: tuple[str, ...] = ()
   # ... and from the client's previous local model.
   previous_outputs: tuple[str, ...] = ()
+  # Whether it keeps server state broadcast every round (see below).
+  keeps_server_state: bool = False
+
+  def initial_server_state(self, trainable_zeros: Sequence[Any]) -> Any:
+    """Server state this regularizer keeps across rounds, or None.
+
+    A regularizer with server state has it updated from the global model
+    and broadcast to clients every round (`server_broadcast`), by the
+    distributor of its process; it is saved with the program state.
+
+    Args:
+      trainable_zeros: Zeros shaped like the trainable weights.
+    """
+    del trainable_zeros
+    return None
+
+  def server_broadcast(self, server_state: Any,
+                       global_weights: Sequence[tf.Tensor]):
+    """(new server state, value broadcast to clients) for this round.
+
+    Runs at the server in TensorFlow, with the round's global weights.
+    """
+    raise NotImplementedError(f'{self.name} keeps no server state.')
 
   @abc.abstractmethod
   def __call__(self, step: LocalStep) -> tf.Tensor:
@@ -78,3 +107,22 @@ def check_strength(name: str, value: float) -> float:
 def needs_previous_model(regularizers: Sequence[Regularizer]) -> bool:
   """Whether any regularizer reads the client's previous local model."""
   return any(r.previous_outputs for r in regularizers)
+
+
+def with_server_state(regularizers: Sequence[Regularizer],
+                      trainable_zeros: Sequence[Any]) -> dict[str, Any]:
+  """The initial server state of each regularizer that keeps one, by name."""
+  states = {}
+  for r in regularizers:
+    if r.keeps_server_state:
+      state = r.initial_server_state(trainable_zeros)
+      if r.name in states:
+        raise ValueError(f'Two regularizers named {r.name!r} keep server '
+                         'state; names must be unique.')
+      states[r.name] = state
+  return states
+
+
+def keeps_server_state(regularizers: Sequence[Regularizer]) -> bool:
+  """Whether any regularizer keeps server state to broadcast."""
+  return any(r.keeps_server_state for r in regularizers)

@@ -267,13 +267,11 @@ def build_stateful_local_training_process(
       1.0)
   weights_type = model_lib.weights_type(keras_model_fn, element_spec)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
-  with tf.Graph().as_default():
-    template_model = keras_model_fn()
-    zero_weights = tff.learning.models.ModelWeights(
-        [np.zeros(v.shape, v.dtype.as_numpy_dtype)
-         for v in template_model.trainable_variables],
-        [np.zeros(v.shape, v.dtype.as_numpy_dtype)
-         for v in template_model.non_trainable_variables])
+  zero_weights = model_lib.zero_weights(keras_model_fn)
+  distributor = local_training.build_distributor(weights_type, regularizers,
+                                                 zero_weights.trainable)
+  received_type = distributor.next.type_signature.result.result.member
+  has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   client_state_type = tff.StructWithPythonType(
       [('has_previous', tff.TensorType(np.int32)), ('model', weights_type)],
       collections.OrderedDict)
@@ -285,13 +283,15 @@ def build_stateful_local_training_process(
         trainable=list(model.trainable_variables),
         non_trainable=list(model.non_trainable_variables))
 
-  @tff.tensorflow.computation(weights_type, client_state_type, data_type)
-  def client_update_computation(initial_weights, client_state, dataset):
+  @tff.tensorflow.computation(received_type, client_state_type, data_type)
+  def client_update_computation(received, client_state, dataset):
+    initial_weights, broadcast = local_training.split_received(
+        received, has_broadcast)
     client_update = local_training.build_client_update_fn(
         keras_model_fn, client_optimizer, regularizers, client_weighting)
     result, sums, final_weights = client_update(
         initial_weights, dataset, client_state['model'],
-        client_state['has_previous'] > 0)
+        client_state['has_previous'] > 0, broadcast)
     trained = collections.OrderedDict(has_previous=tf.constant(1),
                                       model=final_weights)
     # A diverged client (weight 0) keeps its old state.
@@ -305,7 +305,6 @@ def build_stateful_local_training_process(
   def finalize_metrics(sums):
     return local_training.finalize_train_metrics(sums)
 
-  distributor = tff.learning.templates.build_broadcast_process(weights_type)
   aggregator = tff.aggregators.MeanFactory().create(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(

@@ -1,0 +1,65 @@
+"""FedMAX (Chen et al., ECML-PKDD 2020): a maximum-entropy prior on activations.
+
+Local objective, with `act` the activation vector (the input of the last
+dense layer, the model's `features` output, D wide):
+
+  loss = CE + beta * KL(U || softmax(act)),
+
+U uniform over the D dimensions, at the reference code's scale
+(`nn.KLDivLoss()(log_softmax(act), softmax(zeros))`): the mean over all
+B * D elements of `(1/D) * (log(1/D) - log_softmax(act))`, so the paper's
+beta values carry over (1000 for CIFAR). Stateless.
+
+Server rule: FedAvg's example-weighted mean of the updates.
+"""
+
+from typing import Any, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import local_training
+from tff_methods import model_lib
+from tff_methods import regularizers
+
+
+def activation_entropy_loss(activations: tf.Tensor) -> tf.Tensor:
+  """KL(U || softmax(act)) as the element-wise mean over the batch (no beta)."""
+  activations = tf.cast(activations, tf.float32)
+  width = tf.cast(tf.shape(activations)[-1], tf.float32)
+  log_probabilities = tf.nn.log_softmax(activations, axis=-1)
+  return tf.reduce_mean(
+      (1.0 / width) * (-tf.math.log(width) - log_probabilities))
+
+
+class ActivationEntropyTerm(regularizers.Regularizer):
+  """`beta * KL(U || softmax(features))`."""
+
+  name = 'fedmax'
+
+  def __init__(self, beta: float):
+    self.beta = regularizers.check_strength('FedMAX beta', beta)
+
+  def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
+    return self.beta * activation_entropy_loss(step.outputs['features'])
+
+
+def build_fedmax(
+    keras_model_fn: model_lib.KerasModelFn,
+    element_spec: Any,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    beta: float,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+) -> tff.learning.templates.LearningProcess:
+  """Builds FedMAX as a `tff.learning.templates.LearningProcess`.
+
+  Args:
+    keras_model_fn: Builds one of the project's models (its `features`).
+    element_spec: The spec of one batch of client data.
+    client_optimizer: The client optimizer.
+    beta: The prior's strength, >= 0; 0 is FedAvg (paper: 1000 on CIFAR).
+    server_optimizer: SGD with learning rate 1 by default.
+  """
+  return local_training.build_local_training_process(
+      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      regularizers=[ActivationEntropyTerm(beta)])
