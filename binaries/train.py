@@ -26,8 +26,11 @@ from tff_methods import experiment
 from tff_methods import methods
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_string('method', 'fedavg',
-                    f'One of {", ".join(methods.METHOD_NAMES)}.')
+flags.DEFINE_string(
+    'method', 'fedavg',
+    f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
+    '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
+    'fedmax, fedcos, moon, fedcka).')
 flags.DEFINE_string(
     'task', 'digits', 'digits (offline), cifar10, cifar100, fmnist, mnist, '
     'emnist, shakespeare, synthetic or image_folder.')
@@ -53,21 +56,28 @@ flags.DEFINE_integer('local_steps', None,
                      'Local steps per round (instead of epochs).')
 flags.DEFINE_integer('batch_size', 32, 'Local batch size.')
 flags.DEFINE_float('client_learning_rate', 0.05, 'Client SGD learning rate.')
-flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum.')
+flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum (not used by '
+                   'scaffold, which trains with plain SGD).')
 flags.DEFINE_float('weight_decay', 0.0, 'Client L2 weight decay.')
 flags.DEFINE_float('server_learning_rate', None,
                    'Server learning rate (default: 1.0 for averaging, 0.01 '
                    'for fedadam/fedyogi).')
 flags.DEFINE_float('server_momentum', 0.9, 'fedavgm: server momentum.')
-flags.DEFINE_float('mu', None, "The method's regularization strength "
-                   '(default: fedprox 0.01, moon 1, fedcka 3).')
+flags.DEFINE_float('mu', None, "The strength of the method's term(s) "
+                   '(default: fedprox 0.01, moon 1, fedcka 3, fedcos 0.02).')
+flags.DEFINE_float('fedprox_mu', None, "FedProx's mu in a combination "
+                   '(overrides --mu).')
+flags.DEFINE_float('fedcos_mu', None, "FedCos's mu in a combination "
+                   '(overrides --mu).')
+flags.DEFINE_float('beta', None, "fedmax: the prior's strength (default "
+                   '1000, the paper\'s CIFAR value).')
 flags.DEFINE_float('temperature', 0.5, "moon: the contrastive temperature.")
 flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
                      'regularized.')
 flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
                     'kernel_cka, cosine or frobenius.')
-flags.DEFINE_string('client_state_dir', None, 'moon/fedcka: keep client '
-                    'states on disk here instead of in memory.')
+flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: keep '
+                    'client states on disk here instead of in memory.')
 flags.DEFINE_integer('seed', 0, 'Fixes partition, sampling and init.')
 flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate every N rounds.')
 flags.DEFINE_integer('rounds_per_checkpoint', 1, 'Save state every N rounds.')
@@ -104,6 +114,7 @@ def main(argv):
   try:
     experiment.validate(config)
   except ValueError as e:
+    runtime.discard_default_context()
     print(e, file=sys.stderr)
     return 2
   runtime.set_local_execution_context(FLAGS.max_concurrent_clients)

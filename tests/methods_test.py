@@ -44,9 +44,32 @@ def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
 
 
 def test_unknown_method_is_named():
-  with pytest.raises(ValueError, match="Unknown method 'fedsgd'; choose one "
-                     'of fedavg'):
+  with pytest.raises(ValueError, match="Unknown method 'fedsgd' \\('fedsgd' "
+                     'is not one of fedavg, fedavgm'):
     methods.build_method('fedsgd', None, None, methods.Hyperparameters())
+
+
+@pytest.mark.parametrize('name, message', [
+    ('fedprox+fedcos+fedprox', 'names a component twice'),
+    ('scaffold+fedcos', 'scaffold cannot be combined'),
+    ('fedavgm+fedadam', 'names 2 server rules'),
+    ('fedprox+fedcoss', "'fedcoss' is not one of"),
+])
+def test_bad_combinations_are_named(name, message):
+  with pytest.raises(ValueError, match=message):
+    methods.parse_method(name)
+
+
+def test_combinations_are_lists_of_regularizers():
+  # pylint: disable=protected-access
+  regs, _ = methods._pieces(methods.parse_method('fedprox+fedcos'),
+                            methods.Hyperparameters(
+                                mu=0.5, strengths=(('fedcos', 0.05),)))
+  assert [type(r).__name__ for r in regs] == ['ProximalTerm',
+                                              'DirectionPenalty']
+  assert regs[0].mu == 0.5 and regs[1].mu == 0.05
+  assert methods.is_stateful('moon+fedcos')
+  assert not methods.is_stateful('fedadam+fedcos')
 
 
 if __name__ == '__main__':

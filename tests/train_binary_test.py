@@ -108,7 +108,7 @@ def test_bad_flags_fail_before_any_work(tmp_path):
        '--alpha=-1', f'--output_dir={output_dir}'],
       cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 2
-  assert "--method='fedmagic' is unknown" in result.stderr
+  assert "--method='fedmagic': Unknown method" in result.stderr
   assert '--alpha=-1.0 must be > 0' in result.stderr
   assert not output_dir.exists()
 

@@ -143,7 +143,8 @@ def test_bad_settings_are_all_named_before_any_work(tmp_path):
   with pytest.raises(ValueError) as error:
     experiment.run(config)
   message = str(error.value)
-  for expected in ("--method='fedmagic' is unknown", '--alpha=0.0 must be > 0',
+  for expected in ("--method='fedmagic': Unknown method",
+                   '--alpha=0.0 must be > 0',
                    '--clients_per_round=9 must be in [1, --num_clients=4]',
                    '--mu=-1.0 must be >= 0', "--model='lenet' is unknown"):
     assert expected in message

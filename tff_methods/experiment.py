@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any, Callable, Mapping, Optional
 
+from absl import logging
 import numpy as np
 
 from tasks import datasets
@@ -74,6 +75,9 @@ class ExperimentConfig:
   server_learning_rate: Optional[float] = None
   server_momentum: float = 0.9
   mu: Optional[float] = None
+  fedprox_mu: Optional[float] = None
+  fedcos_mu: Optional[float] = None
+  beta: Optional[float] = None
   temperature: float = 0.5
   cka_layers: int = 2
   similarity: str = 'linear_cka'
@@ -88,8 +92,14 @@ class ExperimentConfig:
   def model_name(self) -> str:
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
 
-  def hyperparameters(self) -> methods.Hyperparameters:
+  def hyperparameters(self, num_clients: Optional[int] = None
+                      ) -> methods.Hyperparameters:
+    strengths = tuple((name, value) for name, value in (
+        ('fedprox', self.fedprox_mu), ('fedcos', self.fedcos_mu))
+                      if value is not None)
     return methods.Hyperparameters(
+        strengths=strengths, beta=self.beta,
+        num_clients=num_clients or self.num_clients,
         client_learning_rate=self.client_learning_rate,
         client_momentum=self.client_momentum,
         weight_decay=self.weight_decay,
@@ -107,9 +117,11 @@ def validate(config: ExperimentConfig) -> None:
     if not ok:
       errors.append(message)
 
-  need(config.method in methods.METHOD_NAMES,
-       f'--method={config.method!r} is unknown; choose one of '
-       f'{", ".join(methods.METHOD_NAMES)}')
+  try:
+    parts = methods.parse_method(config.method)
+  except ValueError as e:
+    parts = []
+    errors.append(f'--method={config.method!r}: {e}')
   need(config.task in datasets.TASK_NAMES,
        f'--task={config.task!r} is unknown; choose one of '
        f'{", ".join(datasets.TASK_NAMES)}')
@@ -150,8 +162,10 @@ def validate(config: ExperimentConfig) -> None:
        f'--server_learning_rate={config.server_learning_rate} must be > 0')
   need(0 <= config.server_momentum < 1,
        f'--server_momentum={config.server_momentum} must be in [0, 1)')
-  need(config.mu is None or config.mu >= 0,
-       f'--mu={config.mu} must be >= 0 (a strength)')
+  for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
+    value = getattr(config, flag)
+    need(value is None or value >= 0,
+         f'--{flag}={value} must be >= 0 (a strength)')
   need(config.temperature > 0,
        f'--temperature={config.temperature} must be > 0')
   need(config.cka_layers >= 1, f'--cka_layers={config.cka_layers} must be '
@@ -160,11 +174,11 @@ def validate(config: ExperimentConfig) -> None:
        f'--similarity={config.similarity!r} is unknown; choose one of '
        f'{", ".join(similarity_lib.SIMILARITIES)}')
   model_name = config.model_name()
-  if config.method == 'moon' and model_name in task_models.MODEL_NAMES:
+  if 'moon' in parts and model_name in task_models.MODEL_NAMES:
     need(model_name in MODELS_WITH_PROJECTION,
          f'--method=moon needs a model with a projection head (z): '
          f'{", ".join(MODELS_WITH_PROJECTION)}, not --model={model_name}')
-  if config.method == 'fedcka' and model_name in task_models.MODEL_NAMES:
+  if 'fedcka' in parts and model_name in task_models.MODEL_NAMES:
     need(config.cka_layers <= MODEL_LAYERS.get(model_name, 0),
          f'--cka_layers={config.cka_layers} is more than --model='
          f'{model_name}\'s {MODEL_LAYERS.get(model_name)} layers')
@@ -190,8 +204,13 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   client_data = data.client_data.preprocess(datasets.preprocess_fn(
       config.batch_size, config.local_epochs, config.local_steps,
       seed=config.seed))
+  if config.method == 'scaffold' and config.client_momentum:
+    logging.warning('SCAFFOLD trains clients with plain SGD (its control '
+                    'variate update assumes it): --client_momentum=%s is '
+                    'not used.', config.client_momentum)
   process = methods.build_method_for_client_ids(
-      config.method, keras_model_fn, client_data, config.hyperparameters())
+      config.method, keras_model_fn, client_data,
+      config.hyperparameters(len(data.client_data.client_ids)))
   return process, keras_model_fn
 
 

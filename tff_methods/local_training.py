@@ -21,7 +21,7 @@ LearningProcess`; with no regularizers and TFF's SGD it computes what
 """
 
 import collections
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -34,9 +34,22 @@ _TRAIN_SUMS = ('loss_sum', 'objective_sum', 'correct', 'num_labels',
                'num_examples', 'num_batches', 'num_non_finite_clients')
 
 
-def _cross_entropy(labels, logits):
+# The data term of the local objective: (labels, model outputs) -> scalar.
+LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
+
+
+def cross_entropy(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
+                  ) -> tf.Tensor:
+  """Mean sparse softmax cross-entropy of `outputs['logits']` (the default)."""
   return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-      labels, logits, from_logits=True))
+      labels, outputs['logits'], from_logits=True))
+
+
+def squared_error(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
+                  ) -> tf.Tensor:
+  """Mean of `0.5 * (logits - labels)^2`: least squares on a 1-d output."""
+  predictions = tf.reshape(outputs['logits'], tf.shape(labels))
+  return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
 
 
 def _reference_view(keras_model_fn: model_lib.KerasModelFn,
@@ -70,11 +83,13 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
                            optimizer: tff.learning.optimizers.Optimizer,
                            regularizers: Sequence[
                                regularizers_lib.Regularizer],
-                           weighting: tff.learning.ClientWeighting):
+                           weighting: tff.learning.ClientWeighting,
+                           loss_fn: Optional[LossFn] = None):
   """The `tf.function` that trains one client.
 
   Builds the model, and truncated copies of the global and previous models
-  for the outputs the regularizers declare.
+  for the outputs the regularizers declare. `loss_fn(labels, outputs)` is
+  the data term (cross-entropy on `logits` by default).
 
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
@@ -82,6 +97,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     (ClientResult, train_sums, final_weights)`; `broadcast` and
     `client_state` reach the regularizers through `LocalStep`.
   """
+  loss_fn = loss_fn or cross_entropy
   model = keras_model_fn()
   global_reference = _reference_view(
       keras_model_fn, _union(r.global_outputs for r in regularizers))
@@ -112,7 +128,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
             previous_reference[1](batch['x'], training=False))
       with tf.GradientTape() as tape:
         outputs = model(batch['x'], training=True)
-        loss = _cross_entropy(batch['y'], outputs['logits'])
+        loss = loss_fn(batch['y'], outputs)
         step = regularizers_lib.LocalStep(
             trainable, global_weights, outputs, batch, global_outputs,
             previous_outputs, has_previous, broadcast, client_state)
@@ -252,6 +268,7 @@ def build_local_training_client_work(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     received_type: Optional[tff.Type] = None,
+    loss_fn: Optional[LossFn] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local training on cross-entropy plus `regularizers`, as client work.
 
@@ -264,6 +281,7 @@ def build_local_training_client_work(
     client_weighting: How client updates are weighted in the mean.
     received_type: What each client receives from the distributor (see
       `build_distributor`); the model weights type by default.
+    loss_fn: The data term; cross-entropy by default.
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` with stateless server state.
@@ -287,7 +305,8 @@ def build_local_training_client_work(
   def client_update_computation(received, dataset):
     initial_weights, broadcast = split_received(received, has_broadcast)
     client_update = build_client_update_fn(keras_model_fn, optimizer,
-                                           regularizers, client_weighting)
+                                           regularizers, client_weighting,
+                                           loss_fn)
     result, sums, _ = client_update(initial_weights, dataset,
                                     broadcast=broadcast)
     return result, sums
@@ -323,6 +342,7 @@ def build_local_training_process(
         tff.aggregators.WeightedAggregationFactory] = None,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
+    loss_fn: Optional[LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess`: local training with regularizers, then FedOpt.
 
@@ -340,6 +360,7 @@ def build_local_training_process(
     model_aggregator: A weighted aggregation factory; `tff.aggregators.
       MeanFactory()` by default.
     client_weighting: How client updates are weighted.
+    loss_fn: The data term; cross-entropy by default.
   """
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
@@ -359,7 +380,8 @@ def build_local_training_process(
   client_work = build_local_training_client_work(
       keras_model_fn, element_spec, client_optimizer, regularizers,
       client_weighting,
-      received_type=distributor.next.type_signature.result.result.member)
+      received_type=distributor.next.type_signature.result.result.member,
+      loss_fn=loss_fn)
   aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(

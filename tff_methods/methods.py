@@ -1,15 +1,22 @@
 """The methods by name: one place that turns a name into a process.
 
-- `build_method(name, keras_model_fn, element_spec, hparams)` returns a
-  `tff.learning.templates.LearningProcess` over client datasets, for every
-  stateless method (`STATELESS_METHODS`).
-- `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`
-  returns a process whose `next` takes client ids, for every method: the
-  stateless ones composed with the data's dataset computation, the stateful
-  ones (`STATEFUL_METHODS`, per-client state) as
-  `tff_methods.stateful.StatefulLearningProcess`.
+A method name is one component or several joined by '+', as in the FedCos
+paper's tables (`fedprox+fedcos`, `fedavgm+fedcos`, `fedadam+fedcos`). A
+component brings a server optimizer (`fedavg`, `fedavgm`, `fedadam`,
+`fedyogi`), a regularizer of the shared local-training loop (`fedprox`,
+`fedmax`, `fedcos`, `moon`, `fedcka`), or both. A combination is the list of
+their regularizers with the one server optimizer named (FedAvg's by
+default): no combination is special-cased. SCAFFOLD changes the server rule
+too and stands alone.
 
-Methods join by adding a line to `_BUILDERS` or `_STATEFUL_BUILDERS`.
+- `build_method(name, keras_model_fn, element_spec, hparams)`: a
+  `tff.learning.templates.LearningProcess` over client datasets, for every
+  method without per-client state. A plain `fedavg`/`fedavgm`/`fedadam`/
+  `fedyogi` is TFF's own `build_weighted_fed_avg`.
+- `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
+  a process whose `next` takes client ids, for every method; methods with
+  per-client state (`moon`, `fedcka`, `scaffold`) are
+  `tff_methods.stateful.StatefulLearningProcess`es.
 """
 
 import dataclasses
@@ -19,11 +26,20 @@ import tensorflow_federated as tff
 
 from tff_methods import fedavg
 from tff_methods import fedcka
+from tff_methods import fedcos
+from tff_methods import fedmax
 from tff_methods import fedprox
+from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import regularizers as regularizers_lib
+from tff_methods import scaffold
 from tff_methods import stateful
+
+# The paper's usual strength of each component's term, when not given.
+DEFAULT_MU = {'fedprox': 0.01, 'moon': 1.0, 'fedcka': 3.0, 'fedcos': 0.02}
+DEFAULT_BETA = 1000.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,13 +53,18 @@ class Hyperparameters:
     server_learning_rate: The server optimizer's learning rate; None picks
       the method's default (1.0 for averaging, 0.01 for FedAdam/FedYogi).
     server_momentum: FedAvgM's server momentum.
-    mu: The strength of the method's own term; None picks the method's
-      default (`DEFAULT_MU`).
+    mu: The strength of every named component's term (FedProx, MOON,
+      FedCKA, FedCos) that has no strength of its own in `strengths`; None
+      picks each one's default (`DEFAULT_MU`).
+    strengths: Per-component strengths, e.g. {'fedprox': 0.01,
+      'fedcos': 0.05} for `fedprox+fedcos`.
+    beta: FedMAX's strength (default 1000, the paper's CIFAR value).
     temperature: MOON's temperature tau.
     cka_layers: FedCKA's M, the number of layers regularized.
     similarity: FedCKA's similarity ('linear_cka', 'kernel_cka', 'cosine',
       'frobenius').
-    client_state_dir: Where stateful methods keep client states on disk
+    num_clients: All clients, N (SCAFFOLD's |S|/N update).
+    client_state_dir: Where methods with per-client state keep it on disk
       (None: in memory).
   """
   client_learning_rate: float = 0.01
@@ -52,83 +73,105 @@ class Hyperparameters:
   server_learning_rate: Optional[float] = None
   server_momentum: float = 0.9
   mu: Optional[float] = None
+  strengths: tuple[tuple[str, float], ...] = ()
+  beta: Optional[float] = None
   temperature: float = 0.5
   cka_layers: int = 2
   similarity: str = 'linear_cka'
+  num_clients: int = 10
   client_state_dir: Optional[str] = None
 
-  def strength(self, method: str) -> float:
-    return DEFAULT_MU.get(method, 0.0) if self.mu is None else self.mu
+  def strength(self, component: str) -> float:
+    own = dict(self.strengths)
+    if component in own:
+      return own[component]
+    return DEFAULT_MU[component] if self.mu is None else self.mu
 
   def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
     return optimizers.build_client_sgd(self.client_learning_rate,
                                        self.client_momentum,
                                        self.weight_decay)
 
-  def server_optimizer(self, name: str, default_learning_rate: float
-                       ) -> tff.learning.optimizers.Optimizer:
+  def server_optimizer(self, name: str) -> tff.learning.optimizers.Optimizer:
+    default = 0.01 if name in ('adam', 'yogi') else 1.0
     lr = self.server_learning_rate
     return optimizers.build_server_optimizer(
-        name, default_learning_rate if lr is None else lr,
-        momentum=self.server_momentum)
+        name, default if lr is None else lr, momentum=self.server_momentum)
 
 
-def _fedopt(server_optimizer: str, default_learning_rate: float):
-
-  def build(keras_model_fn, element_spec, hparams):
-    return fedavg.build_fedavg(
-        keras_model_fn, element_spec, hparams.client_optimizer(),
-        hparams.server_optimizer(server_optimizer, default_learning_rate))
-
-  return build
+@dataclasses.dataclass(frozen=True)
+class Component:
+  """What one name in a method brings."""
+  server_optimizer: Optional[str] = None
+  regularizer: Optional[Callable[[Hyperparameters],
+                                 regularizers_lib.Regularizer]] = None
 
 
-def _fedprox(keras_model_fn, element_spec, hparams):
-  return fedprox.build_fedprox(keras_model_fn, element_spec,
-                               hparams.client_optimizer(),
-                               hparams.strength('fedprox'),
-                               hparams.server_optimizer('sgd', 1.0))
-
-
-def _moon(keras_model_fn, element_spec, dataset_computation, hparams):
-  return moon.build_moon(
-      keras_model_fn, element_spec, dataset_computation,
-      hparams.client_optimizer(), hparams.strength('moon'),
-      hparams.temperature, hparams.server_optimizer('sgd', 1.0),
-      hparams.client_state_dir)
-
-
-def _fedcka(keras_model_fn, element_spec, dataset_computation, hparams):
-  return fedcka.build_fedcka(
-      keras_model_fn, element_spec, dataset_computation,
-      hparams.client_optimizer(), hparams.strength('fedcka'),
-      hparams.cka_layers, hparams.similarity,
-      hparams.server_optimizer('sgd', 1.0), hparams.client_state_dir)
-
-
-
-_BUILDERS: dict[str, Callable[..., tff.learning.templates.LearningProcess]] = {
-    'fedavg': _fedopt('sgd', 1.0),
-    'fedavgm': _fedopt('sgdm', 1.0),
-    'fedadam': _fedopt('adam', 0.01),
-    'fedyogi': _fedopt('yogi', 0.01),
-    'fedprox': _fedprox,
+COMPONENTS = {
+    'fedavg': Component(server_optimizer='sgd'),
+    'fedavgm': Component(server_optimizer='sgdm'),
+    'fedadam': Component(server_optimizer='adam'),
+    'fedyogi': Component(server_optimizer='yogi'),
+    'fedprox': Component(regularizer=lambda h: fedprox.ProximalTerm(
+        h.strength('fedprox'))),
+    'fedmax': Component(regularizer=lambda h: fedmax.ActivationEntropyTerm(
+        DEFAULT_BETA if h.beta is None else h.beta)),
+    'fedcos': Component(regularizer=lambda h: fedcos.DirectionPenalty(
+        h.strength('fedcos'))),
+    'moon': Component(regularizer=lambda h: moon.ModelContrastiveTerm(
+        h.strength('moon'), h.temperature)),
+    'fedcka': Component(regularizer=lambda h: fedcka.CKAContrastiveTerm(
+        h.strength('fedcka'), h.cka_layers, h.similarity)),
 }
-_STATEFUL_BUILDERS: dict[str, Callable[..., stateful.StatefulLearningProcess]] = {
-    'moon': _moon,
-    'fedcka': _fedcka,
-}
-# The paper's usual strength of each method's term, when --mu is not given.
-DEFAULT_MU = {'fedprox': 0.01, 'moon': 1.0, 'fedcka': 3.0}
-STATELESS_METHODS = tuple(_BUILDERS)
-STATEFUL_METHODS = tuple(_STATEFUL_BUILDERS)
-METHOD_NAMES = STATELESS_METHODS + STATEFUL_METHODS
+STANDALONE = ('scaffold',)
+# The single methods, and the combinations of the FedCos paper.
+METHOD_NAMES = tuple(COMPONENTS) + STANDALONE + (
+    'fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
+STATEFUL_COMPONENTS = ('moon', 'fedcka', 'scaffold')
+STATELESS_METHODS = tuple(m for m in METHOD_NAMES if not any(
+    p in STATEFUL_COMPONENTS for p in m.split('+')))
+
+
+def parse_method(name: str) -> list[str]:
+  """Splits `name` into components and checks them.
+
+  Raises:
+    ValueError: naming the bad part and what is allowed.
+  """
+  parts = [p.strip() for p in str(name).split('+')]
+  allowed = ', '.join(list(COMPONENTS) + list(STANDALONE))
+  for part in parts:
+    if part not in COMPONENTS and part not in STANDALONE:
+      raise ValueError(f'Unknown method {name!r} ({part!r} is not one of '
+                       f'{allowed}; join several with +, e.g. '
+                       'fedprox+fedcos).')
+  if len(set(parts)) != len(parts):
+    raise ValueError(f'Method {name!r} names a component twice.')
+  if any(p in STANDALONE for p in parts) and len(parts) > 1:
+    raise ValueError(f'Method {name!r}: scaffold cannot be combined.')
+  servers = [p for p in parts if COMPONENTS.get(p, Component())
+             .server_optimizer]
+  if len(servers) > 1:
+    raise ValueError(f'Method {name!r} names {len(servers)} server rules '
+                     f'({", ".join(servers)}); name at most one.')
+  return parts
 
 
 def check_method(name: str) -> None:
-  if name not in METHOD_NAMES:
-    raise ValueError(f'Unknown method {name!r}; choose one of '
-                     f'{", ".join(METHOD_NAMES)}.')
+  parse_method(name)
+
+
+def is_stateful(name: str) -> bool:
+  """Whether the method keeps per-client state."""
+  return any(p in STATEFUL_COMPONENTS for p in parse_method(name))
+
+
+def _pieces(parts, hparams):
+  regularizers = [COMPONENTS[p].regularizer(hparams) for p in parts
+                  if COMPONENTS[p].regularizer is not None]
+  server = next((COMPONENTS[p].server_optimizer for p in parts
+                 if COMPONENTS[p].server_optimizer), 'sgd')
+  return regularizers, hparams.server_optimizer(server)
 
 
 def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
@@ -137,17 +180,24 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
   """Builds method `name` as a `tff.learning.templates.LearningProcess`.
 
   Args:
-    name: One of `METHOD_NAMES`.
+    name: A method without per-client state (see the module docstring).
     keras_model_fn: Builds one of the project's multi-output Keras models.
     element_spec: The spec of one batch of client data.
     hparams: Optimizer settings and strengths.
   """
-  check_method(name)
-  if name in _STATEFUL_BUILDERS:
+  parts = parse_method(name)
+  if is_stateful(name):
     raise ValueError(
         f'{name} keeps per-client state and is not a tff.learning '
         'LearningProcess; use build_method_for_client_ids.')
-  return _BUILDERS[name](keras_model_fn, element_spec, hparams)
+  regularizers, server_optimizer = _pieces(parts, hparams)
+  if not regularizers:
+    # A baseline: TFF's own builder.
+    return fedavg.build_fedavg(keras_model_fn, element_spec,
+                               hparams.client_optimizer(), server_optimizer)
+  return local_training.build_local_training_process(
+      keras_model_fn, element_spec, hparams.client_optimizer(),
+      server_optimizer, regularizers)
 
 
 def build_method_for_client_ids(
@@ -157,21 +207,29 @@ def build_method_for_client_ids(
   """Builds method `name` as a process whose `next` takes client ids.
 
   Args:
-    name: One of `METHOD_NAMES`.
+    name: Any method (see the module docstring).
     keras_model_fn: Builds one of the project's multi-output Keras models.
     client_data: The clients' preprocessed (batched) data.
     hparams: Optimizer settings and strengths.
 
   Returns:
-    A `LearningProcess` (stateless methods) or a
-    `stateful.StatefulLearningProcess`, either driven as
-    `next(state, client_ids)`.
+    A `LearningProcess` or a `stateful.StatefulLearningProcess`, either
+    driven as `next(state, client_ids)`.
   """
-  check_method(name)
+  parts = parse_method(name)
   spec = client_data.element_type_structure
-  if name in _STATEFUL_BUILDERS:
-    return _STATEFUL_BUILDERS[name](keras_model_fn, spec,
-                                    client_data.dataset_computation, hparams)
+  datasets_by_id = client_data.dataset_computation
+  if parts == ['scaffold']:
+    return scaffold.build_scaffold(
+        keras_model_fn, spec, datasets_by_id, hparams.client_learning_rate,
+        hparams.num_clients,
+        1.0 if hparams.server_learning_rate is None
+        else hparams.server_learning_rate, hparams.weight_decay,
+        hparams.client_state_dir)
+  if is_stateful(name):
+    regularizers, server_optimizer = _pieces(parts, hparams)
+    return stateful.build_stateful_local_training_process(
+        keras_model_fn, spec, datasets_by_id, hparams.client_optimizer(),
+        server_optimizer, regularizers, hparams.client_state_dir)
   return tff.simulation.compose_dataset_computation_with_learning_process(
-      client_data.dataset_computation,
-      build_method(name, keras_model_fn, spec, hparams))
+      datasets_by_id, build_method(name, keras_model_fn, spec, hparams))

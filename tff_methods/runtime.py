@@ -226,6 +226,21 @@ class _WorkerService:
       return self._stub
 
 
+def discard_default_context() -> None:
+  """Drops the context TFF sets up when imported, while Python still runs.
+
+  TFF's import-time default context fails noisily in its `__del__` at
+  interpreter shutdown; a program that exits without running computations
+  (e.g. on a bad flag) calls this first.
+  """
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+  # pylint: enable=g-import-not-at-top
+  context_stack_impl.context_stack.set_default_context(
+      runtime_error_context.RuntimeErrorContext())
+
+
 def set_local_execution_context(max_concurrent_clients: int = -1,
                                 worker_binary: Optional[str] = None,
                                 log_path: Optional[str] = None) -> None:
