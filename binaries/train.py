@@ -35,8 +35,8 @@ flags.DEFINE_string(
     'task', 'digits', 'digits (offline), cifar10, cifar100, fmnist, mnist, '
     'emnist, shakespeare, synthetic or image_folder.')
 flags.DEFINE_string('model', None, 'fedcka_cnn, fedmax_cnn, mlp, resnet18, '
-                    'resnet50, vgg9 or shakespeare_lstm; by default the '
-                    "task's usual model.")
+                    'resnet50, vgg9, shakespeare_lstm (and vgg16 for fed2); '
+                    "by default the task's usual model.")
 flags.DEFINE_string('partition', 'dirichlet',
                     'iid, dirichlet, pathological, shards or mixed.')
 flags.DEFINE_float('alpha', 0.5, 'Dirichlet concentration (> 0).')
@@ -78,6 +78,13 @@ flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
                     'kernel_cka, cosine or frobenius.')
 flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: keep '
                     'client states on disk here instead of in memory.')
+flags.DEFINE_integer('fed2_groups', 10, 'fed2: G, the number of groups.')
+flags.DEFINE_integer('fed2_decouple_depth', None, 'fed2: how many final '
+                     'layers are grouped (default: 6 for VGG, 4 for the '
+                     'FedCKA CNN).')
+flags.DEFINE_string('fed2_pairing', 'class_weighted', 'fed2: class_weighted '
+                    '(group g weighted by examples of its classes) or '
+                    'uniform.')
 flags.DEFINE_integer('seed', 0, 'Fixes partition, sampling and init.')
 flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate every N rounds.')
 flags.DEFINE_integer('rounds_per_checkpoint', 1, 'Save state every N rounds.')

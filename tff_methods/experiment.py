@@ -14,7 +14,6 @@ loads the task, builds the method, and trains with
 """
 
 import dataclasses
-import functools
 import json
 import os
 from typing import Any, Callable, Mapping, Optional
@@ -27,6 +26,7 @@ from tasks import models as task_models
 from tasks import partition as partition_lib
 from tasks import report
 from tff_methods import evaluation
+from tff_methods import fed2
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import similarity as similarity_lib
@@ -82,6 +82,9 @@ class ExperimentConfig:
   cka_layers: int = 2
   similarity: str = 'linear_cka'
   client_state_dir: Optional[str] = None
+  fed2_groups: int = 10
+  fed2_decouple_depth: Optional[int] = None
+  fed2_pairing: str = 'class_weighted'
   seed: int = 0
   rounds_per_eval: int = 1
   rounds_per_checkpoint: int = 1
@@ -106,7 +109,10 @@ class ExperimentConfig:
         server_learning_rate=self.server_learning_rate,
         server_momentum=self.server_momentum,
         mu=self.mu, temperature=self.temperature, cka_layers=self.cka_layers,
-        similarity=self.similarity, client_state_dir=self.client_state_dir)
+        similarity=self.similarity, client_state_dir=self.client_state_dir,
+        fed2_groups=self.fed2_groups,
+        fed2_decouple_depth=self.fed2_decouple_depth,
+        fed2_pairing=self.fed2_pairing, seed=self.seed)
 
 
 def validate(config: ExperimentConfig) -> None:
@@ -125,7 +131,7 @@ def validate(config: ExperimentConfig) -> None:
   need(config.task in datasets.TASK_NAMES,
        f'--task={config.task!r} is unknown; choose one of '
        f'{", ".join(datasets.TASK_NAMES)}')
-  need(config.model_name() in task_models.MODEL_NAMES,
+  need(config.model_name() in task_models.MODEL_NAMES + fed2.FED2_MODELS,
        f'--model={config.model!r} is unknown; choose one of '
        f'{", ".join(task_models.MODEL_NAMES)}')
   need(config.partition in partition_lib.PARTITIONERS,
@@ -178,6 +184,15 @@ def validate(config: ExperimentConfig) -> None:
     need(model_name in MODELS_WITH_PROJECTION,
          f'--method=moon needs a model with a projection head (z): '
          f'{", ".join(MODELS_WITH_PROJECTION)}, not --model={model_name}')
+  if 'fed2' in parts:
+    need(model_name in fed2.FED2_MODELS,
+         f'--method=fed2 supports --model={"/".join(fed2.FED2_MODELS)}, not '
+         f'{model_name}')
+    need(config.fed2_groups >= 1,
+         f'--fed2_groups={config.fed2_groups} must be >= 1')
+    need(config.fed2_pairing in fed2.PAIRINGS,
+         f'--fed2_pairing={config.fed2_pairing!r} is unknown; choose one of '
+         f'{", ".join(fed2.PAIRINGS)}')
   if 'fedcka' in parts and model_name in task_models.MODEL_NAMES:
     need(config.cka_layers <= MODEL_LAYERS.get(model_name, 0),
          f'--cka_layers={config.cka_layers} is more than --model='
@@ -198,9 +213,10 @@ def validate(config: ExperimentConfig) -> None:
 
 def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   """The method's process over client ids, and the Keras model factory."""
-  keras_model_fn = functools.partial(task_models.get_model,
-                                     config.model_name(), data.num_classes,
-                                     data.input_shape)
+  hparams = config.hyperparameters(len(data.client_data.client_ids))
+  keras_model_fn = methods.model_fn_for(config.method, config.model_name(),
+                                        data.num_classes, data.input_shape,
+                                        hparams)
   client_data = data.client_data.preprocess(datasets.preprocess_fn(
       config.batch_size, config.local_epochs, config.local_steps,
       seed=config.seed))
@@ -209,8 +225,7 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
                     'variate update assumes it): --client_momentum=%s is '
                     'not used.', config.client_momentum)
   process = methods.build_method_for_client_ids(
-      config.method, keras_model_fn, client_data,
-      config.hyperparameters(len(data.client_data.client_ids)))
+      config.method, keras_model_fn, client_data, hparams)
   return process, keras_model_fn
 
 

@@ -34,6 +34,8 @@ _TRAIN_SUMS = ('loss_sum', 'objective_sum', 'correct', 'num_labels',
                'num_examples', 'num_batches', 'num_non_finite_clients')
 
 
+# Client update weight from the client's dataset and the default weight.
+ClientWeightFn = Callable[[tf.data.Dataset, tf.Tensor], tf.Tensor]
 # The data term of the local objective: (labels, model outputs) -> scalar.
 LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
 
@@ -269,6 +271,7 @@ def build_local_training_client_work(
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     received_type: Optional[tff.Type] = None,
     loss_fn: Optional[LossFn] = None,
+    client_weight_fn: Optional[ClientWeightFn] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local training on cross-entropy plus `regularizers`, as client work.
 
@@ -282,6 +285,10 @@ def build_local_training_client_work(
     received_type: What each client receives from the distributor (see
       `build_distributor`); the model weights type by default.
     loss_fn: The data term; cross-entropy by default.
+    client_weight_fn: `(dataset, default_weight) -> update_weight`, for
+      aggregators that take another weight than the example count (e.g.
+      Fed2's per-group class counts); `default_weight` is 0 for a diverged
+      client.
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` with stateless server state.
@@ -309,6 +316,10 @@ def build_local_training_client_work(
                                            loss_fn)
     result, sums, _ = client_update(initial_weights, dataset,
                                     broadcast=broadcast)
+    if client_weight_fn is not None:
+      result = tff.learning.templates.ClientResult(
+          update=result.update,
+          update_weight=client_weight_fn(dataset, result.update_weight))
     return result, sums
 
   sums_type = client_update_computation.type_signature.result[1]
@@ -343,6 +354,7 @@ def build_local_training_process(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     loss_fn: Optional[LossFn] = None,
+    client_weight_fn: Optional[ClientWeightFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess`: local training with regularizers, then FedOpt.
 
@@ -361,6 +373,8 @@ def build_local_training_process(
       MeanFactory()` by default.
     client_weighting: How client updates are weighted.
     loss_fn: The data term; cross-entropy by default.
+    client_weight_fn: See `build_local_training_client_work`; the
+      aggregator then takes the weight it returns.
   """
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
@@ -381,9 +395,11 @@ def build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, regularizers,
       client_weighting,
       received_type=distributor.next.type_signature.result.result.member,
-      loss_fn=loss_fn)
+      loss_fn=loss_fn, client_weight_fn=client_weight_fn)
+  weight_type = client_work.next.type_signature.result.result.member[
+      'update_weight']
   aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
-      weights_type.trainable, tff.TensorType(np.float32))
+      weights_type.trainable, weight_type)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
   return tff.learning.templates.compose_learning_process(

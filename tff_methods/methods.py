@@ -6,13 +6,15 @@ component brings a server optimizer (`fedavg`, `fedavgm`, `fedadam`,
 `fedyogi`), a regularizer of the shared local-training loop (`fedprox`,
 `fedmax`, `fedcos`, `moon`, `fedcka`), or both. A combination is the list of
 their regularizers with the one server optimizer named (FedAvg's by
-default): no combination is special-cased. SCAFFOLD changes the server rule
-too and stands alone.
+default): no combination is special-cased. SCAFFOLD (its own server rule)
+and Fed2 (its own model structure and aggregator) stand alone.
 
 - `build_method(name, keras_model_fn, element_spec, hparams)`: a
   `tff.learning.templates.LearningProcess` over client datasets, for every
   method without per-client state. A plain `fedavg`/`fedavgm`/`fedadam`/
   `fedyogi` is TFF's own `build_weighted_fed_avg`.
+- `model_fn_for(name, model_name, num_classes, input_shape, hparams)`: the
+  Keras model factory a method trains (Fed2's grouped form for `fed2`).
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
   a process whose `next` takes client ids, for every method; methods with
   per-client state (`moon`, `fedcka`, `scaffold`) are
@@ -20,10 +22,13 @@ too and stands alone.
 """
 
 import dataclasses
-from typing import Any, Callable, Optional
+import functools
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
+from tasks import models as task_models
+from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
 from tff_methods import fedcos
@@ -66,6 +71,11 @@ class Hyperparameters:
     num_clients: All clients, N (SCAFFOLD's |S|/N update).
     client_state_dir: Where methods with per-client state keep it on disk
       (None: in memory).
+    fed2_groups: Fed2's G.
+    fed2_decouple_depth: How many final layers Fed2 groups (None: the
+      model's default, 6 for VGG).
+    fed2_pairing: 'class_weighted' or 'uniform'.
+    seed: Fixes Fed2's class -> group assignment.
   """
   client_learning_rate: float = 0.01
   client_momentum: float = 0.0
@@ -80,6 +90,10 @@ class Hyperparameters:
   similarity: str = 'linear_cka'
   num_clients: int = 10
   client_state_dir: Optional[str] = None
+  fed2_groups: int = 10
+  fed2_decouple_depth: Optional[int] = None
+  fed2_pairing: str = 'class_weighted'
+  seed: int = 0
 
   def strength(self, component: str) -> float:
     own = dict(self.strengths)
@@ -123,7 +137,7 @@ COMPONENTS = {
     'fedcka': Component(regularizer=lambda h: fedcka.CKAContrastiveTerm(
         h.strength('fedcka'), h.cka_layers, h.similarity)),
 }
-STANDALONE = ('scaffold',)
+STANDALONE = ('scaffold', 'fed2')
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = tuple(COMPONENTS) + STANDALONE + (
     'fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
@@ -147,8 +161,10 @@ def parse_method(name: str) -> list[str]:
                        'fedprox+fedcos).')
   if len(set(parts)) != len(parts):
     raise ValueError(f'Method {name!r} names a component twice.')
-  if any(p in STANDALONE for p in parts) and len(parts) > 1:
-    raise ValueError(f'Method {name!r}: scaffold cannot be combined.')
+  standalone = [p for p in parts if p in STANDALONE]
+  if standalone and len(parts) > 1:
+    raise ValueError(f'Method {name!r}: {standalone[0]} cannot be '
+                     'combined.')
   servers = [p for p in parts if COMPONENTS.get(p, Component())
              .server_optimizer]
   if len(servers) > 1:
@@ -190,6 +206,11 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
     raise ValueError(
         f'{name} keeps per-client state and is not a tff.learning '
         'LearningProcess; use build_method_for_client_ids.')
+  if parts == ['fed2']:
+    return fed2.build_fed2(keras_model_fn, element_spec,
+                           hparams.client_optimizer(), hparams.fed2_groups,
+                           hparams.fed2_pairing, hparams.seed,
+                           hparams.server_optimizer('sgd'))
   regularizers, server_optimizer = _pieces(parts, hparams)
   if not regularizers:
     # A baseline: TFF's own builder.
@@ -198,6 +219,24 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, hparams.client_optimizer(),
       server_optimizer, regularizers)
+
+
+def model_fn_for(name: str, model_name: str, num_classes: int,
+                 input_shape: Sequence[int], hparams: Hyperparameters
+                 ) -> model_lib.KerasModelFn:
+  """The Keras model factory method `name` trains.
+
+  The registry's model (`tasks.models`), or for Fed2 its grouped form.
+
+  Raises:
+    ValueError: for a bad model or Fed2 setting, before any work starts.
+  """
+  if parse_method(name) == ['fed2']:
+    return fed2.grouped_model_fn(model_name, num_classes, input_shape,
+                                 hparams.fed2_groups,
+                                 hparams.fed2_decouple_depth, hparams.seed)
+  return functools.partial(task_models.get_model, model_name, num_classes,
+                           tuple(input_shape))
 
 
 def build_method_for_client_ids(

@@ -1,0 +1,151 @@
+"""Tests for Fed2: grouped models, feature-paired averaging, interpretation."""
+
+import collections
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import experiment
+from tff_methods import fed2
+
+
+def test_class_groups_are_fixed_by_the_seed_and_cover_every_class():
+  groups = fed2.class_groups(10, 3, seed=4)
+  assert groups == fed2.class_groups(10, 3, seed=4)
+  assert sorted(c for g in groups for c in g) == list(range(10))
+  assert [len(g) for g in groups] == [4, 3, 3]  # several classes a group
+  assert groups != fed2.class_groups(10, 3, seed=5)
+  with pytest.raises(ValueError, match=r'groups must be in \[1, 10\]'):
+    fed2.class_groups(10, 11)
+
+
+@pytest.mark.parametrize('name, shape, groups', [
+    ('fedcka_cnn', (8, 8, 1), 5),
+    ('vgg9', (32, 32, 3), 10),
+])
+def test_logits_of_a_class_depend_only_on_shared_and_its_group(name, shape,
+                                                               groups):
+  model_fn = lambda: fed2.grouped_model(name, 10, shape, groups, seed=1)
+  tensor_groups = fed2.tensor_groups(model_fn)
+  assert -1 in tensor_groups and set(tensor_groups) - {-1} == set(
+      range(groups))
+  model = model_fn()
+  assignment = fed2.class_groups(10, groups, seed=1)
+  x = np.random.default_rng(0).normal(size=(3,) + shape).astype(np.float32)
+  for c in (0, 7):
+    with tf.GradientTape() as tape:
+      logit = tf.reduce_sum(model(x)['logits'][:, c])
+    gradients = tape.gradient(logit, model.trainable_variables)
+    own = next(g for g, classes in enumerate(assignment) if c in classes)
+    for gradient, group in zip(gradients, tensor_groups):
+      if group not in (-1, own):
+        assert gradient is None or not np.any(gradient.numpy())
+    # ... while its own group does get gradient.
+    assert any(g is not None and np.any(g.numpy())
+               for g, group in zip(gradients, tensor_groups) if group == own)
+
+
+def test_decoupled_layers_are_grouped_and_shared_ones_are_not():
+  model = fed2.grouped_model('vgg9', 10, (32, 32, 3), 10, seed=0)
+  names = [layer.name for layer in model.layers]
+  # The last 6 layers (3 convs, 2 dense, classifier) in 10 groups each.
+  assert sum(n.startswith('fed2_group0_') for n in names) == 6
+  assert sum(n.startswith('shared_') for n in names) == 3
+  with pytest.raises(ValueError, match='Fed2 supports models'):
+    fed2.grouped_model('resnet18', 10, (32, 32, 3))
+  with pytest.raises(ValueError, match='decouple depth for vgg9 must be in'):
+    fed2.grouped_model('vgg9', 10, (32, 32, 3), decouple_depth=20)
+
+
+def _aggregate(tensor_groups, updates, weights):
+  value_type = tff.types.tensorflow_to_type(
+      [tf.TensorSpec(np.shape(u), tf.float32) for u in updates[0]])
+  weight_type = tff.TensorType(np.float32, [len(weights[0])])
+  process = fed2.FeaturePairedMeanFactory(tensor_groups).create(value_type,
+                                                                weight_type)
+  output = process.next(process.initialize(),
+                        [[np.asarray(t, np.float32) for t in u]
+                         for u in updates],
+                        [np.asarray(w, np.float32) for w in weights])
+  return [np.asarray(t) for t in output.result]
+
+
+def test_feature_paired_mean_by_hand():
+  # Tensors: shared, group 0, group 1. Client A: 30 examples, 30 of group
+  # 0's classes, none of group 1's. Client B: 10 examples, 4 / 6.
+  updates = [[[1.0, 2.0], [10.0], [5.0]],
+             [[3.0, 4.0], [20.0], [7.0]]]
+  weights = [[30, 30, 0], [10, 4, 6]]
+  shared, group0, group1 = _aggregate([-1, 0, 1], updates, weights)
+  np.testing.assert_allclose(shared, [(30 * 1 + 10 * 3) / 40,
+                                      (30 * 2 + 10 * 4) / 40], rtol=1e-6)
+  np.testing.assert_allclose(group0, [(30 * 10 + 4 * 20) / 34], rtol=1e-6)
+  # Client A never saw group 1's classes: only B counts.
+  np.testing.assert_allclose(group1, [7.0], rtol=1e-6)
+
+
+def test_feature_paired_mean_is_fedavg_when_clients_hold_classes_equally():
+  updates = [[[1.0, -1.0], [2.0], [4.0]],
+             [[3.0, 5.0], [6.0], [0.0]],
+             [[0.5, 0.0], [1.0], [2.0]]]
+  sizes = [20, 40, 60]
+  # Every client holds every class in equal shares: half in each group.
+  weights = [[n, n / 2, n / 2] for n in sizes]
+  result = _aggregate([-1, 0, 1], updates, weights)
+  for i, tensor in enumerate(result):
+    fedavg = sum(n * np.asarray(u[i]) for n, u in zip(sizes, updates)) / sum(
+        sizes)
+    np.testing.assert_allclose(tensor, fedavg, rtol=1e-6)
+
+
+def test_group_weights_count_the_clients_own_labels():
+  groups = [[0, 2], [1]]
+  weight_fn = fed2.group_weight_fn(groups, num_classes=3)
+  labels = np.array([0, 0, 1, 2, 2, 2], np.int32)
+  dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=np.zeros((6, 1), np.float32), y=labels)).batch(4)
+  weight = weight_fn(dataset, tf.constant(6.0)).numpy()
+  np.testing.assert_array_equal(weight, [6, 5, 1])
+  np.testing.assert_array_equal(weight_fn(dataset, tf.constant(0.0)).numpy(),
+                                [0, 0, 0])
+
+
+def test_total_variance_by_hand():
+  assert np.isclose(fed2.layer_total_variance(np.array([[1., 0.], [0., 1.]])),
+                    0.5)
+  assert fed2.layer_total_variance(np.ones((4, 3)) / 3) == 0.0
+
+
+def test_class_preference_and_layer_report(tmp_path):
+  model = fed2.grouped_model('fedcka_cnn', 10, (8, 8, 1), 5, seed=0)
+  x = np.random.default_rng(0).random((16, 8, 8, 1)).astype(np.float32)
+  preference = fed2.class_preference(model, x, 'layer_1')
+  assert preference.shape == (16, 10)  # 16 filters x 10 classes
+  assert np.allclose(np.abs(preference).sum(1)[np.abs(preference).sum(1) > 0],
+                     1.0)
+  variances = fed2.total_variance_by_layer(model, x)
+  assert list(variances)[:2] == ['layer_1', 'layer_2']
+  assert all(v >= 0 for v in variances.values())
+  csv_path, png_path = fed2.write_total_variance_report(variances,
+                                                         str(tmp_path))
+  assert open(csv_path).read().startswith('layer,total_variance\nlayer_1,')
+  assert open(png_path, 'rb').read(4) == b'\x89PNG'
+
+
+def test_short_fed2_run_trains_on_digits(tmp_path):
+  config = experiment.ExperimentConfig(
+      method='fed2', task='digits', model='fedcka_cnn', fed2_groups=5,
+      num_clients=4, clients_per_round=4, rounds=4, local_epochs=2,
+      output_dir=str(tmp_path / 'run'), cache_dir=str(tmp_path / 'cache'))
+  experiment.run(config, progress=False)
+  import csv  # pylint: disable=g-import-not-at-top
+  with open(tmp_path / 'run' / 'metrics.csv') as f:
+    losses = [float(r['client_work/train/loss']) for r in csv.DictReader(f)]
+  assert losses[-1] < losses[0] - 0.2
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,0 +1,413 @@
+"""Fed2 (Yu et al., KDD 2021): feature-aligned grouped models, paired averaging.
+
+Structure adaptation (`grouped_model`): the first layers stay dense and
+shared; the last `decouple_depth` layers are split into G groups. Each
+group is its own branch: its first decoupled layer reads the whole shared
+representation, its later layers read only the group's own features (a
+group convolution), and its part of the classifier produces only the logits
+of the classes assigned to it. The class -> group assignment is fixed by a
+seed and the same on every client; with fewer groups than classes, several
+classes share a group. So class c's logit depends only on the shared layers
+and group(c)'s parameters: the gradients of other groups are exactly zero.
+Group widths are ceil(C / G) per layer of width C.
+
+Local objective: cross-entropy, as FedAvg.
+
+Server rule (`FeaturePairedMeanFactory`): shared tensors are averaged as in
+FedAvg (weighted by examples); group g's tensors are averaged with each
+client weighted by its number of examples of g's classes, so a client that
+never saw those classes does not pull the group towards its untrained
+weights (the project's reading of "paired averaging", see METHODS.md).
+`pairing='uniform'` is plain coordinate averaging of the grouped model.
+The class counts come from each client's data inside the round; nothing but
+counts leaves the client.
+
+Feature interpretation (`class_preference`, `layer_total_variance`): the
+paper's Eq. 9 class-preference vector of each neuron (activation x gradient
+of each class's confidence, averaged over the data) and Eq. 17 layer total
+variance, which guides the decoupling depth.
+"""
+
+import collections
+import functools
+import math
+import os
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import local_training
+from tff_methods import model_lib
+
+PAIRINGS = ('class_weighted', 'uniform')
+
+# Layer plans: ('conv', filters, kernel, pool) or ('fc', units); the
+# classifier is added last. Fed2's models: VGG-9 (FedMA's), VGG-16, and the
+# FedCKA CNN.
+_PLANS = {
+    'vgg9': [('conv', 32, 3, False), ('conv', 64, 3, True),
+             ('conv', 128, 3, False), ('conv', 128, 3, True),
+             ('conv', 256, 3, False), ('conv', 256, 3, True),
+             ('fc', 512), ('fc', 512)],
+    'vgg16': [('conv', 64, 3, False), ('conv', 64, 3, True),
+              ('conv', 128, 3, False), ('conv', 128, 3, True),
+              ('conv', 256, 3, False), ('conv', 256, 3, False),
+              ('conv', 256, 3, True), ('conv', 512, 3, False),
+              ('conv', 512, 3, False), ('conv', 512, 3, True),
+              ('conv', 512, 3, False), ('conv', 512, 3, False),
+              ('conv', 512, 3, True), ('fc', 512), ('fc', 512)],
+    'fedcka_cnn': [('conv', 16, 5, True), ('conv', 32, 5, True),
+                   ('fc', 120), ('fc', 84), ('fc', 84), ('fc', 256)],
+}
+FED2_MODELS = tuple(_PLANS)
+# The paper decouples the last 6 layers (classifier included).
+DEFAULT_DECOUPLE_DEPTH = {'vgg9': 6, 'vgg16': 6, 'fedcka_cnn': 4}
+_GROUP_PATTERN = re.compile(r'fed2_group(\d+)_')
+
+
+def class_groups(num_classes: int, num_groups: int, seed: int = 0
+                 ) -> list[list[int]]:
+  """The classes of each group: a seeded permutation dealt round-robin."""
+  if not 1 <= num_groups <= num_classes:
+    raise ValueError(f'Fed2 groups must be in [1, {num_classes}] (the number '
+                     f'of classes), got {num_groups!r}.')
+  order = np.random.default_rng(seed).permutation(num_classes)
+  return [sorted(int(c) for c in order[g::num_groups])
+          for g in range(num_groups)]
+
+
+def _layer(spec, width, name, padding):
+  if spec[0] == 'conv':
+    return tf.keras.layers.Conv2D(width, spec[2], padding=padding,
+                                  activation='relu', name=name)
+  return tf.keras.layers.Dense(width, activation='relu', name=name)
+
+
+def grouped_model(name: str, num_classes: int, input_shape: Sequence[int],
+                  num_groups: int = 10,
+                  decouple_depth: Optional[int] = None,
+                  seed: int = 0) -> tf.keras.Model:
+  """The Fed2 form of model `name`, with the project's named outputs.
+
+  Args:
+    name: One of `FED2_MODELS`.
+    num_classes: Number of classes.
+    input_shape: Shape of one input.
+    num_groups: G, 1..num_classes.
+    decouple_depth: How many of the last layers (classifier included) are
+      split into groups; the model's paper default if None.
+    seed: Fixes the class -> group assignment.
+
+  Returns:
+    A Keras model with outputs `layer_k` (every layer; a decoupled layer's
+    output is its groups' outputs side by side), `features` and `logits`.
+  """
+  if name not in _PLANS:
+    raise ValueError(f'Fed2 supports models {", ".join(FED2_MODELS)}, not '
+                     f'{name!r}.')
+  plan = _PLANS[name]
+  depth = DEFAULT_DECOUPLE_DEPTH[name] if decouple_depth is None else (
+      decouple_depth)
+  if not 1 <= depth <= len(plan) + 1:
+    raise ValueError(f'Fed2 decouple depth for {name} must be in [1, '
+                     f'{len(plan) + 1}] (its layers), got {depth!r}.')
+  groups = class_groups(num_classes, num_groups, seed)
+  padding = 'valid' if (name == 'fedcka_cnn' and
+                        min(input_shape[:2]) >= 20) else 'same'
+  first_decoupled = len(plan) + 1 - depth  # index into plan (+ classifier)
+
+  inputs = tf.keras.Input(tuple(input_shape))
+  x = inputs
+  layer_outputs = []
+
+  def flatten_if_needed(t, spec):
+    if spec[0] == 'fc' and len(t.shape) > 2:
+      return tf.keras.layers.Flatten()(t)
+    return t
+
+  for i in range(first_decoupled):
+    spec = plan[i]
+    x = flatten_if_needed(x, spec)
+    x = _layer(spec, spec[1], f'shared_{i + 1}', padding)(x)
+    if spec[0] == 'conv' and spec[3]:
+      x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
+    layer_outputs.append(x)
+
+  branches = [x] * num_groups
+  merged = None
+  for i in range(first_decoupled, len(plan)):
+    spec = plan[i]
+    width = math.ceil(spec[1] / num_groups)
+    new = []
+    for g, t in enumerate(branches):
+      t = flatten_if_needed(t, spec)
+      t = _layer(spec, width, f'fed2_group{g}_{i + 1}', padding)(t)
+      if spec[0] == 'conv' and spec[3]:
+        t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
+      new.append(t)
+    # The groups' outputs side by side is the layer's output; each group
+    # reads back only its own channels, so the layer output is on the path
+    # to the logits while the groups stay isolated.
+    merged = _side_by_side(new)
+    layer_outputs.append(merged)
+    branches = [_ChannelSlice(g * width, (g + 1) * width)(merged)
+                for g in range(num_groups)] if num_groups > 1 else [merged]
+
+  flat = lambda t: flatten_if_needed(t, ('fc',))
+  if merged is not None:
+    features = flat(merged)
+    branches = [flat(t) for t in branches]
+  else:  # Only the classifier is decoupled.
+    features = flat(x)
+    branches = [features] * num_groups
+  group_logits = [
+      tf.keras.layers.Dense(len(classes), name=f'fed2_group{g}_logits')(
+          flat(t)) for g, (t, classes) in enumerate(zip(branches, groups))]
+  # Back to class order: where class c sits in the groups' concatenation.
+  order = np.argsort([c for classes in groups for c in classes])
+  logits = _GatherClasses(order, name='class_order')(
+      tf.keras.layers.Concatenate(name='fed2_logits')(group_logits))
+  outputs = {f'layer_{k + 1}': t for k, t in enumerate(layer_outputs)}
+  outputs['features'] = features
+  outputs['logits'] = logits
+  return tf.keras.Model(inputs, outputs, name=f'{name}_fed2')
+
+
+def _side_by_side(tensors):
+  if len(tensors) == 1:
+    return tensors[0]
+  return tf.keras.layers.Concatenate(axis=-1)(tensors)
+
+
+class _ChannelSlice(tf.keras.layers.Layer):
+  """The channels [start, end) of the last axis (no weights)."""
+
+  def __init__(self, start, end, **kwargs):
+    super().__init__(**kwargs)
+    self._start, self._end = int(start), int(end)
+
+  def call(self, inputs):
+    return inputs[..., self._start:self._end]
+
+  def get_config(self):
+    return dict(super().get_config(), start=self._start, end=self._end)
+
+
+class _GatherClasses(tf.keras.layers.Layer):
+  """Reorders the last axis by a fixed permutation (no weights)."""
+
+  def __init__(self, order, **kwargs):
+    super().__init__(**kwargs)
+    self._order = [int(i) for i in order]
+
+  def call(self, inputs):
+    return tf.gather(inputs, self._order, axis=-1)
+
+  def get_config(self):
+    return dict(super().get_config(), order=self._order)
+
+
+def tensor_groups(keras_model_fn: model_lib.KerasModelFn) -> list[int]:
+  """For each trainable tensor, its group (0..G-1), or -1 if shared."""
+  # Built eagerly: building in a scratch tf.Graph would invalidate the
+  # caller's eager Keras models.
+  found = []
+  for v in keras_model_fn().trainable_variables:
+    match = _GROUP_PATTERN.search(v.name)
+    found.append(int(match.group(1)) if match else -1)
+  return found
+
+
+class FeaturePairedMeanFactory(tff.aggregators.WeightedAggregationFactory):
+  """Averages shared tensors by examples, group g's by examples of g's classes.
+
+  Each client's weight is a float vector `[n, n_0, ..., n_{G-1}]`: its
+  number of examples and its number of examples of each group's classes.
+  Tensor t of group g is averaged as `sum_i n_g,i * u_t,i / sum_i n_g,i`,
+  a shared tensor with `n`. A group no sampled client holds any class of
+  gets a zero update (it keeps its weights).
+  """
+
+  def __init__(self, tensor_groups: Sequence[int]):
+    self._slots = [g + 1 for g in tensor_groups]  # 0 = shared
+
+  def create(self, value_type, weight_type):
+    slots = self._slots
+
+    @tff.tensorflow.computation(value_type, weight_type)
+    def weigh(value, weight):
+      return [v * weight[slot] for v, slot in zip(value, slots)]
+
+    @tff.tensorflow.computation(value_type, weight_type)
+    def divide(total, weight_total):
+      return [tf.math.divide_no_nan(t, weight_total[slot])
+              for t, slot in zip(total, slots)]
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_value((), tff.SERVER)
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS),
+                               tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      total = tff.federated_sum(tff.federated_map(weigh, (value, weight)))
+      result = tff.federated_map(divide, (total, tff.federated_sum(weight)))
+      return tff.templates.MeasuredProcessOutput(
+          state, result, tff.federated_value((), tff.SERVER))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def group_weight_fn(groups: Sequence[Sequence[int]], num_classes: int):
+  """Client weight `[n, n_0, ..., n_{G-1}]` from the client's own labels.
+
+  For `local_training`'s `client_weight_fn`: counts the labels of the
+  client's (already batched) data; only the counts leave the client.
+  """
+  membership = np.zeros((num_classes, len(groups)), np.float32)
+  for g, classes in enumerate(groups):
+    membership[list(classes), g] = 1.0
+
+  def weight_fn(dataset, default_weight):
+    counts = dataset.reduce(
+        tf.zeros([num_classes], tf.float32),
+        lambda acc, batch: acc + tf.math.bincount(
+            tf.cast(tf.reshape(batch['y'], [-1]), tf.int32),
+            minlength=num_classes, maxlength=num_classes,
+            dtype=tf.float32))
+    per_group = tf.linalg.matvec(tf.constant(membership), counts,
+                                 transpose_a=True)
+    # A diverged client (default weight 0) weighs nothing anywhere.
+    present = tf.cast(default_weight > 0, tf.float32)
+    return present * tf.concat([[tf.reduce_sum(counts)], per_group], 0)
+
+  return weight_fn
+
+
+def grouped_model_fn(model_name: str, num_classes: int,
+                     input_shape: Sequence[int], num_groups: int = 10,
+                     decouple_depth: Optional[int] = None, seed: int = 0
+                     ) -> model_lib.KerasModelFn:
+  """A no-arg builder of `grouped_model(...)`; checks the settings now."""
+  fn = functools.partial(grouped_model, model_name, num_classes,
+                         tuple(input_shape), num_groups, decouple_depth, seed)
+  fn()  # Raises on bad settings before any work starts.
+  return fn
+
+
+def build_fed2(
+    keras_model_fn: model_lib.KerasModelFn,
+    element_spec: Any,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    num_groups: int = 10,
+    pairing: str = 'class_weighted',
+    seed: int = 0,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+) -> tff.learning.templates.LearningProcess:
+  """Builds Fed2 as a `tff.learning.templates.LearningProcess`.
+
+  Args:
+    keras_model_fn: Builds the grouped model (`grouped_model_fn(...)`) with
+      the same `num_groups` and `seed`.
+    element_spec: The spec of one batch of client data.
+    client_optimizer: The client optimizer.
+    num_groups: G.
+    pairing: 'class_weighted' (group g weighted by each client's examples
+      of g's classes) or 'uniform' (FedAvg on the grouped model).
+    seed: The seed the class -> group assignment was drawn with.
+    server_optimizer: SGD with learning rate 1 by default.
+  """
+  if pairing not in PAIRINGS:
+    raise ValueError(f'Unknown Fed2 pairing {pairing!r}; choose one of '
+                     f'{", ".join(PAIRINGS)}.')
+  num_classes = int(keras_model_fn().output['logits'].shape[-1])
+  if pairing == 'uniform':
+    return local_training.build_local_training_process(
+        keras_model_fn, element_spec, client_optimizer, server_optimizer)
+  groups = class_groups(num_classes, num_groups, seed)
+  return local_training.build_local_training_process(
+      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      model_aggregator=FeaturePairedMeanFactory(tensor_groups(
+          keras_model_fn)),
+      client_weight_fn=group_weight_fn(groups, num_classes))
+
+
+def class_preference(model: tf.keras.Model, x: np.ndarray, layer: str,
+                     batch_size: int = 256) -> np.ndarray:
+  """Eq. 9: each neuron's class-preference vector in `layer`.
+
+  For neuron n (a filter of a conv layer, a unit of a dense one) and class
+  c: the mean over examples of `sum over positions of a_n * d p_c / d a_n`,
+  its activation times the gradient of class c's confidence (softmax
+  probability), then normalized to sum to 1 in absolute value, so that
+  neurons compare by preference, not scale.
+
+  Returns:
+    (neurons, classes) array.
+  """
+  sub = tf.keras.Model(model.input, [model.output[layer],
+                                     model.output['logits']])
+  num_classes = int(model.output['logits'].shape[-1])
+  total = None
+  for start in range(0, len(x), batch_size):
+    batch = tf.constant(x[start:start + batch_size])
+    rows = []
+    for c in range(num_classes):
+      with tf.GradientTape() as tape:
+        activation, logits = sub(batch, training=False)
+        confidence = tf.reduce_sum(tf.nn.softmax(logits)[:, c])
+      grad = tape.gradient(confidence, activation)
+      product = activation * grad
+      # Sum over examples and positions: one value per neuron.
+      rows.append(tf.reduce_sum(tf.reshape(product,
+                                           [-1, product.shape[-1]]), 0))
+    batch_total = tf.stack(rows, axis=1).numpy()
+    total = batch_total if total is None else total + batch_total
+  preference = total / len(x)
+  scale = np.abs(preference).sum(axis=1, keepdims=True)
+  return preference / np.where(scale > 0, scale, 1.0)
+
+
+def layer_total_variance(preferences: np.ndarray) -> float:
+  """Eq. 17: the mean squared distance of a layer's preference vectors
+  from their mean, `(1/N) sum_n ||p_n - mean(p)||^2`."""
+  centred = preferences - preferences.mean(axis=0, keepdims=True)
+  return float(np.mean(np.sum(centred**2, axis=1)))
+
+
+def total_variance_by_layer(model: tf.keras.Model, x: np.ndarray
+                            ) -> collections.OrderedDict:
+  """Eq. 17 for every `layer_k` of the model, nearest the input first."""
+  from tasks import models as task_models  # pylint: disable=g-import-not-at-top
+  return collections.OrderedDict(
+      (layer, layer_total_variance(class_preference(model, x, layer)))
+      for layer in task_models.layer_names(model))
+
+
+def write_total_variance_report(variances: Mapping[str, float],
+                                output_dir: str) -> tuple[str, str]:
+  """Writes `total_variance.csv` and `total_variance.png` (per layer)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  os.makedirs(output_dir, exist_ok=True)
+  csv_path = os.path.join(output_dir, 'total_variance.csv')
+  with open(csv_path, 'w') as f:
+    f.write('layer,total_variance\n')
+    for layer, value in variances.items():
+      f.write(f'{layer},{value:.6g}\n')
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.plot(range(1, len(variances) + 1), list(variances.values()), 'o-')
+  ax.set_xticks(range(1, len(variances) + 1))
+  ax.set_xlabel('layer (1 = nearest the input)')
+  ax.set_ylabel('feature total variance (Eq. 17)')
+  ax.set_title('Fed2: layer-wise feature divergence')
+  fig.tight_layout()
+  png_path = os.path.join(output_dir, 'total_variance.png')
+  fig.savefig(png_path, dpi=100)
+  plt.close(fig)
+  return csv_path, png_path
