@@ -129,6 +129,17 @@ def test_non_finite_global_model_is_rejected(tmp_path):
                                 [1.0, 1.0])
 
 
+def test_the_loop_leaves_the_threads_event_loop_usable(tmp_path):
+  # TFF's own run_training_process calls asyncio.get_event_loop(), which
+  # fails once asyncio.run() has cleared the thread's loop.
+  training_loop.run_training(
+      _NonFiniteProcess(), ['a'], 1, 1, str(tmp_path),
+      model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
+      progress=False)
+  import asyncio  # pylint: disable=g-import-not-at-top
+  assert asyncio.get_event_loop_policy().get_event_loop() is not None
+
+
 def test_sampling_is_seeded_per_round():
   ids = [f'c{i}' for i in range(10)]
   a = training_loop.sample_clients(ids, 3, round_num=5, seed=1)

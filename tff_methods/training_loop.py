@@ -41,6 +41,21 @@ RESUMABLE_KEYS = ('rounds', 'verbosity', 'progress', 'max_concurrent_clients',
 CONFIG_FILE = 'experiment.json'
 
 
+_EVENT_LOOP = None
+
+
+def _await(coroutine):
+  """Runs a TFF program coroutine to completion on a private event loop.
+
+  Not `asyncio.run`: that clears the thread's current event loop, and TFF's
+  own `tff.simulation.run_training_process` then fails in the same thread.
+  """
+  global _EVENT_LOOP
+  if _EVENT_LOOP is None or _EVENT_LOOP.is_closed():
+    _EVENT_LOOP = asyncio.new_event_loop()
+  return _EVENT_LOOP.run_until_complete(coroutine)
+
+
 def check_experiment_config(output_dir: str, config: Mapping[str, Any]
                             ) -> None:
   """Writes `config` to `output_dir`, or checks it matches the one there.
@@ -143,7 +158,7 @@ def run_training(
   # program state (`tff_methods.stateful`).
   has_client_states = hasattr(process, 'save_client_states')
   client_state_dir = os.path.join(output_dir, 'client_states')
-  loaded, version = asyncio.run(state_manager.load_latest(program_state))
+  loaded, version = _await(state_manager.load_latest(program_state))
   if loaded is not None:
     program_state = loaded
     state = loaded['state']
@@ -161,13 +176,13 @@ def run_training(
 
   def release(metrics, round_num):
     for manager in release_managers:
-      asyncio.run(manager.release(metrics, key=round_num))
+      _await(manager.release(metrics, key=round_num))
 
   def save(round_num):
     # Client states first: a saved program state always has its clients'.
     if has_client_states:
       process.save_client_states(client_state_dir, round_num)
-    asyncio.run(state_manager.save(collections.OrderedDict(
+    _await(state_manager.save(collections.OrderedDict(
         state=state, round_num=round_num, rejected_rounds=rejected_rounds),
                                    version=round_num))
 

@@ -1,0 +1,96 @@
+"""The flags that describe one experiment, shared by the binaries.
+
+`train.py` and `compare.py` define the same settings with the same names;
+`config_from_flags()` turns them into a `tff_methods.experiment.
+ExperimentConfig`. Importing this module imports TensorFlow, so binaries
+call `runtime.quiet(...)` first.
+"""
+
+import dataclasses
+
+from absl import flags
+
+from tff_methods import experiment
+from tff_methods import methods
+
+flags.DEFINE_string(
+    'method', 'fedavg',
+    f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
+    '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
+    'fedmax, fedcos, moon, fedcka).')
+flags.DEFINE_string(
+    'task', 'digits', 'digits (offline), cifar10, cifar100, fmnist, mnist, '
+    'emnist, shakespeare, synthetic or image_folder.')
+flags.DEFINE_string('model', None, 'fedcka_cnn, fedmax_cnn, mlp, resnet18, '
+                    'resnet50, vgg9, shakespeare_lstm (and vgg16 for fed2); '
+                    "by default the task's usual model.")
+flags.DEFINE_string('partition', 'dirichlet',
+                    'iid, dirichlet, pathological, shards or mixed.')
+flags.DEFINE_float('alpha', 0.5, 'Dirichlet concentration (> 0).')
+flags.DEFINE_integer('min_size', 10, 'Dirichlet: fewest examples per client.')
+flags.DEFINE_integer('classes_per_client', 2, 'pathological: classes each.')
+flags.DEFINE_integer('shards_per_client', 2, 'shards: shards each.')
+flags.DEFINE_float('non_iid_fraction', 1.0,
+                   'mixed: share of each client kept label-sorted.')
+flags.DEFINE_float('synthetic_alpha', 1.0, 'synthetic(alpha, beta): alpha.')
+flags.DEFINE_float('synthetic_beta', 1.0, 'synthetic(alpha, beta): beta.')
+flags.DEFINE_integer('image_size', 32, 'image_folder: images resized to this.')
+flags.DEFINE_integer('num_clients', 10, 'Clients to split the data into.')
+flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round.')
+flags.DEFINE_integer('rounds', 10, 'Total communication rounds.')
+flags.DEFINE_integer('local_epochs', 1, 'Local epochs per round.')
+flags.DEFINE_integer('local_steps', None,
+                     'Local steps per round (instead of epochs).')
+flags.DEFINE_integer('batch_size', 32, 'Local batch size.')
+flags.DEFINE_float('client_learning_rate', 0.05, 'Client SGD learning rate.')
+flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum (not used by '
+                   'scaffold, which trains with plain SGD).')
+flags.DEFINE_float('weight_decay', 0.0, 'Client L2 weight decay.')
+flags.DEFINE_float('server_learning_rate', None,
+                   'Server learning rate (default: 1.0 for averaging, 0.01 '
+                   'for fedadam/fedyogi).')
+flags.DEFINE_float('server_momentum', 0.9, 'fedavgm: server momentum.')
+flags.DEFINE_float('mu', None, "The strength of the method's term(s) "
+                   '(default: fedprox 0.01, moon 1, fedcka 3, fedcos 0.02).')
+flags.DEFINE_float('fedprox_mu', None, "FedProx's mu in a combination "
+                   '(overrides --mu).')
+flags.DEFINE_float('fedcos_mu', None, "FedCos's mu in a combination "
+                   '(overrides --mu).')
+flags.DEFINE_float('beta', None, "fedmax: the prior's strength (default "
+                   '1000, the paper\'s CIFAR value).')
+flags.DEFINE_float('temperature', 0.5, "moon: the contrastive temperature.")
+flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
+                     'regularized.')
+flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
+                    'kernel_cka, cosine or frobenius.')
+flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: keep '
+                    'client states on disk here instead of in memory.')
+flags.DEFINE_integer('fed2_groups', 10, 'fed2: G, the number of groups.')
+flags.DEFINE_integer('fed2_decouple_depth', None, 'fed2: how many final '
+                     'layers are grouped (default: 6 for VGG, 4 for the '
+                     'FedCKA CNN).')
+flags.DEFINE_string('fed2_pairing', 'class_weighted', 'fed2: class_weighted '
+                    '(group g weighted by examples of its classes) or '
+                    'uniform.')
+flags.DEFINE_integer('seed', 0, 'Fixes partition, sampling and init.')
+flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate every N rounds.')
+flags.DEFINE_integer('rounds_per_checkpoint', 1, 'Save state every N rounds.')
+flags.DEFINE_string('output_dir', None,
+                    'Where results go (default runs/<task>_<method>_s<seed>).')
+flags.DEFINE_string('data_dir', None, 'tensorflow_datasets data directory, '
+                    'or the image folder for --task=image_folder.')
+flags.DEFINE_string('cache_dir', None, "Clients' data files "
+                    '(default ~/.cache/tff_methods).')
+
+FLAGS = flags.FLAGS
+
+
+def config_from_flags(**overrides) -> experiment.ExperimentConfig:
+  """The experiment the flags describe, with `overrides` applied."""
+  fields = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
+  values = {name: FLAGS[name].value for name in fields if name in FLAGS}
+  values.update(overrides)
+  if not values.get('output_dir'):
+    values['output_dir'] = (f"runs/{values['task']}_{values['method']}_s"
+                            f"{values['seed']}")
+  return experiment.ExperimentConfig(**values)

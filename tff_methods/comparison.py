@@ -1,0 +1,200 @@
+"""Compare methods: run each with several seeds, then tabulate and plot.
+
+`run_comparison` runs every (method, seed) pair of one base experiment in
+its own output directory, `<output_dir>/<method>/seed<seed>` (a rerun skips
+finished runs and resumes unfinished ones: `experiment.run` does both).
+`summarize` reads the runs' `metrics.csv` files back, and `write_report`
+writes `comparison.md`, `comparison.csv` and `accuracy.png`:
+
+  final and best test accuracy (mean +- std over seeds), macro-F1, the
+  first round reaching a target accuracy, and median seconds per round.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+from typing import Callable, Optional, Sequence
+
+from absl import logging
+import numpy as np
+
+from tff_methods import experiment
+
+
+def run_dir(output_dir: str, method: str, seed: int) -> str:
+  return os.path.join(output_dir, method.replace('+', '_plus_'),
+                      f'seed{seed}')
+
+
+def _finished(config: experiment.ExperimentConfig) -> bool:
+  path = os.path.join(config.output_dir, 'results.json')
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return json.load(f).get('rounds', 0) >= config.rounds
+
+
+def plan(base: experiment.ExperimentConfig, methods: Sequence[str],
+         seeds: Sequence[int], output_dir: str
+         ) -> list[experiment.ExperimentConfig]:
+  """The run of each (method, seed), every setting checked now.
+
+  Raises:
+    ValueError: naming every bad setting of every run, before any runs.
+  """
+  if not methods:
+    raise ValueError('--methods is empty: name at least one method.')
+  if not seeds:
+    raise ValueError('--seeds is empty: name at least one seed.')
+  configs, errors = [], []
+  for method in methods:
+    for seed in seeds:
+      config = dataclasses.replace(base, method=method, seed=seed,
+                                   output_dir=run_dir(output_dir, method,
+                                                      seed))
+      try:
+        experiment.validate(config)
+      except ValueError as e:
+        errors.append(f'{method} (seed {seed}): {e}')
+      configs.append(config)
+  if errors:
+    raise ValueError('\n'.join(errors))
+  return configs
+
+
+def run_comparison(configs: Sequence[experiment.ExperimentConfig],
+                   progress: bool = True,
+                   on_run: Optional[Callable[[str], None]] = None) -> None:
+  """Runs every planned run that has not finished yet."""
+  for config in configs:
+    label = f'{config.method} seed {config.seed}'
+    if _finished(config):
+      logging.info('%s: finished before, skipped.', label)
+      continue
+    if on_run:
+      on_run(label)
+    experiment.run(config, progress=progress)
+
+
+def _read_metrics(run_directory: str) -> list[dict]:
+  with open(os.path.join(run_directory, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+def _accuracy_curve(rows):
+  rounds, accuracy = [], []
+  for row in rows:
+    value = row.get('eval/accuracy', '')
+    if value not in ('', None):
+      rounds.append(int(row['round']))
+      accuracy.append(float(value))
+  return np.asarray(rounds), np.asarray(accuracy)
+
+
+def _mean_std(values):
+  values = np.asarray(values, float)
+  return float(np.mean(values)), float(np.std(values))
+
+
+@dataclasses.dataclass
+class MethodSummary:
+  method: str
+  seeds: int
+  final_accuracy: tuple[float, float]
+  best_accuracy: tuple[float, float]
+  final_macro_f1: tuple[float, float]
+  rounds_to_target: Optional[float]
+  reached_target: int
+  seconds_per_round: float
+
+
+def summarize(output_dir: str, methods: Sequence[str], seeds: Sequence[int],
+              target_accuracy: float) -> list[MethodSummary]:
+  """One summary per method from its runs' metrics."""
+  summaries = []
+  for method in methods:
+    finals, bests, f1s, to_target, seconds = [], [], [], [], []
+    for seed in seeds:
+      rows = _read_metrics(run_dir(output_dir, method, seed))
+      rounds, accuracy = _accuracy_curve(rows)
+      finals.append(accuracy[-1])
+      bests.append(accuracy.max())
+      f1s.append(float(next(r['eval/macro_f1'] for r in reversed(rows)
+                            if r.get('eval/macro_f1'))))
+      reached = np.flatnonzero(accuracy >= target_accuracy)
+      if reached.size:
+        to_target.append(rounds[reached[0]])
+      seconds.append(np.median([float(r['seconds']) for r in rows]))
+    summaries.append(MethodSummary(
+        method, len(seeds), _mean_std(finals), _mean_std(bests),
+        _mean_std(f1s),
+        float(np.mean(to_target)) if len(to_target) == len(seeds) else None,
+        len(to_target), float(np.median(seconds))))
+  return summaries
+
+
+def _pm(pair, scale=100.0):
+  return f'{pair[0] * scale:.2f} ± {pair[1] * scale:.2f}'
+
+
+def write_report(summaries: Sequence[MethodSummary], output_dir: str,
+                 target_accuracy: float, title: str) -> dict:
+  """Writes comparison.md, comparison.csv and accuracy.png; returns paths."""
+  os.makedirs(output_dir, exist_ok=True)
+  ranked = sorted(summaries, key=lambda s: -s.final_accuracy[0])
+  target = f'rounds to {target_accuracy:.0%}'
+  lines = [f'# {title}', '',
+           f'| method | final accuracy (%) | best accuracy (%) | macro-F1 (%) '
+           f'| {target} | s/round |',
+           '|---|---|---|---|---|---|']
+  for s in ranked:
+    rounds = (f'{s.rounds_to_target:.1f}' if s.rounds_to_target is not None
+              else f'not reached ({s.reached_target}/{s.seeds} seeds)')
+    lines.append(f'| {s.method} | {_pm(s.final_accuracy)} | '
+                 f'{_pm(s.best_accuracy)} | {_pm(s.final_macro_f1)} | '
+                 f'{rounds} | {s.seconds_per_round:.2f} |')
+  lines += ['', f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
+            'macro-F1 on the central test set after the last round.']
+  md_path = os.path.join(output_dir, 'comparison.md')
+  with open(md_path, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  csv_path = os.path.join(output_dir, 'comparison.csv')
+  with open(csv_path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['method', 'seeds', 'final_accuracy_mean',
+                     'final_accuracy_std', 'best_accuracy_mean',
+                     'best_accuracy_std', 'final_macro_f1_mean',
+                     'final_macro_f1_std', 'rounds_to_target',
+                     'seconds_per_round'])
+    for s in ranked:
+      writer.writerow([s.method, s.seeds, *s.final_accuracy,
+                       *s.best_accuracy, *s.final_macro_f1,
+                       '' if s.rounds_to_target is None
+                       else s.rounds_to_target, s.seconds_per_round])
+  return dict(markdown=md_path, csv=csv_path)
+
+
+def plot_accuracy(output_dir: str, methods: Sequence[str],
+                  seeds: Sequence[int], title: str) -> str:
+  """Test accuracy against round, mean over seeds, one line per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for method in methods:
+    curves = [_accuracy_curve(_read_metrics(run_dir(output_dir, method, s)))
+              for s in seeds]
+    length = min(len(c[1]) for c in curves)
+    mean = np.mean([c[1][:length] for c in curves], axis=0)
+    ax.plot(curves[0][0][:length], mean * 100, label=method)
+  ax.set_xlabel('round')
+  ax.set_ylabel('test accuracy (%)')
+  ax.set_title(title)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  path = os.path.join(output_dir, 'accuracy.png')
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
