@@ -1,6 +1,6 @@
 # The two commands a user needs (each sets up the virtual environment on
 # first use):
-#   make demo   trains FedProx on the embedded digits task
+#   make demo   compares every method on the embedded digits task
 #   make test   runs the test suite
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -23,9 +23,10 @@ $(STAMP): requirements.txt
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/python -m binaries.train --method=fedprox --mu=0.01 \
-	  --task=digits --partition=dirichlet --alpha=0.5 --num_clients=10 \
-	  --rounds=20 --local_epochs=2 --output_dir=runs/demo_fedprox
+	$(VENV)/bin/python -m binaries.compare --task=digits \
+	  --partition=dirichlet --alpha=0.5 --num_clients=10 \
+	  --clients_per_round=10 --rounds=15 --local_epochs=2 \
+	  --output_dir=runs/demo_compare
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs

@@ -26,8 +26,9 @@ from tff_methods import comparison
 from tff_methods import methods
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_list('methods', list(methods.METHOD_NAMES),
-                  'Methods to compare (default: all).')
+flags.DEFINE_list('methods', list(methods.SINGLE_METHODS),
+                  'Methods to compare (default: every single method; add '
+                  'combinations such as fedprox+fedcos by name).')
 flags.DEFINE_list('seeds', ['0'], 'Seeds; each method runs once per seed.')
 flags.DEFINE_float('target_accuracy', 0.8,
                    'The table reports the first round reaching this.')

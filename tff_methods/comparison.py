@@ -182,12 +182,14 @@ def plot_accuracy(output_dir: str, methods: Sequence[str],
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 4.5))
-  for method in methods:
+  styles = ['-', '--', ':', '-.']
+  for i, method in enumerate(methods):
     curves = [_accuracy_curve(_read_metrics(run_dir(output_dir, method, s)))
               for s in seeds]
     length = min(len(c[1]) for c in curves)
     mean = np.mean([c[1][:length] for c in curves], axis=0)
-    ax.plot(curves[0][0][:length], mean * 100, label=method)
+    ax.plot(curves[0][0][:length], mean * 100, label=method,
+            color=plt.cm.tab10(i % 10), linestyle=styles[(i // 10) % 4])
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy (%)')
   ax.set_title(title)

@@ -138,8 +138,9 @@ COMPONENTS = {
         h.strength('fedcka'), h.cka_layers, h.similarity)),
 }
 STANDALONE = ('scaffold', 'fed2')
+SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
-METHOD_NAMES = tuple(COMPONENTS) + STANDALONE + (
+METHOD_NAMES = SINGLE_METHODS + (
     'fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
 STATEFUL_COMPONENTS = ('moon', 'fedcka', 'scaffold')
 STATELESS_METHODS = tuple(m for m in METHOD_NAMES if not any(

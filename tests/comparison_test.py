@@ -1,0 +1,82 @@
+"""Tests for tff_methods.comparison (and binaries/compare.py)."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tff_methods import comparison
+from tff_methods import experiment
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write_run(output_dir, method, seed, accuracies, seconds=0.5):
+  directory = comparison.run_dir(output_dir, method, seed)
+  os.makedirs(directory)
+  with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+    f.write('round,eval/accuracy,eval/macro_f1,seconds\n')
+    for r, a in enumerate(accuracies, 1):
+      f.write(f'{r},{a},{a / 2},{seconds}\n')
+
+
+def test_summary_numbers_by_hand(tmp_path):
+  out = str(tmp_path)
+  _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])
+  _write_run(out, 'fedavg', 1, [0.4, 0.7, 0.8])
+  _write_run(out, 'fedprox+fedcos', 0, [0.1, 0.2, 0.3], seconds=2.0)
+  _write_run(out, 'fedprox+fedcos', 1, [0.3, 0.5, 0.7], seconds=2.0)
+  fedavg, combo = comparison.summarize(out, ['fedavg', 'fedprox+fedcos'],
+                                       [0, 1], target_accuracy=0.6)
+  assert np.allclose(fedavg.final_accuracy, (0.65, 0.15))
+  assert np.allclose(fedavg.best_accuracy, (0.7, 0.1))  # bests 0.6, 0.8
+  assert np.allclose(fedavg.final_macro_f1, (0.325, 0.075))
+  assert fedavg.rounds_to_target == 2.0  # round 2 in both seeds
+  assert combo.rounds_to_target is None and combo.reached_target == 1
+  assert combo.seconds_per_round == 2.0
+  paths = comparison.write_report([fedavg, combo], out, 0.6, 'test')
+  table = open(paths['markdown']).read()
+  assert '| fedavg | 65.00 ± 15.00 | 70.00 ± 10.00 |' in table
+  assert 'not reached (1/2 seeds)' in table
+  assert os.path.exists(comparison.plot_accuracy(out, ['fedavg'], [0, 1],
+                                                 't'))
+
+
+def test_plan_checks_every_run_before_any_starts(tmp_path):
+  base = experiment.ExperimentConfig(task='digits', model='mlp')
+  with pytest.raises(ValueError) as error:
+    comparison.plan(base, ['fedavg', 'moon', 'fedmagic'], [0],
+                    str(tmp_path))
+  assert 'moon (seed 0)' in str(error.value)  # mlp has no projection head
+  assert 'fedmagic (seed 0)' in str(error.value)
+  configs = comparison.plan(base, ['fedavg', 'fedprox'], [0, 3],
+                            str(tmp_path))
+  assert [(c.method, c.seed) for c in configs] == [
+      ('fedavg', 0), ('fedavg', 3), ('fedprox', 0), ('fedprox', 3)]
+  assert configs[1].output_dir == os.path.join(str(tmp_path), 'fedavg',
+                                               'seed3')
+
+
+def test_compare_binary_runs_and_a_rerun_skips_finished_runs(tmp_path):
+  out = tmp_path / 'cmp'
+  command = [sys.executable, '-m', 'binaries.compare',
+             '--methods=fedavg,fedprox', '--seeds=0,1', '--task=digits',
+             '--model=mlp', '--num_clients=4', '--clients_per_round=4',
+             '--rounds=2', f'--output_dir={out}',
+             f'--cache_dir={tmp_path / "cache"}', '--noprogress']
+  first = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                         timeout=600, check=False)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert first.stdout.count('== ') == 4
+  for name in ('comparison.md', 'comparison.csv', 'accuracy.png'):
+    assert (out / name).exists()
+  again = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                         timeout=600, check=False)
+  assert again.returncode == 0
+  assert again.stdout.count('== ') == 0  # every run had finished
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
