@@ -229,20 +229,8 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   return process, keras_model_fn
 
 
-def run(config: ExperimentConfig,
-        progress: bool = True,
-        round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None
-        ) -> dict:
-  """Runs (or resumes) the experiment; see the module docstring.
-
-  Needs a TFF execution context (`tff_methods.runtime`).
-
-  Returns:
-    `training_loop.run_training`'s results.
-  """
-  validate(config)
-  training_loop.check_experiment_config(config.output_dir,
-                                        dataclasses.asdict(config))
+def load_data(config: ExperimentConfig) -> datasets.FederatedData:
+  """Loads and partitions the config's task (checks the cohort size)."""
   kwargs = dict(alpha=config.alpha, min_size=config.min_size,
                 classes_per_client=config.classes_per_client,
                 shards_per_client=config.shards_per_client,
@@ -265,6 +253,25 @@ def run(config: ExperimentConfig,
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'--clients_per_round={config.clients_per_round} is '
                      f'more than the task\'s {len(client_ids)} clients.')
+  return data
+
+
+def run(config: ExperimentConfig,
+        progress: bool = True,
+        round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None
+        ) -> dict:
+  """Runs (or resumes) the experiment; see the module docstring.
+
+  Needs a TFF execution context (`tff_methods.runtime`).
+
+  Returns:
+    `training_loop.run_training`'s results.
+  """
+  validate(config)
+  training_loop.check_experiment_config(config.output_dir,
+                                        dataclasses.asdict(config))
+  data = load_data(config)
+  client_ids = data.client_data.client_ids
   if data.train_labels is not None:
     report.write_partition_report(
         data.class_counts(), config.output_dir,
