@@ -380,12 +380,8 @@ def build_local_training_process(
       1.0)
   weights_type = model_lib.weights_type(keras_model_fn, element_spec)
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    model = keras_model_fn()
-    return tff.learning.models.ModelWeights(
-        trainable=list(model.trainable_variables),
-        non_trainable=list(model.non_trainable_variables))
+  initial_model_weights_fn = model_lib.initial_weights_computation(
+      keras_model_fn)
 
   regularizers = tuple(regularizers)
   distributor = build_distributor(

@@ -45,6 +45,20 @@ def weights_type(keras_model_fn: KerasModelFn, element_spec: Any):
       tff_model_fn(keras_model_fn, element_spec))
 
 
+def initial_weights_computation(keras_model_fn: KerasModelFn
+                                ) -> tff.Computation:
+  """A no-arg TFF computation returning a freshly built model's weights."""
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    model = keras_model_fn()
+    return tff.learning.models.ModelWeights(
+        trainable=list(model.trainable_variables),
+        non_trainable=list(model.non_trainable_variables))
+
+  return initial_model_weights_fn
+
+
 def get_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
   """The model's current weights as numpy `ModelWeights`."""
   return tff.learning.models.ModelWeights(

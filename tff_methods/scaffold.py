@@ -83,12 +83,8 @@ def build_scaffold(
   zeros = [np.asarray(z) for z in model_lib.zero_weights(
       keras_model_fn).trainable]
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    model = keras_model_fn()
-    return tff.learning.models.ModelWeights(
-        trainable=list(model.trainable_variables),
-        non_trainable=list(model.non_trainable_variables))
+  initial_model_weights_fn = model_lib.initial_weights_computation(
+      keras_model_fn)
 
   @tff.tensorflow.computation
   def initial_control_fn():
@@ -175,20 +171,6 @@ def build_scaffold(
         finalizer=finalized.measurements))
     return new_state, new_controls, metrics
 
-  next_by_id = tff.simulation.compose_dataset_computation_with_computation(
-      dataset_computation, next_fn)
-  server_type = state_type.member
-
-  @tff.tensorflow.computation(server_type)
-  def get_model_weights_fn(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(server_type, server_type.global_model_weights)
-  def set_model_weights_fn(state, weights):
-    return tff.learning.templates.LearningAlgorithmState(
-        weights, state.distributor, state.client_work, state.aggregator,
-        state.finalizer)
-
-  return stateful.StatefulLearningProcess(
-      initialize_fn, next_by_id, get_model_weights_fn, set_model_weights_fn,
+  return stateful.from_computations(
+      initialize_fn, next_fn, dataset_computation,
       stateful.ClientStateStore(zeros, client_state_dir))

@@ -224,6 +224,39 @@ class StatefulLearningProcess:
     self._round = round_num
 
 
+def from_computations(initialize_fn: tff.Computation,
+                      next_fn: tff.Computation,
+                      dataset_computation: tff.Computation,
+                      store: ClientStateStore) -> StatefulLearningProcess:
+  """A `StatefulLearningProcess` from a round's TFF computations.
+
+  Args:
+    initialize_fn: Returns the SERVER-placed `LearningAlgorithmState`.
+    next_fn: `(state, client_states@CLIENTS, client_data@CLIENTS) ->
+      (state, new_client_states@CLIENTS, metrics)`.
+    dataset_computation: Client id -> that client's dataset; composed with
+      `next_fn` so that the process takes client ids.
+    store: Holds the client states.
+  """
+  next_by_id = tff.simulation.compose_dataset_computation_with_computation(
+      dataset_computation, next_fn)
+  state_type = initialize_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type)
+  def get_model_weights_fn(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(state_type, state_type.global_model_weights)
+  def set_model_weights_fn(state, weights):
+    return tff.learning.templates.LearningAlgorithmState(
+        weights, state.distributor, state.client_work, state.aggregator,
+        state.finalizer)
+
+  return StatefulLearningProcess(initialize_fn, next_by_id,
+                                 get_model_weights_fn, set_model_weights_fn,
+                                 store)
+
+
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
   """The initial state of a client that keeps its previous model."""
   return collections.OrderedDict(
@@ -276,12 +309,8 @@ def build_stateful_local_training_process(
       [('has_previous', tff.TensorType(np.int32)), ('model', weights_type)],
       collections.OrderedDict)
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    model = keras_model_fn()
-    return tff.learning.models.ModelWeights(
-        trainable=list(model.trainable_variables),
-        non_trainable=list(model.non_trainable_variables))
+  initial_model_weights_fn = model_lib.initial_weights_computation(
+      keras_model_fn)
 
   @tff.tensorflow.computation(received_type, client_state_type, data_type)
   def client_update_computation(received, client_state, dataset):
@@ -344,23 +373,7 @@ def build_stateful_local_training_process(
         finalizer=finalized.measurements))
     return new_state, new_client_states, metrics
 
-  next_by_id = tff.simulation.compose_dataset_computation_with_computation(
-      dataset_computation, next_fn)
-  server_state_type = state_type.member
-
-  @tff.tensorflow.computation(server_state_type)
-  def get_model_weights_fn(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(server_state_type,
-                              server_state_type.global_model_weights)
-  def set_model_weights_fn(state, weights):
-    return tff.learning.templates.LearningAlgorithmState(
-        weights, state.distributor, state.client_work, state.aggregator,
-        state.finalizer)
-
-  store = ClientStateStore(previous_model_client_state(zero_weights),
-                           client_state_dir)
-  return StatefulLearningProcess(initialize_fn, next_by_id,
-                                 get_model_weights_fn, set_model_weights_fn,
-                                 store)
+  return from_computations(
+      initialize_fn, next_fn, dataset_computation,
+      ClientStateStore(previous_model_client_state(zero_weights),
+                       client_state_dir))
