@@ -24,6 +24,8 @@ flags.DEFINE_string(
 flags.DEFINE_string('model', None, 'fedcka_cnn, fedmax_cnn, mlp, resnet18, '
                     'resnet50, vgg9, shakespeare_lstm (and vgg16 for fed2); '
                     "by default the task's usual model.")
+flags.DEFINE_integer('projection_dim', 0, 'resnet18/resnet50: width of a '
+                     "MOON projection head 'z' (0: none; MOON needs one).")
 flags.DEFINE_string('partition', 'dirichlet',
                     'iid, dirichlet, pathological, shards or mixed.')
 flags.DEFINE_float('alpha', 0.5, 'Dirichlet concentration (> 0).')

@@ -269,6 +269,12 @@ def test_moon_without_a_projection_head_is_refused(tmp_path):
   with pytest.raises(ValueError, match='--method=moon needs a model with a '
                      'projection head'):
     experiment.validate(config)
+  experiment.validate(dataclasses.replace(config, model='resnet18',
+                                          projection_dim=32))
+  with pytest.raises(ValueError, match='--projection_dim=32 must be >= 0, '
+                     'and is for --model=resnet18/resnet50 only'):
+    experiment.validate(dataclasses.replace(config, model='fedcka_cnn',
+                                            projection_dim=32))
   with pytest.raises(ValueError, match="--cka_layers=3 is more than "
                      "--model=fedcka_cnn's 2 layers"):
     experiment.validate(dataclasses.replace(config, method='fedcka',

@@ -43,6 +43,7 @@ DEFAULT_MODELS = {
 # Models with MOON's projection output `z` (ResNets get one with
 # projection_dim; the registry's default ResNets have none).
 MODELS_WITH_PROJECTION = ('fedcka_cnn',)
+RESNETS = ('resnet18', 'resnet50')
 # How many `layer_k` outputs each model has (FedCKA's M at most).
 MODEL_LAYERS = {'fedcka_cnn': 2, 'fedmax_cnn': 5, 'mlp': 2, 'resnet18': 5,
                 'resnet50': 5, 'vgg9': 6, 'shakespeare_lstm': 2}
@@ -54,6 +55,7 @@ class ExperimentConfig:
   method: str = 'fedavg'
   task: str = 'digits'
   model: Optional[str] = None
+  projection_dim: int = 0
   partition: str = 'dirichlet'
   alpha: float = 0.5
   min_size: int = 10
@@ -180,10 +182,16 @@ def validate(config: ExperimentConfig) -> None:
        f'--similarity={config.similarity!r} is unknown; choose one of '
        f'{", ".join(similarity_lib.SIMILARITIES)}')
   model_name = config.model_name()
+  need(config.projection_dim >= 0 and (
+      config.projection_dim == 0 or model_name in RESNETS),
+       f'--projection_dim={config.projection_dim} must be >= 0, and is for '
+       f'--model={"/".join(RESNETS)} only')
   if 'moon' in parts and model_name in task_models.MODEL_NAMES:
-    need(model_name in MODELS_WITH_PROJECTION,
+    need(model_name in MODELS_WITH_PROJECTION or (
+        model_name in RESNETS and config.projection_dim > 0),
          f'--method=moon needs a model with a projection head (z): '
-         f'{", ".join(MODELS_WITH_PROJECTION)}, not --model={model_name}')
+         f'{", ".join(MODELS_WITH_PROJECTION)}, or a ResNet with '
+         f'--projection_dim > 0, not --model={model_name}')
   if 'fed2' in parts:
     need(model_name in fed2.FED2_MODELS,
          f'--method=fed2 supports --model={"/".join(fed2.FED2_MODELS)}, not '
@@ -214,9 +222,11 @@ def validate(config: ExperimentConfig) -> None:
 def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   """The method's process over client ids, and the Keras model factory."""
   hparams = config.hyperparameters(len(data.client_data.client_ids))
+  model_kwargs = ({'projection_dim': config.projection_dim}
+                  if config.projection_dim else {})
   keras_model_fn = methods.model_fn_for(config.method, config.model_name(),
                                         data.num_classes, data.input_shape,
-                                        hparams)
+                                        hparams, **model_kwargs)
   client_data = data.client_data.preprocess(datasets.preprocess_fn(
       config.batch_size, config.local_epochs, config.local_steps,
       seed=config.seed))

@@ -223,11 +223,12 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
 
 
 def model_fn_for(name: str, model_name: str, num_classes: int,
-                 input_shape: Sequence[int], hparams: Hyperparameters
-                 ) -> model_lib.KerasModelFn:
+                 input_shape: Sequence[int], hparams: Hyperparameters,
+                 **model_kwargs) -> model_lib.KerasModelFn:
   """The Keras model factory method `name` trains.
 
-  The registry's model (`tasks.models`), or for Fed2 its grouped form.
+  The registry's model (`tasks.models`, with `model_kwargs` such as a
+  ResNet's `projection_dim`), or for Fed2 its grouped form.
 
   Raises:
     ValueError: for a bad model or Fed2 setting, before any work starts.
@@ -237,7 +238,7 @@ def model_fn_for(name: str, model_name: str, num_classes: int,
                                  hparams.fed2_groups,
                                  hparams.fed2_decouple_depth, hparams.seed)
   return functools.partial(task_models.get_model, model_name, num_classes,
-                           tuple(input_shape))
+                           tuple(input_shape), **model_kwargs)
 
 
 def build_method_for_client_ids(
