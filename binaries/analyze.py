@@ -28,8 +28,6 @@ from tff_methods import analysis
 
 flags.DEFINE_integer('analysis_clients', 5,
                      'How many clients\' local models are probed.')
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit).')
 FLAGS = flags.FLAGS
 
 
@@ -40,16 +38,12 @@ def main(argv):
   output_dir = FLAGS.output_dir or f'runs/analysis_{FLAGS.method}'
   config = experiment_flags.config_from_flags(output_dir=output_dir)
   if FLAGS.analysis_clients < 2:
-    runtime.discard_default_context()
-    print(f'--analysis_clients={FLAGS.analysis_clients} must be >= 2.',
-          file=sys.stderr)
-    return 2
+    return experiment_flags.usage_error(
+        f'--analysis_clients={FLAGS.analysis_clients} must be >= 2.')
   try:
     analysis.experiment.validate(config)
   except ValueError as e:
-    runtime.discard_default_context()
-    print(e, file=sys.stderr)
-    return 2
+    return experiment_flags.usage_error(str(e))
   runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
   paths = analysis.analyze(config, output_dir, FLAGS.analysis_clients)
   for name, path in paths.items():

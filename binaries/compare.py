@@ -32,8 +32,6 @@ flags.DEFINE_list('methods', list(methods.SINGLE_METHODS),
 flags.DEFINE_list('seeds', ['0'], 'Seeds; each method runs once per seed.')
 flags.DEFINE_float('target_accuracy', 0.8,
                    'The table reports the first round reaching this.')
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
 FLAGS = flags.FLAGS
 
@@ -46,22 +44,16 @@ def main(argv):
   try:
     seeds = [int(s) for s in FLAGS.seeds]
   except ValueError:
-    runtime.discard_default_context()
-    print(f'--seeds={",".join(FLAGS.seeds)} must be integers.',
-          file=sys.stderr)
-    return 2
+    return experiment_flags.usage_error(
+        f'--seeds={",".join(FLAGS.seeds)} must be integers.')
   if not 0 < FLAGS.target_accuracy <= 1:
-    runtime.discard_default_context()
-    print(f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].',
-          file=sys.stderr)
-    return 2
+    return experiment_flags.usage_error(
+        f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].')
   base = experiment_flags.config_from_flags(output_dir=output_dir)
   try:
     configs = comparison.plan(base, FLAGS.methods, seeds, output_dir)
   except ValueError as e:
-    runtime.discard_default_context()
-    print(e, file=sys.stderr)
-    return 2
+    return experiment_flags.usage_error(str(e))
   runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
   comparison.run_comparison(
       configs, progress=FLAGS.progress,

@@ -7,11 +7,13 @@ call `runtime.quiet(...)` first.
 """
 
 import dataclasses
+import sys
 
 from absl import flags
 
 from tff_methods import experiment
 from tff_methods import methods
+from tff_methods import runtime
 
 flags.DEFINE_string(
     'method', 'fedavg',
@@ -84,7 +86,20 @@ flags.DEFINE_string('data_dir', None, 'tensorflow_datasets data directory, '
 flags.DEFINE_string('cache_dir', None, "Clients' data files "
                     '(default ~/.cache/tff_methods).')
 
+# How the binaries run, not what they run (not part of the experiment).
+flags.DEFINE_integer('max_concurrent_clients', 2,
+                     'Client computations run at once (<= 0: no limit).')
 FLAGS = flags.FLAGS
+
+
+def usage_error(message: str) -> int:
+  """Prints a bad-input message and returns the exit status 2.
+
+  For errors found before any TFF computation runs.
+  """
+  runtime.discard_default_context()
+  print(message, file=sys.stderr)
+  return 2
 
 
 def config_from_flags(**overrides) -> experiment.ExperimentConfig:

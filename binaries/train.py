@@ -26,8 +26,6 @@ from binaries import experiment_flags
 from tff_methods import experiment
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
 # --verbosity is absl's own flag: 1 or more shows TensorFlow/TFF logs.
 FLAGS = flags.FLAGS
@@ -41,9 +39,7 @@ def main(argv):
   try:
     experiment.validate(config)
   except ValueError as e:
-    runtime.discard_default_context()
-    print(e, file=sys.stderr)
-    return 2
+    return experiment_flags.usage_error(str(e))
   runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
   try:
     results = experiment.run(config, progress=FLAGS.progress)

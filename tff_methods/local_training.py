@@ -262,6 +262,20 @@ def split_received(received, has_broadcast: bool):
   return received, None
 
 
+def sum_train_metrics(sums):
+  """CLIENTS-placed train sums -> SERVER-placed `OrderedDict(train=...)`.
+
+  Call while tracing a federated computation.
+  """
+
+  @tff.tensorflow.computation(sums.type_signature.member)
+  def finalize(total):
+    return finalize_train_metrics(total)
+
+  return tff.federated_zip(collections.OrderedDict(
+      train=tff.federated_map(finalize, tff.federated_sum(sums))))
+
+
 def build_local_training_client_work(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
@@ -322,12 +336,6 @@ def build_local_training_client_work(
           update_weight=client_weight_fn(dataset, result.update_weight))
     return result, sums
 
-  sums_type = client_update_computation.type_signature.result[1]
-
-  @tff.tensorflow.computation(sums_type)
-  def finalize_metrics(sums):
-    return finalize_train_metrics(sums)
-
   @tff.federated_computation(
       init_fn.type_signature.result,
       tff.FederatedType(received_type, tff.CLIENTS),
@@ -335,10 +343,8 @@ def build_local_training_client_work(
   def next_fn(state, received, client_data):
     client_result, sums = tff.federated_map(client_update_computation,
                                             (received, client_data))
-    train = tff.federated_map(finalize_metrics, tff.federated_sum(sums))
-    measurements = tff.federated_zip(collections.OrderedDict(train=train))
     return tff.templates.MeasuredProcessOutput(state, client_result,
-                                               measurements)
+                                               sum_train_metrics(sums))
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
 

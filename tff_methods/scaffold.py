@@ -110,12 +110,6 @@ def build_scaffold(
     control_delta = [n - o for n, o in zip(new_control, client_control)]
     return result, sums, new_control, control_delta, tf.constant(1.0)
 
-  sums_type = client_update_computation.type_signature.result[1]
-
-  @tff.tensorflow.computation(sums_type)
-  def finalize_metrics(sums):
-    return local_training.finalize_train_metrics(sums)
-
   server_state_type = initial_control_fn.type_signature.result
 
   @tff.tensorflow.computation(server_state_type, control_type, tf.float32)
@@ -163,10 +157,9 @@ def build_scaffold(
     new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
         finalized.result, distributed.state, new_control, aggregated.state,
         finalized.state))
-    train = tff.federated_map(finalize_metrics, tff.federated_sum(sums))
     metrics = tff.federated_zip(collections.OrderedDict(
         distributor=distributed.measurements,
-        client_work=tff.federated_zip(collections.OrderedDict(train=train)),
+        client_work=local_training.sum_train_metrics(sums),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements))
     return new_state, new_controls, metrics

@@ -328,12 +328,6 @@ def build_stateful_local_training_process(
                         lambda: client_state)
     return result, sums, new_state
 
-  sums_type = client_update_computation.type_signature.result[1]
-
-  @tff.tensorflow.computation(sums_type)
-  def finalize_metrics(sums):
-    return local_training.finalize_train_metrics(sums)
-
   aggregator = tff.aggregators.MeanFactory().create(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
@@ -358,7 +352,6 @@ def build_stateful_local_training_process(
     client_result, sums, new_client_states = tff.federated_map(
         client_update_computation, (distributed.result, client_states,
                                     client_data))
-    train = tff.federated_map(finalize_metrics, tff.federated_sum(sums))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
@@ -368,7 +361,7 @@ def build_stateful_local_training_process(
         aggregated.state, finalized.state))
     metrics = tff.federated_zip(collections.OrderedDict(
         distributor=distributed.measurements,
-        client_work=tff.federated_zip(collections.OrderedDict(train=train)),
+        client_work=local_training.sum_train_metrics(sums),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements))
     return new_state, new_client_states, metrics
