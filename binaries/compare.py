@@ -7,7 +7,16 @@ Every method runs with the same settings (the experiment flags of
 `train.py`), each (method, seed) in `<output_dir>/<method>/seed<seed>`; a
 rerun skips finished runs and resumes unfinished ones. Writes
 `comparison.md`, `comparison.csv` and `accuracy.png` to `--output_dir`.
-The logic lives in `tff_methods.comparison`.
+
+A paper's table in one command (`python -m binaries.presets` lists them):
+
+  python -m binaries.compare --preset=fedcos_table1_totally --seeds=0,1,2
+
+runs every row of the table with the paper's settings (flags given on the
+command line still win, e.g. `--rounds=5` for a trial) to
+`runs/<preset>/`, and the table gets the paper's number beside each row;
+`--methods` then picks rows by key. The logic lives in
+`tff_methods.comparison` and `tff_methods.presets`.
 """
 
 import sys
@@ -24,6 +33,7 @@ runtime.quiet(runtime.verbosity_from_argv(sys.argv))
 from binaries import experiment_flags
 from tff_methods import comparison
 from tff_methods import methods
+from tff_methods import presets
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('methods', list(methods.SINGLE_METHODS),
@@ -40,7 +50,6 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   runtime.quiet(FLAGS.verbosity)
-  output_dir = FLAGS.output_dir or f'runs/compare_{FLAGS.task}'
   try:
     seeds = [int(s) for s in FLAGS.seeds]
   except ValueError:
@@ -49,22 +58,44 @@ def main(argv):
   if not 0 < FLAGS.target_accuracy <= 1:
     return experiment_flags.usage_error(
         f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].')
-  base = experiment_flags.config_from_flags(output_dir=output_dir)
+  reported = labels = None
   try:
-    configs = comparison.plan(base, FLAGS.methods, seeds, output_dir)
+    if FLAGS.preset:
+      preset = presets.get(FLAGS.preset)
+      output_dir = FLAGS.output_dir or f'runs/{preset.name}'
+      rows = [preset.row(key) for key in (
+          FLAGS.methods if FLAGS['methods'].present
+          else [r.key for r in preset.rows])]
+      # A row's own settings apply unless the command line sets them.
+      explicit = experiment_flags.explicit_flags()
+      arms = [comparison.Arm(row.key, row.method, {
+          k: v for k, v in row.settings.items() if k not in explicit})
+              for row in rows]
+      reported = {row.key: row.reported for row in rows}
+      labels = {row.key: row.label for row in rows}
+      base = experiment_flags.config_from_flags(preset,
+                                                output_dir=output_dir)
+      title = f'{preset.paper}: {preset.table}'
+    else:
+      output_dir = FLAGS.output_dir or f'runs/compare_{FLAGS.task}'
+      arms = list(FLAGS.methods)
+      base = experiment_flags.config_from_flags(output_dir=output_dir)
+      title = (f'{FLAGS.task}, {FLAGS.partition} partition, '
+               f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds')
+    configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
   runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
   comparison.run_comparison(
       configs, progress=FLAGS.progress,
       on_run=lambda label: print(f'== {label}', flush=True))
-  title = (f'{FLAGS.task}, {FLAGS.partition} partition, '
-           f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds')
-  summaries = comparison.summarize(output_dir, FLAGS.methods, seeds,
+  arm_labels = [comparison.as_arm(a).label for a in arms]
+  summaries = comparison.summarize(output_dir, arm_labels, seeds,
                                    FLAGS.target_accuracy)
   paths = comparison.write_report(summaries, output_dir,
-                                  FLAGS.target_accuracy, title)
-  comparison.plot_accuracy(output_dir, FLAGS.methods, seeds, title)
+                                  FLAGS.target_accuracy, title, reported,
+                                  labels)
+  comparison.plot_accuracy(output_dir, arm_labels, seeds, title)
   with open(paths['markdown']) as f:
     print(f.read())
   print(f'Written to {output_dir}: comparison.md, comparison.csv, '

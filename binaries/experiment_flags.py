@@ -8,11 +8,13 @@ call `runtime.quiet(...)` first.
 
 import dataclasses
 import sys
+from typing import Optional
 
 from absl import flags
 
 from tff_methods import experiment
 from tff_methods import methods
+from tff_methods import presets
 from tff_methods import runtime
 
 flags.DEFINE_string(
@@ -23,8 +25,9 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     'task', 'digits', 'digits (offline), cifar10, cifar100, fmnist, mnist, '
     'emnist, shakespeare, synthetic or image_folder.')
-flags.DEFINE_string('model', None, 'fedcka_cnn, fedmax_cnn, mlp, resnet18, '
-                    'resnet50, vgg9, shakespeare_lstm (and vgg16 for fed2); '
+flags.DEFINE_string('model', None, 'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, '
+                    'resnet18, resnet50, vgg9, mobilenet, shakespeare_lstm, '
+                    'shakespeare_lstm100 (and vgg16 for fed2); '
                     "by default the task's usual model.")
 flags.DEFINE_integer('projection_dim', 0, 'resnet18/resnet50: width of a '
                      "MOON projection head 'z' (0: none; MOON needs one).")
@@ -86,6 +89,10 @@ flags.DEFINE_string('data_dir', None, 'tensorflow_datasets data directory, '
 flags.DEFINE_string('cache_dir', None, "Clients' data files "
                     '(default ~/.cache/tff_methods).')
 
+flags.DEFINE_string('preset', None, 'A paper experiment by name (list them '
+                    'with python -m binaries.presets): sets every flag above '
+                    'that the command line does not set.')
+
 # How the binaries run, not what they run (not part of the experiment).
 flags.DEFINE_integer('max_concurrent_clients', 2,
                      'Client computations run at once (<= 0: no limit).')
@@ -102,10 +109,29 @@ def usage_error(message: str) -> int:
   return 2
 
 
-def config_from_flags(**overrides) -> experiment.ExperimentConfig:
-  """The experiment the flags describe, with `overrides` applied."""
+def explicit_flags() -> set[str]:
+  """The experiment flags set on the command line."""
+  fields = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
+  return {name for name in fields if name in FLAGS and FLAGS[name].present}
+
+
+def config_from_flags(preset: Optional[presets.Preset] = None,
+                      row: Optional[str] = None,
+                      **overrides) -> experiment.ExperimentConfig:
+  """The experiment the flags describe, with `overrides` applied.
+
+  With a `preset`, its settings (and row `row`'s, if given) replace the
+  flags' defaults; flags set on the command line win.
+  """
   fields = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
   values = {name: FLAGS[name].value for name in fields if name in FLAGS}
+  if preset is not None:
+    explicit = explicit_flags()
+    chosen = (preset.shared_config() if row is None
+              else preset.config(row))
+    for name in fields:
+      if name not in explicit and name != 'output_dir':
+        values[name] = getattr(chosen, name)
   values.update(overrides)
   if not values.get('output_dir'):
     values['output_dir'] = (f"runs/{values['task']}_{values['method']}_s"

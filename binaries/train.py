@@ -6,6 +6,11 @@ Run from the repository root:
       --partition=dirichlet --alpha=0.5 --num_clients=10 --rounds=20 \
       --output_dir=runs/digits_fedprox
 
+Or one row of a paper's experiment (`python -m binaries.presets` lists
+them; the paper's own method unless `--method` names another row):
+
+  python -m binaries.train --preset=fedcka_table1_cifar10 --method=moon
+
 Rerunning with the same flags resumes from the last saved round; a larger
 `--rounds` extends a finished run. Every flag is checked before any work
 starts. The logic lives in `tff_methods.experiment`.
@@ -23,7 +28,9 @@ runtime.quiet(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
+from tff_methods import comparison
 from tff_methods import experiment
+from tff_methods import presets
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
@@ -35,8 +42,17 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   runtime.quiet(FLAGS.verbosity)
-  config = experiment_flags.config_from_flags()
   try:
+    if FLAGS.preset:
+      preset = presets.get(FLAGS.preset)
+      row = preset.row(FLAGS.method if FLAGS['method'].present else None)
+      # A preset's runs sit where `compare --preset` looks for them.
+      config = experiment_flags.config_from_flags(
+          preset, row.key, method=row.method,
+          output_dir=FLAGS.output_dir or comparison.run_dir(
+              f'runs/{preset.name}', row.key, FLAGS.seed))
+    else:
+      config = experiment_flags.config_from_flags()
     experiment.validate(config)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))

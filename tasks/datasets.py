@@ -39,6 +39,17 @@ TASK_NAMES = ('digits', 'cifar10', 'cifar100', 'fmnist', 'mnist', 'emnist',
               'shakespeare', 'synthetic', 'image_folder')
 # Tasks whose clients come from the data itself; partition flags are unused.
 NATURAL_TASKS = ('emnist', 'shakespeare', 'synthetic')
+# One input's shape and the number of classes of each task (vocabulary size
+# for text), for data generated in its place (`generated_like`). An image
+# folder's images are `image_size` square RGB, and it has as many classes as
+# sub-directories.
+TASK_SHAPES = {
+    'digits': ((8, 8, 1), 10), 'cifar10': ((32, 32, 3), 10),
+    'cifar100': ((32, 32, 3), 100), 'fmnist': ((28, 28, 1), 10),
+    'mnist': ((28, 28, 1), 10), 'emnist': ((28, 28, 1), 62),
+    'shakespeare': ((80,), 90), 'synthetic': ((60,), 10),
+    'image_folder': (None, None),
+}
 
 _TFDS_NAMES = {'cifar10': 'cifar10', 'cifar100': 'cifar100',
                'fmnist': 'fashion_mnist', 'mnist': 'mnist'}
@@ -335,6 +346,8 @@ def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
   x_train = np.asarray(x_train)
   y_train = np.asarray(y_train, np.int32)
   num_classes = num_classes or int(max(y_train.max(), y_test.max())) + 1
+  # Labels are one class per example, or a sequence of them (text).
+  is_sequence = y_train.ndim > 1
   digest = hashlib.sha1()
   for p in parts:
     digest.update(np.asarray(p, np.int64).tobytes())
@@ -345,8 +358,8 @@ def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
   files = write_client_files(directory,
                              [(x_train[p], y_train[p]) for p in parts])
   client_data = _file_client_data(files, x_train.shape[1:],
-                                  tf.as_dtype(x_train.dtype), (),
-                                  tf.int32, mean, std)
+                                  tf.as_dtype(x_train.dtype),
+                                  y_train.shape[1:], tf.int32, mean, std)
   test_x = np.asarray(x_test)
   if mean is not None:
     test_x = ((test_x - np.asarray(mean, test_x.dtype)) /
@@ -354,7 +367,51 @@ def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
   return FederatedData(name, client_data, test_x,
                        np.asarray(y_test, np.int32), num_classes,
                        tuple(x_train.shape[1:]),
-                       [y_train[p] for p in parts])
+                       None if is_sequence else [y_train[p] for p in parts])
+
+
+def generated_like(task: str, num_clients: int, examples_per_client: int,
+                   cache_dir: str, seed: int = 0, image_size: int = 32,
+                   num_classes: Optional[int] = None,
+                   num_test: int = 64) -> FederatedData:
+  """Random data of task `task`'s shape, in place of the real data set.
+
+  For tests and benchmarks that need a task's input shape and classes but
+  not its content (the real sets need a download): standard-normal inputs
+  (integer ids for text) and uniform labels, `examples_per_client` for each
+  of `num_clients` clients, written and served as `from_arrays` does.
+
+  Args:
+    task: One of `TASK_NAMES`.
+    num_clients: Clients to generate.
+    examples_per_client: Training examples of each client.
+    cache_dir: Where the clients' files are written.
+    seed: Fixes the data.
+    image_size: The side of `image_folder` images.
+    num_classes: Classes (default: the task's; `image_folder` needs it).
+    num_test: Central test examples.
+  """
+  if task not in TASK_SHAPES:
+    raise ValueError(f'Unknown task {task!r}; choose one of {TASK_NAMES}.')
+  input_shape, default_classes = TASK_SHAPES[task]
+  if task == 'image_folder':
+    input_shape = (image_size, image_size, 3)
+  num_classes = num_classes or default_classes
+  if not num_classes:
+    raise ValueError(f'Task {task!r} needs num_classes to be generated.')
+  rng = np.random.default_rng(seed)
+  total = num_clients * examples_per_client + num_test
+  if task == 'shakespeare':
+    ids = rng.integers(0, num_classes, (total, input_shape[0] + 1),
+                       dtype=np.int32)
+    x, y = ids[:, :-1], ids[:, 1:]
+  else:
+    x = rng.standard_normal((total,) + tuple(input_shape)).astype(np.float32)
+    y = rng.integers(0, num_classes, total, dtype=np.int32)
+  n = total - num_test
+  parts = np.array_split(np.arange(n), num_clients)
+  return from_arrays(f'generated_{task}', x[:n], y[:n], x[n:], y[n:], parts,
+                     cache_dir, num_classes=num_classes)
 
 
 # ---------------------------------------------------------------------------

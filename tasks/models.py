@@ -21,8 +21,16 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-MODEL_NAMES = ('fedcka_cnn', 'fedmax_cnn', 'mlp', 'resnet18', 'resnet50',
-               'vgg9', 'shakespeare_lstm')
+MODEL_NAMES = ('fedcka_cnn', 'fedmax_cnn', 'lenet', 'mlp', 'mlp1', 'resnet18',
+               'resnet50', 'vgg9', 'mobilenet', 'shakespeare_lstm',
+               'shakespeare_lstm100')
+
+# MobileNet-v1 for 32x32 inputs: (filters, stride) of its 13 depthwise-
+# separable blocks after the 3x3 stem (the stem and first block keep the
+# resolution, as CIFAR versions do).
+MOBILENET_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1),
+                    (512, 2), (512, 1), (512, 1), (512, 1), (512, 1),
+                    (512, 1), (1024, 2), (1024, 1))
 
 # Shakespeare as TFF prepares it: 86 characters + pad, out-of-vocabulary,
 # beginning and end of sequence.
@@ -110,6 +118,27 @@ def fedmax_cnn(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
                         name='fedmax_cnn')
 
 
+def lenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
+  """LeNet-5: FedCos's CIFAR-10 CNN (the reference code's `CNNCifar`).
+
+  conv5x5(6) -> pool -> conv5x5(16) -> pool -> FC 120 -> 84 -> classes.
+  """
+  padding = 'valid' if min(input_shape[:2]) >= 20 else 'same'
+  x = inputs = tf.keras.Input(input_shape)
+  blocks = []
+  for filters in (6, 16):
+    x = tf.keras.layers.Conv2D(filters, 5, padding=padding,
+                               activation='relu')(x)
+    x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
+    blocks.append(x)
+  x = tf.keras.layers.Flatten()(x)
+  x = tf.keras.layers.Dense(120, activation='relu')(x)
+  features = tf.keras.layers.Dense(84, activation='relu')(x)
+  logits = tf.keras.layers.Dense(num_classes)(features)
+  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
+                        name='lenet')
+
+
 def mlp(num_classes: int, input_shape=(8, 8, 1),
         hidden: Sequence[int] = (200, 200)) -> tf.keras.Model:
   """A multilayer perceptron; each hidden layer is a `layer_k` output."""
@@ -121,6 +150,35 @@ def mlp(num_classes: int, input_shape=(8, 8, 1),
     blocks.append(x)
   logits = tf.keras.layers.Dense(num_classes)(x)
   return tf.keras.Model(inputs, _outputs(blocks, x, logits), name='mlp')
+
+
+def mlp1(num_classes: int, input_shape=(28, 28, 1)) -> tf.keras.Model:
+  """One hidden layer of 200: FedCos's FMNIST MLP (its dropout left out)."""
+  model = mlp(num_classes, input_shape, hidden=(200,))
+  # A single hidden layer: its output is both `layer_1` and the features.
+  return tf.keras.Model(model.input, model.output, name='mlp1')
+
+
+def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
+  """MobileNet-v1 (Fed2's second CIFAR-10 model), without normalization.
+
+  3x3 stem conv(32), then `MOBILENET_BLOCKS` depthwise-separable convs
+  (depthwise 3x3 + pointwise 1x1, ReLU), global average pooling, classifier.
+  As in the project's VGGs there is no normalization layer (Fed2 would
+  replace batch norm by group norm; none keeps the grouped form exact).
+  `layer_1` is the stem, `layer_2`.. each separable block.
+  """
+  x = inputs = tf.keras.Input(input_shape)
+  x = tf.keras.layers.Conv2D(32, 3, padding='same', activation='relu')(x)
+  blocks = [x]
+  for filters, stride in MOBILENET_BLOCKS:
+    x = tf.keras.layers.SeparableConv2D(filters, 3, stride, padding='same',
+                                        activation='relu')(x)
+    blocks.append(x)
+  features = tf.keras.layers.GlobalAveragePooling2D()(x)
+  logits = tf.keras.layers.Dense(num_classes)(features)
+  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
+                        name='mobilenet')
 
 
 def _group_norm(x, groups=2):
@@ -234,14 +292,25 @@ def shakespeare_lstm(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
                         name='shakespeare_lstm')
 
 
+def shakespeare_lstm100(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
+                        input_shape=(80,)) -> tf.keras.Model:
+  """FedCos's Shakespeare model: 8-d embedding, two LSTMs of 100 units."""
+  model = shakespeare_lstm(num_classes, input_shape, units=100)
+  return tf.keras.Model(model.input, model.output, name='shakespeare_lstm100')
+
+
 _REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
     'fedcka_cnn': fedcka_cnn,
     'fedmax_cnn': fedmax_cnn,
+    'lenet': lenet,
     'mlp': mlp,
+    'mlp1': mlp1,
     'resnet18': resnet18,
     'resnet50': resnet50,
     'vgg9': vgg9,
+    'mobilenet': mobilenet,
     'shakespeare_lstm': shakespeare_lstm,
+    'shakespeare_lstm100': shakespeare_lstm100,
 }
 
 

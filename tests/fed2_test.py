@@ -25,6 +25,7 @@ def test_class_groups_are_fixed_by_the_seed_and_cover_every_class():
 @pytest.mark.parametrize('name, shape, groups', [
     ('fedcka_cnn', (8, 8, 1), 5),
     ('vgg9', (32, 32, 3), 10),
+    ('mobilenet', (32, 32, 3), 10),
 ])
 def test_logits_of_a_class_depend_only_on_shared_and_its_group(name, shape,
                                                                groups):

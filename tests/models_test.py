@@ -10,7 +10,11 @@ from tasks import models
 SMALL = {
     'fedcka_cnn': ((32, 32, 3), {}),
     'fedmax_cnn': ((32, 32, 3), {}),
+    'lenet': ((32, 32, 3), {}),
     'mlp': ((8, 8, 1), {}),
+    'mlp1': ((28, 28, 1), {}),
+    'mobilenet': ((32, 32, 3), {}),
+    'shakespeare_lstm100': ((12,), {}),
     'resnet18': ((16, 16, 3), dict(width=8, projection_dim=16)),
     'resnet50': ((16, 16, 3), dict(width=4)),
     'vgg9': ((32, 32, 3), {}),
@@ -21,13 +25,13 @@ SMALL = {
 @pytest.mark.parametrize('name', models.MODEL_NAMES)
 def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
   input_shape, kwargs = SMALL[name]
-  num_classes = 7 if name != 'shakespeare_lstm' else 90
+  num_classes = 90 if name.startswith('shakespeare') else 7
   model = models.get_model(name, num_classes, input_shape, **kwargs)
   assert {'features', 'logits'} <= set(model.output)
-  assert len(models.layer_names(model)) >= 2
+  assert len(models.layer_names(model)) >= (1 if name == 'mlp1' else 2)
   # Raises if any trainable layer were off the path to the logits.
   wrapped = models.logits_only(model)
-  dtype = np.int32 if name == 'shakespeare_lstm' else np.float32
+  dtype = np.int32 if name.startswith('shakespeare') else np.float32
   x = np.ones((2,) + input_shape, dtype)
   out = model(x)
   assert out['logits'].shape[-1] == num_classes
@@ -64,9 +68,26 @@ def test_resnets_use_group_norm_only():
   assert len(models.layer_names(model)) == 5  # stem + 4 stages
 
 
+def test_fedcos_and_fed2_models_have_the_papers_shapes():
+  lenet = models.get_model('lenet', 10, (32, 32, 3))
+  assert tuple(lenet.output['layer_2'].shape[1:]) == (5, 5, 16)
+  assert [l.units for l in lenet.layers
+          if isinstance(l, tf.keras.layers.Dense)] == [120, 84, 10]
+  mlp1 = models.get_model('mlp1', 10, (28, 28, 1))
+  assert [l.units for l in mlp1.layers
+          if isinstance(l, tf.keras.layers.Dense)] == [200, 10]
+  mobilenet = models.get_model('mobilenet', 10, (32, 32, 3))
+  assert len(models.layer_names(mobilenet)) == 14
+  assert tuple(mobilenet.output['layer_14'].shape[1:]) == (2, 2, 1024)
+  # MobileNet-v1's 3.2M parameters (CIFAR version, no normalization).
+  assert 3.1e6 < mobilenet.count_params() < 3.3e6
+  lstm = models.get_model('shakespeare_lstm100', 90, (80,))
+  assert lstm.output['layer_1'].shape[-1] == 100
+
+
 def test_unknown_model_is_named():
-  with pytest.raises(ValueError, match="Unknown model 'lenet'"):
-    models.get_model('lenet', 10, (8, 8, 1))
+  with pytest.raises(ValueError, match="Unknown model 'lenet7'"):
+    models.get_model('lenet7', 10, (8, 8, 1))
 
 
 if __name__ == '__main__':

@@ -1,20 +1,23 @@
 """Compare methods: run each with several seeds, then tabulate and plot.
 
-`run_comparison` runs every (method, seed) pair of one base experiment in
-its own output directory, `<output_dir>/<method>/seed<seed>` (a rerun skips
-finished runs and resumes unfinished ones: `experiment.run` does both).
+`run_comparison` runs every (arm, seed) pair of one base experiment in its
+own output directory, `<output_dir>/<label>/seed<seed>` (a rerun skips
+finished runs and resumes unfinished ones: `experiment.run` does both). An
+arm is a method, or a labelled method with settings of its own (a preset's
+row, e.g. FedProx with mu 0.1).
 `summarize` reads the runs' `metrics.csv` files back, and `write_report`
 writes `comparison.md`, `comparison.csv` and `accuracy.png`:
 
   final and best test accuracy (mean +- std over seeds), macro-F1, the
-  first round reaching a target accuracy, and median seconds per round.
+  first round reaching a target accuracy, median seconds per round, and the
+  paper's number where a preset gives one.
 """
 
 import csv
 import dataclasses
 import json
 import os
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from absl import logging
 import numpy as np
@@ -22,8 +25,21 @@ import numpy as np
 from tff_methods import experiment
 
 
-def run_dir(output_dir: str, method: str, seed: int) -> str:
-  return os.path.join(output_dir, method.replace('+', '_plus_'),
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """One line of a comparison: a label, its method and its own settings."""
+  label: str
+  method: str
+  settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def as_arm(arm: Union[str, Arm]) -> Arm:
+  """A method name is the arm of that method with the shared settings."""
+  return arm if isinstance(arm, Arm) else Arm(arm, arm)
+
+
+def run_dir(output_dir: str, label: str, seed: int) -> str:
+  return os.path.join(output_dir, label.replace('+', '_plus_'),
                       f'seed{seed}')
 
 
@@ -35,28 +51,40 @@ def _finished(config: experiment.ExperimentConfig) -> bool:
     return json.load(f).get('rounds', 0) >= config.rounds
 
 
-def plan(base: experiment.ExperimentConfig, methods: Sequence[str],
+def plan(base: experiment.ExperimentConfig,
+         arms: Sequence[Union[str, Arm]],
          seeds: Sequence[int], output_dir: str
          ) -> list[experiment.ExperimentConfig]:
-  """The run of each (method, seed), every setting checked now.
+  """The run of each (arm, seed), every setting checked now.
+
+  Args:
+    base: The settings every run shares.
+    arms: Method names, or `Arm`s with settings of their own.
+    seeds: Each arm runs once per seed.
+    output_dir: Runs go to `run_dir(output_dir, label, seed)`.
 
   Raises:
     ValueError: naming every bad setting of every run, before any runs.
   """
-  if not methods:
+  if not arms:
     raise ValueError('--methods is empty: name at least one method.')
   if not seeds:
     raise ValueError('--seeds is empty: name at least one seed.')
+  arms = [as_arm(a) for a in arms]
+  labels = [a.label for a in arms]
+  if len(set(labels)) != len(labels):
+    raise ValueError(f'--methods names a method twice: {",".join(labels)}.')
   configs, errors = [], []
-  for method in methods:
+  for arm in arms:
     for seed in seeds:
-      config = dataclasses.replace(base, method=method, seed=seed,
-                                   output_dir=run_dir(output_dir, method,
-                                                      seed))
       try:
+        config = dataclasses.replace(
+            base, **arm.settings, method=arm.method, seed=seed,
+            output_dir=run_dir(output_dir, arm.label, seed))
         experiment.validate(config)
-      except ValueError as e:
-        errors.append(f'{method} (seed {seed}): {e}')
+      except (TypeError, ValueError) as e:
+        errors.append(f'{arm.label} (seed {seed}): {e}')
+        continue
       configs.append(config)
   if errors:
     raise ValueError('\n'.join(errors))
@@ -68,7 +96,8 @@ def run_comparison(configs: Sequence[experiment.ExperimentConfig],
                    on_run: Optional[Callable[[str], None]] = None) -> None:
   """Runs every planned run that has not finished yet."""
   for config in configs:
-    label = f'{config.method} seed {config.seed}'
+    arm_dir = os.path.basename(os.path.dirname(config.output_dir))
+    label = f"{arm_dir.replace('_plus_', '+')} seed {config.seed}"
     if _finished(config):
       logging.info('%s: finished before, skipped.', label)
       continue
@@ -109,11 +138,11 @@ class MethodSummary:
   seconds_per_round: float
 
 
-def summarize(output_dir: str, methods: Sequence[str], seeds: Sequence[int],
+def summarize(output_dir: str, labels: Sequence[str], seeds: Sequence[int],
               target_accuracy: float) -> list[MethodSummary]:
-  """One summary per method from its runs' metrics."""
+  """One summary per arm (by label) from its runs' metrics."""
   summaries = []
-  for method in methods:
+  for method in labels:
     finals, bests, f1s, to_target, seconds = [], [], [], [], []
     for seed in seeds:
       rows = _read_metrics(run_dir(output_dir, method, seed))
@@ -138,22 +167,51 @@ def _pm(pair, scale=100.0):
   return f'{pair[0] * scale:.2f} ± {pair[1] * scale:.2f}'
 
 
+def _paper_figure(reported: Optional[Mapping[str, float]]) -> str:
+  if not reported:
+    return ''
+  text = f'{reported["accuracy"]:.2f}'
+  if 'accuracy_std' in reported:
+    text += f' ± {reported["accuracy_std"]:.2f}'
+  if 'best_accuracy' in reported:
+    text = f'{text} (best {reported["best_accuracy"]:.2f})'
+  return text
+
+
 def write_report(summaries: Sequence[MethodSummary], output_dir: str,
-                 target_accuracy: float, title: str) -> dict:
-  """Writes comparison.md, comparison.csv and accuracy.png; returns paths."""
+                 target_accuracy: float, title: str,
+                 reported: Optional[Mapping[str, Mapping[str, float]]] = None,
+                 labels: Optional[Mapping[str, str]] = None) -> dict:
+  """Writes comparison.md and comparison.csv; returns their paths.
+
+  Args:
+    summaries: From `summarize`.
+    output_dir: Where to write.
+    target_accuracy: The accuracy whose first round is reported.
+    title: The table's heading.
+    reported: By arm label, the paper's numbers (`presets.Row.reported`,
+      in percent); adds a "paper" column.
+    labels: By arm label, the name shown (e.g. the paper's row name).
+  """
   os.makedirs(output_dir, exist_ok=True)
+  reported = reported or {}
+  labels = labels or {}
   ranked = sorted(summaries, key=lambda s: -s.final_accuracy[0])
   target = f'rounds to {target_accuracy:.0%}'
+  paper = ' paper final accuracy (%) |' if reported else ''
   lines = [f'# {title}', '',
            f'| method | final accuracy (%) | best accuracy (%) | macro-F1 (%) '
-           f'| {target} | s/round |',
-           '|---|---|---|---|---|---|']
+           f'| {target} | s/round |{paper}',
+           '|---|---|---|---|---|---|' + ('---|' if reported else '')]
   for s in ranked:
     rounds = (f'{s.rounds_to_target:.1f}' if s.rounds_to_target is not None
               else f'not reached ({s.reached_target}/{s.seeds} seeds)')
-    lines.append(f'| {s.method} | {_pm(s.final_accuracy)} | '
+    name = labels.get(s.method, s.method)
+    lines.append(f'| {name} | {_pm(s.final_accuracy)} | '
                  f'{_pm(s.best_accuracy)} | {_pm(s.final_macro_f1)} | '
-                 f'{rounds} | {s.seconds_per_round:.2f} |')
+                 f'{rounds} | {s.seconds_per_round:.2f} |' + (
+                     f' {_paper_figure(reported.get(s.method))} |'
+                     if reported else ''))
   lines += ['', f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
             'macro-F1 on the central test set after the last round.']
   md_path = os.path.join(output_dir, 'comparison.md')
@@ -166,18 +224,19 @@ def write_report(summaries: Sequence[MethodSummary], output_dir: str,
                      'final_accuracy_std', 'best_accuracy_mean',
                      'best_accuracy_std', 'final_macro_f1_mean',
                      'final_macro_f1_std', 'rounds_to_target',
-                     'seconds_per_round'])
+                     'seconds_per_round', 'paper_accuracy'])
     for s in ranked:
       writer.writerow([s.method, s.seeds, *s.final_accuracy,
                        *s.best_accuracy, *s.final_macro_f1,
                        '' if s.rounds_to_target is None
-                       else s.rounds_to_target, s.seconds_per_round])
+                       else s.rounds_to_target, s.seconds_per_round,
+                       reported.get(s.method, {}).get('accuracy', '')])
   return dict(markdown=md_path, csv=csv_path)
 
 
 def plot_accuracy(output_dir: str, methods: Sequence[str],
                   seeds: Sequence[int], title: str) -> str:
-  """Test accuracy against round, mean over seeds, one line per method."""
+  """Test accuracy against round, mean over seeds, one line per arm label."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top

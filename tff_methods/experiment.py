@@ -45,8 +45,10 @@ DEFAULT_MODELS = {
 MODELS_WITH_PROJECTION = ('fedcka_cnn',)
 RESNETS = ('resnet18', 'resnet50')
 # How many `layer_k` outputs each model has (FedCKA's M at most).
-MODEL_LAYERS = {'fedcka_cnn': 2, 'fedmax_cnn': 5, 'mlp': 2, 'resnet18': 5,
-                'resnet50': 5, 'vgg9': 6, 'shakespeare_lstm': 2}
+MODEL_LAYERS = {'fedcka_cnn': 2, 'fedmax_cnn': 5, 'lenet': 2, 'mlp': 2,
+                'mlp1': 1, 'resnet18': 5, 'resnet50': 5, 'vgg9': 6,
+                'mobilenet': 14, 'shakespeare_lstm': 2,
+                'shakespeare_lstm100': 2}
 
 
 @dataclasses.dataclass
@@ -268,11 +270,18 @@ def load_data(config: ExperimentConfig) -> datasets.FederatedData:
 
 def run(config: ExperimentConfig,
         progress: bool = True,
-        round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None
-        ) -> dict:
+        round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
+        data: Optional[datasets.FederatedData] = None) -> dict:
   """Runs (or resumes) the experiment; see the module docstring.
 
   Needs a TFF execution context (`tff_methods.runtime`).
+
+  Args:
+    config: The experiment.
+    progress: Show a progress bar.
+    round_hook: Called after every round with (round, metrics).
+    data: The task's data; loaded from `config` when None (tests and
+      benchmarks pass `datasets.generated_like` data of the task's shape).
 
   Returns:
     `training_loop.run_training`'s results.
@@ -280,7 +289,7 @@ def run(config: ExperimentConfig,
   validate(config)
   training_loop.check_experiment_config(config.output_dir,
                                         dataclasses.asdict(config))
-  data = load_data(config)
+  data = data or load_data(config)
   client_ids = data.client_data.client_ids
   if data.train_labels is not None:
     report.write_partition_report(

@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import models as task_models
 from tff_methods import local_training
 from tff_methods import model_lib
 
@@ -61,10 +62,17 @@ _PLANS = {
               ('conv', 512, 3, True), ('fc', 512), ('fc', 512)],
     'fedcka_cnn': [('conv', 16, 5, True), ('conv', 32, 5, True),
                    ('fc', 120), ('fc', 84), ('fc', 84), ('fc', 256)],
+    # ('sep', filters, stride): a depthwise-separable conv block.
+    'mobilenet': [('conv', 32, 3, False)] + [
+        ('sep', filters, stride)
+        for filters, stride in task_models.MOBILENET_BLOCKS],
 }
+# Models whose classifier reads globally average-pooled features.
+_GLOBAL_POOL_MODELS = ('mobilenet',)
 FED2_MODELS = tuple(_PLANS)
 # The paper decouples the last 6 layers (classifier included).
-DEFAULT_DECOUPLE_DEPTH = {'vgg9': 6, 'vgg16': 6, 'fedcka_cnn': 4}
+DEFAULT_DECOUPLE_DEPTH = {'vgg9': 6, 'vgg16': 6, 'fedcka_cnn': 4,
+                          'mobilenet': 6}
 _GROUP_PATTERN = re.compile(r'fed2_group(\d+)_')
 
 
@@ -80,6 +88,9 @@ def class_groups(num_classes: int, num_groups: int, seed: int = 0
 
 
 def _layer(spec, width, name, padding):
+  if spec[0] == 'sep':
+    return tf.keras.layers.SeparableConv2D(width, 3, spec[2], padding='same',
+                                           activation='relu', name=name)
   if spec[0] == 'conv':
     return tf.keras.layers.Conv2D(width, spec[2], padding=padding,
                                   activation='relu', name=name)
@@ -156,7 +167,11 @@ def grouped_model(name: str, num_classes: int, input_shape: Sequence[int],
     branches = [_ChannelSlice(g * width, (g + 1) * width)(merged)
                 for g in range(num_groups)] if num_groups > 1 else [merged]
 
-  flat = lambda t: flatten_if_needed(t, ('fc',))
+  if name in _GLOBAL_POOL_MODELS:
+    flat = lambda t: (tf.keras.layers.GlobalAveragePooling2D()(t)
+                      if len(t.shape) > 2 else t)
+  else:
+    flat = lambda t: flatten_if_needed(t, ('fc',))
   if merged is not None:
     features = flat(merged)
     branches = [flat(t) for t in branches]

@@ -1,0 +1,62 @@
+r"""Lists the papers' experiments that `--preset` runs, with their numbers.
+
+  python -m binaries.presets                      # every preset, a table each
+  python -m binaries.presets --paper=fedcos       # one paper's
+  python -m binaries.presets --preset=fedcka_table1_cifar10   # and its flags
+
+Each preset is one column of a paper's table: its rows are the methods (the
+paper's own marked *) with the number the paper reports. Run one row with
+`python -m binaries.train --preset=NAME [--method=ROW]`, the whole column
+with `python -m binaries.compare --preset=NAME`. The presets live in
+`tff_methods.presets`.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_methods import runtime
+
+# Before TensorFlow is first imported (by the modules below).
+runtime.quiet(runtime.verbosity_from_argv(sys.argv))
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from tff_methods import presets
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+flags.DEFINE_string('preset', None, 'Show this preset with all its flags.')
+flags.DEFINE_string('paper', None, 'Only presets whose name starts with this '
+                    '(fedcka, fedmax, fedcos, fed2).')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  # No computation runs here: drop TFF's import-time context quietly.
+  runtime.discard_default_context()
+  if FLAGS.preset:
+    try:
+      chosen = [presets.get(FLAGS.preset)]
+    except ValueError as e:
+      print(e, file=sys.stderr)
+      return 2
+  else:
+    chosen = [p for name, p in presets.PRESETS.items()
+              if not FLAGS.paper or name.startswith(FLAGS.paper)]
+    if not chosen:
+      print(f'--paper={FLAGS.paper!r} matches no preset; presets start with '
+            'fedcka, fedmax, fedcos or fed2.', file=sys.stderr)
+      return 2
+  for preset in chosen:
+    print(presets.describe(preset, settings=bool(FLAGS.preset)))
+    print()
+  if not FLAGS.preset:
+    print(f'{len(chosen)} presets; * marks the paper\'s own method. '
+          '--preset=NAME shows one with its flags and notes.')
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)
