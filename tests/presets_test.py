@@ -134,7 +134,7 @@ def test_train_binary_takes_a_preset_and_lets_flags_win(tmp_path):
       cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO),
       capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
-  run = tmp_path / 'runs/fedcos_table2_totally/fedprox0.1+fedcos0.02/seed0'
+  run = tmp_path / 'runs/fedcos_table2_totally/fedprox0.1_plus_fedcos0.02/seed0'
   with open(run / 'experiment.json') as f:
     settings = json.load(f)
   settings = settings.get('config', settings)
