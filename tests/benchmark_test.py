@@ -1,0 +1,94 @@
+"""Tests for tff_methods.benchmark (the harness; its figures are not
+asserted: speed targets are reported by binaries/benchmark.py)."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from tasks import datasets
+from tff_methods import benchmark
+from tff_methods import methods
+from tff_methods import model_lib
+
+
+@pytest.fixture(scope='module')
+def tiny_cifar(tmp_path_factory):
+  return datasets.generated_like(
+      'cifar10', num_clients=3, examples_per_client=6,
+      cache_dir=str(tmp_path_factory.mktemp('cache')), num_test=4)
+
+
+def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
+  # One batch per client and one epoch: the order of examples inside the
+  # batch does not change the mean gradient, so the plain loop and TFF's
+  # FedAvg must give the same global weights.
+  hparams = methods.Hyperparameters(client_learning_rate=0.1,
+                                    client_momentum=0.9)
+  model_fn = methods.model_fn_for('fedavg', 'fedcka_cnn', 10, (32, 32, 3),
+                                  hparams)
+  initial = model_lib.initial_weights(model_fn, 0)
+  process = methods.build_method_for_client_ids(
+      'fedavg', model_fn, tiny_cifar.client_data.preprocess(
+          datasets.preprocess_fn(64, 1)), hparams)
+  state = process.set_model_weights(process.initialize(), initial)
+  state = process.next(state, tiny_cifar.client_data.client_ids).state
+  tff_weights = process.get_model_weights(state).trainable
+
+  loop = benchmark.PlainTFFedAvg(
+      'fedcka_cnn', benchmark.client_arrays(tiny_cifar), 10, local_epochs=1,
+      batch_size=64, learning_rate=0.1, momentum=0.9,
+      initial_weights=initial.trainable)
+  loop.run_round()
+  assert len(loop.global_weights) == len(tff_weights)
+  moved = 0.0
+  for plain, tff, start in zip(loop.global_weights, tff_weights,
+                               initial.trainable):
+    np.testing.assert_allclose(plain, tff, rtol=1e-4, atol=1e-5)
+    moved += float(np.abs(plain - start).sum())
+  assert moved > 0
+
+
+def test_time_methods_interleaves_and_divides_by_fedavg(tiny_cifar):
+  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  order = []
+  timings = benchmark.time_methods(
+      'fedcka_cnn', ['fedavg', 'fedprox'], tiny_cifar,
+      hparams, local_epochs=1, batch_size=8, repeats=2,
+      on_round=lambda m, s: order.append(m))
+  assert order == ['fedavg', 'fedprox', 'fedavg', 'fedprox']
+  assert timings['fedavg']['ratio'] == 1.0
+  for timing in timings.values():
+    assert len(timing['seconds']) == 2 and timing['median'] > 0
+  assert timings['fedprox']['ratio'] == pytest.approx(
+      timings['fedprox']['median'] / timings['fedavg']['median'])
+
+
+def test_report_marks_each_figure_against_its_target():
+  timing = lambda median, ratio: dict(median=median, ratio=ratio)
+  results = dict(
+      settings=dict(num_clients=10, repeats=3, batch_size=64),
+      models={'fedcka_cnn': dict(
+          examples_per_client=500, local_epochs=1, peak_mb=1500.0,
+          methods={'fedavg': timing(2.0, 1.0),
+                   'fedcka': timing(2.2, 1.1),     # target 1.2: met
+                   'fedmax': timing(2.2, 1.1)})},  # target 1.05: missed
+      floor=dict(model='fedcka_cnn', examples_per_client=500,
+                 local_epochs=5, tff_seconds=3.0, plain_tf_seconds=2.0),
+      memory=dict(model='mlp', rss_mb=[100.0] * 20 + [105.0, 120.0],
+                  after_round=20, growth=0.2))
+  text = benchmark.report_markdown(results)
+  assert '| fedcka | 2.20 | 1.10 | <= 1.2 | yes | 1.9 |' in text
+  assert '| fedmax | 2.20 | 1.10 | <= 1.05 | **no** |  |' in text
+  assert 'Clients per second (FedAvg): 5.00' in text
+  assert 'TFF / plain TF: 1.50 (target <= 1.2: **no**)' in text
+  assert 'growth 20.0% (target < 10%: **no**)' in text
+
+
+def test_fed2_is_timed_only_on_groupable_models():
+  assert 'fed2' in benchmark.applicable_methods('fedcka_cnn')
+  assert 'fed2' not in benchmark.applicable_methods('resnet18')
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

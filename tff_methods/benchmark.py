@@ -1,0 +1,351 @@
+"""Speed and memory of the methods: the logic behind `binaries/benchmark`.
+
+All figures come from one process on CIFAR-shaped data generated with a
+fixed seed (`tasks.datasets.generated_like`), every client taking part:
+
+- `time_methods`: seconds per round of each method at the same settings,
+  measured interleaved (one round of each method in turn, `repeats` times,
+  after one untimed warm-up round each) so that every method sees the same
+  machine state; the median, and its ratio to FedAvg's median.
+- `plain_tf_round_seconds`: the same local training (momentum SGD on
+  cross-entropy, batches of the same size) as a plain TensorFlow loop with
+  no TFF: a `tf.function` step on in-memory batches, weights averaged in
+  numpy. The floor for this machine that TFF's runtime adds to.
+- `memory_growth`: resident memory (this process and the TFF worker) after
+  every round of a long FedAvg run of a small model.
+- `report_markdown`: the figures beside their targets and the FedCKA
+  paper's Table 4 ratios.
+"""
+
+import dataclasses
+import os
+import statistics
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tasks import datasets
+from tasks import models as task_models
+from tff_methods import methods as methods_lib
+from tff_methods import model_lib
+from tff_methods import runtime
+
+# Targets of issue 8: ratio of seconds per round to FedAvg's.
+TARGET_RATIO = {
+    'fedcka_cnn': {'fedcka': 1.2, 'moon': 1.2, 'fedprox': 1.1,
+                   'scaffold': 1.1, 'fedcos': 1.1, 'fedmax': 1.05,
+                   'fed2': 1.1},
+    'resnet18': dict.fromkeys(('fedprox', 'scaffold', 'moon', 'fedcka',
+                               'fedmax', 'fedcos', 'fed2'), 1.3),
+}
+# FedCKA paper, Table 4: local training time relative to FedAvg (the 7-layer
+# CNN, and ResNet-50).
+PAPER_RATIO = {
+    'fedcka_cnn': {'fedcka': 1.90, 'moon': 1.78, 'fedprox': 1.04,
+                   'scaffold': 1.04},
+    'resnet50': {'fedcka': 1.18, 'moon': 2.64, 'fedprox': 1.35,
+                 'scaffold': 1.51},
+}
+# TFF's FedAvg against the plain TF loop at 5 local epochs; memory growth.
+TARGET_TFF_OVER_FLOOR = 1.2
+TARGET_MEMORY_GROWTH = 0.10
+# Measured on this machine class before the project (issue 8): the same
+# local training in PyTorch, one FedAvg round of 10 x 500 examples, 1 epoch.
+PYTORCH_SECONDS_1_EPOCH = 1.0
+
+BENCHMARK_METHODS = ('fedavg', 'fedprox', 'scaffold', 'moon', 'fedcka',
+                     'fedmax', 'fedcos', 'fed2')
+
+
+def applicable_methods(model_name: str,
+                       names: Sequence[str] = BENCHMARK_METHODS) -> list[str]:
+  """The methods that run on `model_name` (Fed2 needs a groupable model)."""
+  from tff_methods import fed2  # pylint: disable=g-import-not-at-top
+  return [m for m in names if m != 'fed2' or model_name in fed2.FED2_MODELS]
+
+
+def model_kwargs(model_name: str) -> dict:
+  """ResNets get MOON's projection head, for every method alike."""
+  return {'projection_dim': 128} if model_name.startswith('resnet') else {}
+
+
+def _median(values):
+  return float(statistics.median(values))
+
+
+def time_methods(model_name: str,
+                 method_names: Sequence[str],
+                 data: datasets.FederatedData,
+                 hparams: methods_lib.Hyperparameters,
+                 local_epochs: int,
+                 batch_size: int,
+                 repeats: int = 3,
+                 seed: int = 0,
+                 on_round: Optional[Callable[[str, float], None]] = None
+                 ) -> dict[str, dict[str, Any]]:
+  """Seconds per round of each method, interleaved; ratios to FedAvg.
+
+  Args:
+    model_name: A `tasks.models` model (Fed2 uses its grouped form).
+    method_names: Methods to time; must include 'fedavg'.
+    data: The clients' data; every client takes part in every round.
+    hparams: Shared optimizer settings and strengths.
+    local_epochs: Local epochs per round.
+    batch_size: Local batch size.
+    repeats: Timed rounds of each method.
+    seed: Initial weights.
+    on_round: Called with (method, seconds) after every round.
+
+  Returns:
+    By method: `seconds` (each timed round), `median`, `ratio` (to FedAvg's
+    median), `build_seconds` and `first_round_seconds`.
+  """
+  if 'fedavg' not in method_names:
+    raise ValueError('time_methods needs fedavg, the reference.')
+  client_data = data.client_data.preprocess(datasets.preprocess_fn(
+      batch_size, local_epochs, seed=seed))
+  client_ids = list(data.client_data.client_ids)
+  runs = {}
+  for name in method_names:
+    start = time.perf_counter()
+    model_fn = methods_lib.model_fn_for(name, model_name, data.num_classes,
+                                        data.input_shape, hparams,
+                                        **model_kwargs(model_name))
+    process = methods_lib.build_method_for_client_ids(name, model_fn,
+                                                      client_data, hparams)
+    state = process.initialize()
+    state = process.set_model_weights(
+        state, model_lib.initial_weights(model_fn, seed))
+    build = time.perf_counter() - start
+    start = time.perf_counter()
+    state = process.next(state, client_ids).state  # Warm-up: not timed.
+    first = time.perf_counter() - start
+    runs[name] = dict(process=process, state=state, seconds=[],
+                      build_seconds=build, first_round_seconds=first)
+  for _ in range(repeats):
+    for name in method_names:
+      run = runs[name]
+      start = time.perf_counter()
+      run['state'] = run['process'].next(run['state'], client_ids).state
+      seconds = time.perf_counter() - start
+      run['seconds'].append(seconds)
+      if on_round:
+        on_round(name, seconds)
+  reference = _median(runs['fedavg']['seconds'])
+  return {name: dict(seconds=run['seconds'], median=_median(run['seconds']),
+                     ratio=_median(run['seconds']) / reference,
+                     build_seconds=run['build_seconds'],
+                     first_round_seconds=run['first_round_seconds'])
+          for name, run in runs.items()}
+
+
+def client_arrays(data: datasets.FederatedData
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Each client's (x, y) as numpy arrays, in client id order."""
+  arrays = []
+  for client_id in data.client_data.client_ids:
+    batch = next(iter(data.client_data.create_tf_dataset_for_client(
+        client_id).batch(1_000_000)))
+    arrays.append((batch['x'].numpy(), batch['y'].numpy()))
+  return arrays
+
+
+class PlainTFFedAvg:
+  """FedAvg as a plain TF loop (no TFF): the floor TFF's runtime adds to.
+
+  Every client starts from the global weights, takes momentum-SGD steps on
+  shuffled in-memory batches for `local_epochs` (the step of
+  `optimizers.build_client_sgd`: m = momentum * m + g; w -= lr * m), and the
+  new global weights are the example-weighted mean of the clients' weights
+  (numpy). The step is one `tf.function`.
+  """
+
+  def __init__(self, model_name: str, clients, num_classes: int,
+               local_epochs: int, batch_size: int, learning_rate: float,
+               momentum: float, seed: int = 0,
+               initial_weights: Optional[Sequence[np.ndarray]] = None):
+    self._clients = clients
+    self._local_epochs = local_epochs
+    self._batch_size = batch_size
+    self._rng = np.random.default_rng(seed)
+    model = task_models.logits_only(task_models.get_model(
+        model_name, num_classes, clients[0][0].shape[1:],
+        **model_kwargs(model_name)))
+    variables = model.trainable_variables
+    self._variables = variables
+    self._velocity = [tf.Variable(tf.zeros_like(v)) for v in variables]
+    velocity = self._velocity
+
+    @tf.function
+    def step(x, y):
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+            y, model(x, training=True), from_logits=True))
+      for v, m, g in zip(variables, velocity, tape.gradient(loss, variables)):
+        m.assign(momentum * m + g)
+        v.assign_sub(learning_rate * m)
+
+    self._step = step
+    self.global_weights = ([np.asarray(w) for w in initial_weights]
+                           if initial_weights is not None
+                           else [v.numpy() for v in variables])
+
+  def run_round(self) -> None:
+    total = 0
+    weighted = [np.zeros_like(w) for w in self.global_weights]
+    for x, y in self._clients:
+      for v, w in zip(self._variables, self.global_weights):
+        v.assign(w)
+      for m in self._velocity:
+        m.assign(tf.zeros_like(m))
+      for _ in range(self._local_epochs):
+        order = self._rng.permutation(len(y))
+        for i in range(0, len(y), self._batch_size):
+          batch = order[i:i + self._batch_size]
+          self._step(x[batch], y[batch])
+      for acc, v in zip(weighted, self._variables):
+        acc += len(y) * v.numpy()
+      total += len(y)
+    self.global_weights = [w / total for w in weighted]
+
+
+def plain_tf_round_seconds(model_name: str, clients, num_classes: int,
+                           local_epochs: int, batch_size: int,
+                           learning_rate: float, momentum: float,
+                           repeats: int = 3, seed: int = 0) -> list[float]:
+  """Seconds per `PlainTFFedAvg` round, per repeat, after a warm-up round."""
+  loop = PlainTFFedAvg(model_name, clients, num_classes, local_epochs,
+                       batch_size, learning_rate, momentum, seed)
+  loop.run_round()
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    loop.run_round()
+    seconds.append(time.perf_counter() - start)
+  return seconds
+
+
+def _status_kb(pid: int, field: str) -> int:
+  try:
+    with open(f'/proc/{pid}/status') as f:
+      for line in f:
+        if line.startswith(field + ':'):
+          return int(line.split()[1])
+  except OSError:
+    pass
+  return 0
+
+
+def resident_mb() -> dict[str, float]:
+  """Resident and peak resident memory (MB) of this process and workers."""
+  pids = {'python': os.getpid()}
+  pids.update({f'worker_{i}': p for i, p in enumerate(runtime.worker_pids())})
+  figures = {}
+  for name, pid in pids.items():
+    figures[f'{name}_rss_mb'] = _status_kb(pid, 'VmRSS') / 1024
+    figures[f'{name}_peak_mb'] = _status_kb(pid, 'VmHWM') / 1024
+  figures['total_rss_mb'] = sum(v for k, v in figures.items()
+                                if k.endswith('_rss_mb'))
+  figures['total_peak_mb'] = sum(v for k, v in figures.items()
+                                 if k.endswith('_peak_mb'))
+  return figures
+
+
+def reset_peak_memory() -> None:
+  """Restarts the peak-resident counters (Linux `clear_refs` 5), if allowed."""
+  for pid in [os.getpid()] + runtime.worker_pids():
+    try:
+      with open(f'/proc/{pid}/clear_refs', 'w') as f:
+        f.write('5')
+    except OSError:
+      pass
+
+
+def memory_growth(data: datasets.FederatedData, model_name: str,
+                  rounds: int, hparams: methods_lib.Hyperparameters,
+                  batch_size: int = 32, after_round: int = 20,
+                  model_options: Optional[dict] = None) -> dict[str, Any]:
+  """Resident memory over `rounds` FedAvg rounds of a small model.
+
+  Returns:
+    `rss_mb` per round (this process + workers), and `growth`: the relative
+    increase from round `after_round` to the last.
+  """
+  model_fn = methods_lib.model_fn_for('fedavg', model_name, data.num_classes,
+                                      data.input_shape, hparams,
+                                      **(model_options or {}))
+  client_data = data.client_data.preprocess(datasets.preprocess_fn(
+      batch_size, 1))
+  process = methods_lib.build_method_for_client_ids('fedavg', model_fn,
+                                                    client_data, hparams)
+  state = process.set_model_weights(process.initialize(),
+                                    model_lib.initial_weights(model_fn, 0))
+  client_ids = list(data.client_data.client_ids)
+  rss = []
+  for _ in range(rounds):
+    state = process.next(state, client_ids).state
+    rss.append(resident_mb()['total_rss_mb'])
+  base = rss[min(after_round, rounds) - 1]
+  return dict(rss_mb=rss, after_round=after_round,
+              growth=(rss[-1] - base) / base)
+
+
+def _mark(value: float, target: float) -> str:
+  return 'yes' if value <= target else '**no**'
+
+
+def report_markdown(results: dict) -> str:
+  """The benchmark's figures beside their targets, as Markdown."""
+  lines = ['# Benchmark', '',
+           f"{results['settings']['num_clients']} clients, all taking part, "
+           'CIFAR-shaped generated data; seconds per round are medians of '
+           f"{results['settings']['repeats']} interleaved rounds after a "
+           'warm-up round.', '']
+  for model_name, model in results['models'].items():
+    lines += [f"## {model_name}: {model['examples_per_client']} examples per "
+              f"client, batch {results['settings']['batch_size']}, "
+              f"{model['local_epochs']} local epoch(s)", '',
+              '| method | s/round | ratio to FedAvg | target | met | FedCKA '
+              'paper (Table 4) |', '|---|---|---|---|---|---|']
+    targets = TARGET_RATIO.get(model_name, {})
+    paper = PAPER_RATIO.get(model_name, {})
+    for name, timing in model['methods'].items():
+      target = targets.get(name)
+      lines.append(
+          f"| {name} | {timing['median']:.2f} | {timing['ratio']:.2f} | "
+          f"{'' if target is None else f'<= {target}'} | "
+          f"{'' if target is None else _mark(timing['ratio'], target)} | "
+          f"{paper.get(name, '')} |")
+    fedavg = model['methods']['fedavg']['median']
+    lines += ['', f"Clients per second (FedAvg): "
+              f"{results['settings']['num_clients'] / fedavg:.2f}. Peak "
+              f"resident memory: {model['peak_mb']:.0f} MB (Python + TFF "
+              'worker).', '']
+  floor = results.get('floor')
+  if floor:
+    ratio = floor['tff_seconds'] / floor['plain_tf_seconds']
+    lines += [f"## FedAvg through TFF against a plain TF loop "
+              f"({floor['model']}, {floor['examples_per_client']} examples "
+              f"per client, {floor['local_epochs']} local epochs)", '',
+              '| | s/round |', '|---|---|',
+              f"| FedAvg through TFF | {floor['tff_seconds']:.2f} |",
+              f"| plain TF loop (the floor) | {floor['plain_tf_seconds']:.2f} |",
+              f"| PyTorch loop (issue 8's measurement, 1 epoch, scaled x"
+              f"{floor['local_epochs']}) | "
+              f"{PYTORCH_SECONDS_1_EPOCH * floor['local_epochs']:.2f} |", '',
+              f"TFF / plain TF: {ratio:.2f} (target <= "
+              f"{TARGET_TFF_OVER_FLOOR}: {_mark(ratio, TARGET_TFF_OVER_FLOOR)})"
+              '.', '']
+  memory = results.get('memory')
+  if memory:
+    lines += [f"## Memory over {len(memory['rss_mb'])} rounds "
+              f"({memory['model']})", '',
+              f"Resident memory after round {memory['after_round']}: "
+              f"{memory['rss_mb'][memory['after_round'] - 1]:.0f} MB; after "
+              f"the last: {memory['rss_mb'][-1]:.0f} MB; growth "
+              f"{100 * memory['growth']:.1f}% (target < "
+              f"{100 * TARGET_MEMORY_GROWTH:.0f}%: "
+              f"{_mark(memory['growth'], TARGET_MEMORY_GROWTH)}).", '']
+  return '\n'.join(lines)
