@@ -150,14 +150,14 @@ def test_sampling_is_seeded_per_round():
 
 def test_bad_settings_are_all_named_before_any_work(tmp_path):
   config = _config(tmp_path, 'bad', method='fedmagic', alpha=0.0,
-                   clients_per_round=9, mu=-1.0, model='lenet')
+                   clients_per_round=9, mu=-1.0, model='lenet7')
   with pytest.raises(ValueError) as error:
     experiment.run(config)
   message = str(error.value)
   for expected in ("--method='fedmagic': Unknown method",
                    '--alpha=0.0 must be > 0',
                    '--clients_per_round=9 must be in [1, --num_clients=4]',
-                   '--mu=-1.0 must be >= 0', "--model='lenet' is unknown"):
+                   '--mu=-1.0 must be >= 0', "--model='lenet7' is unknown"):
     assert expected in message
   assert not os.path.exists(config.output_dir)
 
