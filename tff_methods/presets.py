@@ -132,6 +132,21 @@ _FEDCKA_NOTES = (
     'SCAFFOLD trains with plain SGD here (its control-variate update '
     'assumes it); the paper does not say.',)
 
+
+
+def _fedcka_rows(table, best_mu, column: int) -> tuple[Row, ...]:
+  """One column of a FedCKA table whose methods carry their best mu there.
+
+  `table` rows are (key, label, method, accuracy per column); `best_mu`
+  maps a method to its best mu per column.
+  """
+  return tuple(
+      Row(key, label, method,
+          {'mu': best_mu[method][column]} if method in best_mu else {},
+          {'accuracy': values[column]})
+      for key, label, method, *values in table)
+
+
 # Table 1 (alpha = 5.0): the best mu of each method per data set (text).
 _FEDCKA_T1_COLUMNS = ('cifar10', 'cifar100', 'tinyimagenet')
 _FEDCKA_T1_SETTINGS = (
@@ -155,11 +170,7 @@ for _i, _column in enumerate(_FEDCKA_T1_COLUMNS):
       name=f'fedcka_table1_{_column}', paper=_FEDCKA,
       table=f'Table 1, {_column} (alpha = 5.0)',
       settings=dict(_FEDCKA_SETTINGS, alpha=5.0, **_FEDCKA_T1_SETTINGS[_i]),
-      rows=tuple(Row(key, label, method,
-                     ({'mu': _FEDCKA_T1_MU[method][_i]}
-                      if method in _FEDCKA_T1_MU else {}),
-                     {'accuracy': values[_i]})
-                 for key, label, method, *values in _FEDCKA_T1),
+      rows=_fedcka_rows(_FEDCKA_T1, _FEDCKA_T1_MU, _i),
       main='fedcka',
       notes=_FEDCKA_NOTES + ((
           'Tiny ImageNet: pass --data_dir=DIR holding train/ and val/ (or '
@@ -187,11 +198,7 @@ for _i, _alpha in enumerate(_FEDCKA_T2_ALPHAS):
       table=f'Table 2, CIFAR-10, alpha = {_alpha}',
       settings=dict(_FEDCKA_SETTINGS, task='cifar10', model='fedcka_cnn',
                     rounds=100, alpha=_alpha),
-      rows=tuple(Row(key, label, method,
-                     ({'mu': _FEDCKA_T2_MU[method][_i]}
-                      if method in _FEDCKA_T2_MU else {}),
-                     {'accuracy': values[_i]})
-                 for key, label, method, *values in _FEDCKA_T2),
+      rows=_fedcka_rows(_FEDCKA_T2, _FEDCKA_T2_MU, _i),
       main='fedcka',
       notes=_FEDCKA_NOTES + (
           'The paper\'s text gives other best mu values for alpha = 5.0 in '
