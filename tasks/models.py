@@ -140,7 +140,8 @@ def lenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
 
 
 def mlp(num_classes: int, input_shape=(8, 8, 1),
-        hidden: Sequence[int] = (200, 200)) -> tf.keras.Model:
+        hidden: Sequence[int] = (200, 200), name: str = 'mlp'
+        ) -> tf.keras.Model:
   """A multilayer perceptron; each hidden layer is a `layer_k` output."""
   x = inputs = tf.keras.Input(input_shape)
   x = tf.keras.layers.Flatten()(x)
@@ -149,14 +150,13 @@ def mlp(num_classes: int, input_shape=(8, 8, 1),
     x = tf.keras.layers.Dense(width, activation='relu')(x)
     blocks.append(x)
   logits = tf.keras.layers.Dense(num_classes)(x)
-  return tf.keras.Model(inputs, _outputs(blocks, x, logits), name='mlp')
+  return tf.keras.Model(inputs, _outputs(blocks, x, logits), name=name)
 
 
 def mlp1(num_classes: int, input_shape=(28, 28, 1)) -> tf.keras.Model:
   """One hidden layer of 200: FedCos's FMNIST MLP (its dropout left out)."""
-  model = mlp(num_classes, input_shape, hidden=(200,))
   # A single hidden layer: its output is both `layer_1` and the features.
-  return tf.keras.Model(model.input, model.output, name='mlp1')
+  return mlp(num_classes, input_shape, hidden=(200,), name='mlp1')
 
 
 def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
@@ -277,7 +277,8 @@ def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
 
 def shakespeare_lstm(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
                      input_shape=(80,), embedding_dim: int = 8,
-                     units: int = 256) -> tf.keras.Model:
+                     units: int = 256, name: str = 'shakespeare_lstm'
+                     ) -> tf.keras.Model:
   """The character LSTM of the FedAvg/FedProx Shakespeare task.
 
   Input: (B, T) character ids; `logits`: (B, T, vocab), next character at
@@ -289,14 +290,14 @@ def shakespeare_lstm(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
   layer_2 = tf.keras.layers.LSTM(units, return_sequences=True)(layer_1)
   logits = tf.keras.layers.Dense(num_classes)(layer_2)
   return tf.keras.Model(inputs, _outputs([layer_1, layer_2], layer_2, logits),
-                        name='shakespeare_lstm')
+                        name=name)
 
 
 def shakespeare_lstm100(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
                         input_shape=(80,)) -> tf.keras.Model:
   """FedCos's Shakespeare model: 8-d embedding, two LSTMs of 100 units."""
-  model = shakespeare_lstm(num_classes, input_shape, units=100)
-  return tf.keras.Model(model.input, model.output, name='shakespeare_lstm100')
+  return shakespeare_lstm(num_classes, input_shape, units=100,
+                          name='shakespeare_lstm100')
 
 
 _REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
