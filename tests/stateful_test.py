@@ -92,12 +92,36 @@ def test_cka_gradient_moves_activations_towards_the_global_ones():
 def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
   model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
                                (32, 32, 3))
-  full, view = local_training._reference_view(model_fn,  # pylint: disable=protected-access
-                                              ('layer_1', 'layer_2'))
-  # Two conv layers (kernel + bias each) of the full model's 14 tensors.
-  assert len(view.trainable_variables) == 4
-  assert len(full.trainable_variables) == 14
-  assert not any('dense' in v.name for v in view.trainable_variables)
+  view = local_training._reference_view(model_fn,  # pylint: disable=protected-access
+                                        ('layer_1', 'layer_2'))
+  # Only the two conv layers (kernel + bias each) of the model's 14 tensors
+  # exist: no copy of the rest of the model is built.
+  assert len(view.model.variables) == 4
+  assert not any('dense' in v.name for v in view.model.variables)
+  # Given the full model's weights, it computes the full model's outputs.
+  full = model_fn()
+  view.assign(model_lib.get_weights(full))
+  x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype(np.float32)
+  expected, got = full(x, training=False), view.model(x, training=False)
+  assert sorted(got) == ['layer_1', 'layer_2']
+  for name in got:
+    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_reference_view_up_to_moons_projection_computes_the_models_z():
+  model_fn = functools.partial(models.get_model, 'resnet18', 10, (8, 8, 3),
+                               projection_dim=4)
+  view = local_training._reference_view(model_fn, ('z',))  # pylint: disable=protected-access
+  full = model_fn()
+  # The copy starts from its own initialization: equal outputs show every
+  # weight was taken from the right place of the full model's list.
+  view.assign(model_lib.get_weights(full))
+  assert len(view.model.trainable_variables) < len(full.trainable_variables)
+  x = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype(np.float32)
+  np.testing.assert_allclose(view.model(x, training=False)['z'],
+                             full(x, training=False)['z'], rtol=1e-4,
+                             atol=1e-5)
 
 
 def test_bad_strengths_and_options_are_named():

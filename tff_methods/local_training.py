@@ -54,27 +54,58 @@ def squared_error(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
   return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
 
 
-def _reference_view(keras_model_fn: model_lib.KerasModelFn,
-                    output_names: Sequence[str]):
-  """A fresh copy of the model, and a view of it up to `output_names`.
+class ReferenceView:
+  """A copy of the first layers of a model, up to some of its outputs.
 
-  Running the view computes only the layers those outputs depend on (for
-  FedCKA's first layers, a small part of the forward pass).
+  FedCKA and MOON read the global and previous models' outputs at a few
+  layers; running `model` computes only the layers those outputs depend on
+  (for FedCKA's first layers, a small part of the forward pass). Only those
+  layers' variables exist in the graph: a full copy of a ResNet-50 would be
+  created, initialized and assigned in every client's call.
 
-  Returns:
-    (full copy, view), or None when no outputs are needed.
+  Attributes:
+    model: The truncated Keras model, created in the current graph.
   """
+
+  def __init__(self, keras_model_fn: model_lib.KerasModelFn,
+               output_names: Sequence[str]):
+    # Trace the full model in a scratch graph only to find which of its
+    # weights the truncated model keeps, and in which order.
+    with tf.Graph().as_default():
+      full = keras_model_fn()
+      missing = sorted(set(output_names) - set(full.output))
+      if missing:
+        raise ValueError(
+            f'A regularizer reads outputs {missing} that model {full.name!r} '
+            f'does not have (it has {sorted(full.output)}).')
+      view = tf.keras.Model(full.input,
+                            {name: full.output[name] for name in output_names})
+      self._trainable_indices = _indices(view.trainable_variables,
+                                         full.trainable_variables)
+      self._non_trainable_indices = _indices(view.non_trainable_variables,
+                                             full.non_trainable_variables)
+      config = view.get_config()
+    self.model = tf.keras.Model.from_config(config)
+
+  def assign(self, weights) -> None:
+    """Sets the copy's variables from the FULL model's `ModelWeights`."""
+    trainable, non_trainable = weights
+    model_lib.assign_weights(self.model, (
+        [trainable[i] for i in self._trainable_indices],
+        [non_trainable[i] for i in self._non_trainable_indices]))
+
+
+def _indices(subset, variables):
+  position = {v.ref(): i for i, v in enumerate(variables)}
+  return [position[v.ref()] for v in subset]
+
+
+def _reference_view(keras_model_fn: model_lib.KerasModelFn,
+                    output_names: Sequence[str]) -> Optional[ReferenceView]:
+  """A `ReferenceView` up to `output_names`, or None when none are needed."""
   if not output_names:
     return None
-  full = keras_model_fn()
-  missing = sorted(set(output_names) - set(full.output))
-  if missing:
-    raise ValueError(
-        f'A regularizer reads outputs {missing} that model {full.name!r} does '
-        f'not have (it has {sorted(full.output)}).')
-  view = tf.keras.Model(full.input,
-                        {name: full.output[name] for name in output_names})
-  return full, view
+  return ReferenceView(keras_model_fn, output_names)
 
 
 def _union(names_lists):
@@ -113,9 +144,9 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     model_lib.assign_weights(model, initial_weights)
     global_weights = list(initial_weights.trainable)
     if global_reference is not None:
-      model_lib.assign_weights(global_reference[0], initial_weights)
+      global_reference.assign(initial_weights)
     if previous_reference is not None:
-      model_lib.assign_weights(previous_reference[0], previous_weights)
+      previous_reference.assign(previous_weights)
 
     def reduce_fn(state, batch):
       sums, optimizer_state = state
@@ -123,11 +154,12 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
       # Reference models: inference mode, outside the tape.
       if global_reference is not None:
         global_outputs = tf.nest.map_structure(
-            tf.stop_gradient, global_reference[1](batch['x'], training=False))
+            tf.stop_gradient,
+            global_reference.model(batch['x'], training=False))
       if previous_reference is not None:
         previous_outputs = tf.nest.map_structure(
             tf.stop_gradient,
-            previous_reference[1](batch['x'], training=False))
+            previous_reference.model(batch['x'], training=False))
       with tf.GradientTape() as tape:
         outputs = model(batch['x'], training=True)
         loss = loss_fn(batch['y'], outputs)
