@@ -8,8 +8,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import models
 from tff_methods import experiment
 from tff_methods import fed2
+from tff_methods import local_training
+from tff_methods import model_lib
+from tff_methods import optimizers
 
 
 def test_class_groups_are_fixed_by_the_seed_and_cover_every_class():
@@ -102,16 +106,32 @@ def test_feature_paired_mean_is_fedavg_when_clients_hold_classes_equally():
     np.testing.assert_allclose(tensor, fedavg, rtol=1e-6)
 
 
-def test_group_weights_count_the_clients_own_labels():
+def test_group_weights_sum_the_clients_label_counts_per_group():
   groups = [[0, 2], [1]]
   weight_fn = fed2.group_weight_fn(groups, num_classes=3)
+  counts = tf.constant([2.0, 1.0, 3.0])  # labels 0, 0, 1, 2, 2, 2
+  np.testing.assert_array_equal(weight_fn(counts, tf.constant(6.0)).numpy(),
+                                [6, 5, 1])
+  np.testing.assert_array_equal(weight_fn(counts, tf.constant(0.0)).numpy(),
+                                [0, 0, 0])
+
+
+def test_client_work_counts_the_labels_it_trains_on():
+  def record_counts(counts, default_weight):
+    return tf.concat([[default_weight], counts], 0)
+
+  model_fn = lambda: models.get_model('mlp', 3, (2,))
   labels = np.array([0, 0, 1, 2, 2, 2], np.int32)
   dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=np.zeros((6, 1), np.float32), y=labels)).batch(4)
-  weight = weight_fn(dataset, tf.constant(6.0)).numpy()
-  np.testing.assert_array_equal(weight, [6, 5, 1])
-  np.testing.assert_array_equal(weight_fn(dataset, tf.constant(0.0)).numpy(),
-                                [0, 0, 0])
+      x=np.zeros((6, 2), np.float32), y=labels)).repeat(2).batch(4)
+  client_work = local_training.build_local_training_client_work(
+      model_fn, dataset.element_spec, optimizers.build_client_sgd(0.1),
+      client_weight_fn=record_counts)
+  weights = model_lib.initial_weights(model_fn, seed=0)
+  output = client_work.next(client_work.initialize(), [weights], [dataset])
+  # Two epochs: every label counted twice; the example count comes first.
+  np.testing.assert_array_equal(output.result[0].update_weight,
+                                [12, 4, 2, 6])
 
 
 def test_total_variance_by_hand():

@@ -280,20 +280,14 @@ class FeaturePairedMeanFactory(tff.aggregators.WeightedAggregationFactory):
 def group_weight_fn(groups: Sequence[Sequence[int]], num_classes: int):
   """Client weight `[n, n_0, ..., n_{G-1}]` from the client's own labels.
 
-  For `local_training`'s `client_weight_fn`: counts the labels of the
-  client's (already batched) data; only the counts leave the client.
+  For `local_training`'s `client_weight_fn`, from the counts of the labels
+  the client trained on; only these sums leave the client.
   """
   membership = np.zeros((num_classes, len(groups)), np.float32)
   for g, classes in enumerate(groups):
     membership[list(classes), g] = 1.0
 
-  def weight_fn(dataset, default_weight):
-    counts = dataset.reduce(
-        tf.zeros([num_classes], tf.float32),
-        lambda acc, batch: acc + tf.math.bincount(
-            tf.cast(tf.reshape(batch['y'], [-1]), tf.int32),
-            minlength=num_classes, maxlength=num_classes,
-            dtype=tf.float32))
+  def weight_fn(counts, default_weight):
     per_group = tf.linalg.matvec(tf.constant(membership), counts,
                                  transpose_a=True)
     # A diverged client (default weight 0) weighs nothing anywhere.

@@ -34,8 +34,9 @@ _TRAIN_SUMS = ('loss_sum', 'objective_sum', 'correct', 'num_labels',
                'num_examples', 'num_batches', 'num_non_finite_clients')
 
 
-# Client update weight from the client's dataset and the default weight.
-ClientWeightFn = Callable[[tf.data.Dataset, tf.Tensor], tf.Tensor]
+# Client update weight from the labels the client trained on (a count per
+# class) and the default weight.
+ClientWeightFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 # The data term of the local objective: (labels, model outputs) -> scalar.
 LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
 
@@ -117,12 +118,16 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
                            regularizers: Sequence[
                                regularizers_lib.Regularizer],
                            weighting: tff.learning.ClientWeighting,
-                           loss_fn: Optional[LossFn] = None):
+                           loss_fn: Optional[LossFn] = None,
+                           count_labels: int = 0):
   """The `tf.function` that trains one client.
 
   Builds the model, and truncated copies of the global and previous models
   for the outputs the regularizers declare. `loss_fn(labels, outputs)` is
-  the data term (cross-entropy on `logits` by default).
+  the data term (cross-entropy on `logits` by default). With
+  `count_labels=C > 0` the train sums also hold `label_counts`, how many
+  labels of each of the C classes the client trained on (counted in the
+  training pass, so the data is read once).
 
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
@@ -187,11 +192,17 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
           num_examples=sums['num_examples'] + batch_size,
           num_batches=sums['num_batches'] + 1.0,
           num_non_finite_clients=sums['num_non_finite_clients'])
+      if count_labels:
+        sums['label_counts'] = state[0]['label_counts'] + tf.math.bincount(
+            tf.reshape(labels, [-1]), minlength=count_labels,
+            maxlength=count_labels, dtype=tf.float32)
       return sums, optimizer_state
 
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     initial_sums = collections.OrderedDict(
         (k, tf.constant(0.0)) for k in _TRAIN_SUMS)
+    if count_labels:
+      initial_sums['label_counts'] = tf.zeros([count_labels])
     sums, _ = dataset.reduce((initial_sums, optimizer.initialize(specs)),
                              reduce_fn)
     update = [g - w for g, w in zip(global_weights, trainable)]
@@ -205,7 +216,8 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     def drop_client():
       # A diverged client must not reach the mean: zero update, zero weight,
       # and its metrics replaced by one count of non-finite clients.
-      dropped = collections.OrderedDict((k, tf.constant(0.0)) for k in sums)
+      dropped = collections.OrderedDict((k, tf.zeros_like(v))
+                                        for k, v in sums.items())
       dropped['num_non_finite_clients'] = tf.constant(1.0)
       return [tf.zeros_like(u) for u in update], tf.constant(0.0), dropped
 
@@ -331,10 +343,11 @@ def build_local_training_client_work(
     received_type: What each client receives from the distributor (see
       `build_distributor`); the model weights type by default.
     loss_fn: The data term; cross-entropy by default.
-    client_weight_fn: `(dataset, default_weight) -> update_weight`, for
-      aggregators that take another weight than the example count (e.g.
-      Fed2's per-group class counts); `default_weight` is 0 for a diverged
-      client.
+    client_weight_fn: `(label_counts, default_weight) -> update_weight`,
+      for aggregators that take another weight than the example count (e.g.
+      Fed2's per-group class counts): `label_counts[c]` is how many labels
+      of class c the client trained on (counted during training);
+      `default_weight` is 0 for a diverged client.
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` with stateless server state.
@@ -349,6 +362,10 @@ def build_local_training_client_work(
   if received_type is None:
     received_type = model_lib.weights_type(keras_model_fn, element_spec)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
+  num_classes = 0
+  if client_weight_fn is not None:
+    with tf.Graph().as_default():
+      num_classes = int(keras_model_fn().output['logits'].shape[-1])
 
   @tff.federated_computation
   def init_fn():
@@ -359,13 +376,14 @@ def build_local_training_client_work(
     initial_weights, broadcast = split_received(received, has_broadcast)
     client_update = build_client_update_fn(keras_model_fn, optimizer,
                                            regularizers, client_weighting,
-                                           loss_fn)
+                                           loss_fn, count_labels=num_classes)
     result, sums, _ = client_update(initial_weights, dataset,
                                     broadcast=broadcast)
     if client_weight_fn is not None:
+      label_counts = sums.pop('label_counts')
       result = tff.learning.templates.ClientResult(
           update=result.update,
-          update_weight=client_weight_fn(dataset, result.update_weight))
+          update_weight=client_weight_fn(label_counts, result.update_weight))
     return result, sums
 
   @tff.federated_computation(
