@@ -581,8 +581,13 @@ def preprocess_fn(batch_size: int,
   """Turns a client's examples into the batches of one round's local work.
 
   Either `local_epochs` passes over the data, or exactly `local_steps`
-  batches (the data repeated as needed). Shuffling is seeded, so a round's
-  batches are the same in every run.
+  batches (the data repeated as needed). Every pass is shuffled with its own
+  seed, (seed, pass): a client's batches depend on nothing else, so runs
+  repeat exactly on one worker or several (CHOICE: a client gets the same
+  batches in every round it takes part in). `reshuffle_each_iteration`
+  would instead draw from a seed generator that TFF's worker keeps across
+  calls of a computation, so a round's order would depend on which worker
+  session served it.
   """
   if local_steps is not None and local_steps < 1:
     raise ValueError(f'local_steps must be >= 1, got {local_steps}.')
@@ -590,10 +595,16 @@ def preprocess_fn(batch_size: int,
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
 
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    dataset = dataset.shuffle(shuffle_buffer, seed=seed,
-                              reshuffle_each_iteration=True)
+
+    def one_pass(pass_index):
+      return dataset.shuffle(
+          shuffle_buffer, seed=tf.constant(seed, tf.int64) * 1_000_003 +
+          pass_index, reshuffle_each_iteration=False)
+
     if local_steps is not None:
-      return dataset.repeat().batch(batch_size).take(local_steps)
-    return dataset.repeat(local_epochs).batch(batch_size)
+      passes = tf.data.Dataset.range(2**62)  # As many as the steps need.
+      return passes.flat_map(one_pass).batch(batch_size).take(local_steps)
+    passes = tf.data.Dataset.range(local_epochs)
+    return passes.flat_map(one_pass).batch(batch_size)
 
   return preprocess

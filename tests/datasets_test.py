@@ -58,6 +58,21 @@ def test_preprocess_epochs_and_steps():
   assert sum(1 for _ in steps) == 5
 
 
+def test_preprocess_shuffles_each_pass_by_its_own_seed_only():
+  ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=np.zeros((20, 1), np.float32), y=np.arange(20, dtype=np.int32)))
+  preprocessed = datasets.preprocess_fn(20, local_epochs=3, seed=7)(ds)
+  order = lambda d: [b['y'].numpy().tolist() for b in d]
+  first = order(preprocessed)
+  # Each pass is a permutation of the data, in an order of its own.
+  assert all(sorted(p) == list(range(20)) for p in first)
+  assert first[0] != first[1] and first[1] != first[2]
+  # Iterating again (another round, another worker session) repeats it;
+  # another seed gives another order.
+  assert order(preprocessed) == first
+  assert order(datasets.preprocess_fn(20, local_epochs=3, seed=8)(ds)) != first
+
+
 def test_synthetic_clients_differ_and_label_from_their_own_model(tmp_path):
   data = datasets.load_task('synthetic', num_clients=4, seed=1,
                             cache_dir=str(tmp_path), synthetic_alpha=1.0,
