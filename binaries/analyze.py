@@ -23,6 +23,7 @@ runtime.quiet(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
+from binaries import runtime_flags
 from tff_methods import analysis
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
@@ -44,7 +45,9 @@ def main(argv):
     analysis.experiment.validate(config)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
-  runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
+  error = runtime_flags.start()
+  if error:
+    return experiment_flags.usage_error(error)
   paths = analysis.analyze(config, output_dir, FLAGS.analysis_clients)
   for name, path in paths.items():
     print(f'{name}: {path}')

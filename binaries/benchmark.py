@@ -25,6 +25,7 @@ from tff_methods import runtime
 runtime.quiet(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
+from binaries import runtime_flags
 from tasks import datasets
 from tasks import models as task_models
 from tff_methods import benchmark
@@ -50,8 +51,6 @@ flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum.')
 flags.DEFINE_integer('repeats', 3, 'Timed rounds per method (median).')
 flags.DEFINE_integer('memory_rounds', 200,
                      'FedAvg rounds of the memory-growth run (0 skips it).')
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit).')
 flags.DEFINE_integer('seed', 0, 'Fixes the generated data and weights.')
 flags.DEFINE_string('output_dir', 'runs/benchmark', 'Where results go.')
 FLAGS = flags.FLAGS
@@ -96,7 +95,11 @@ def main(argv):
     runtime.discard_default_context()
     print('Bad flags:\n  ' + '\n  '.join(errors), file=sys.stderr)
     return 2
-  runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
+  error = runtime_flags.start()
+  if error:
+    runtime.discard_default_context()
+    print(error, file=sys.stderr)
+    return 2
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   cache_dir = os.path.join(FLAGS.output_dir, 'cache')
   hparams = methods_lib.Hyperparameters(

@@ -31,6 +31,7 @@ runtime.quiet(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
+from binaries import runtime_flags
 from tff_methods import comparison
 from tff_methods import methods
 from tff_methods import presets
@@ -85,7 +86,9 @@ def main(argv):
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
-  runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
+  error = runtime_flags.start()
+  if error:
+    return experiment_flags.usage_error(error)
   comparison.run_comparison(
       configs, progress=FLAGS.progress,
       on_run=lambda label: print(f'== {label}', flush=True))

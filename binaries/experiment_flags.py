@@ -93,9 +93,6 @@ flags.DEFINE_string('preset', None, 'A paper experiment by name (list them '
                     'with python -m binaries.presets): sets every flag above '
                     'that the command line does not set.')
 
-# How the binaries run, not what they run (not part of the experiment).
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit).')
 FLAGS = flags.FLAGS
 
 

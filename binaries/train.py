@@ -28,6 +28,7 @@ runtime.quiet(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
+from binaries import runtime_flags
 from tff_methods import comparison
 from tff_methods import experiment
 from tff_methods import presets
@@ -56,7 +57,9 @@ def main(argv):
     experiment.validate(config)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
-  runtime.set_local_execution_context(FLAGS.max_concurrent_clients)
+  error = runtime_flags.start()
+  if error:
+    return experiment_flags.usage_error(error)
   try:
     results = experiment.run(config, progress=FLAGS.progress)
   except ValueError as e:

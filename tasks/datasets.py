@@ -21,6 +21,7 @@ for local training.
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -572,6 +573,11 @@ def load_task(name: str,
                      mean=mean, std=std)
 
 
+# With `local_steps`, how many passes over a client's data have an order of
+# their own (later passes repeat them).
+MAX_DISTINCT_PASSES = 16
+
+
 def preprocess_fn(batch_size: int,
                   local_epochs: int = 1,
                   local_steps: Optional[int] = None,
@@ -587,24 +593,25 @@ def preprocess_fn(batch_size: int,
   batches in every round it takes part in). `reshuffle_each_iteration`
   would instead draw from a seed generator that TFF's worker keeps across
   calls of a computation, so a round's order would depend on which worker
-  session served it.
+  session served it. With `local_steps`, passes after the
+  `MAX_DISTINCT_PASSES`-th repeat the earlier orders.
   """
   if local_steps is not None and local_steps < 1:
     raise ValueError(f'local_steps must be >= 1, got {local_steps}.')
   if local_steps is None and local_epochs < 1:
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
+  num_passes = (local_epochs if local_steps is None else
+                min(local_steps, MAX_DISTINCT_PASSES))
 
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
-
-    def one_pass(pass_index):
-      return dataset.shuffle(
-          shuffle_buffer, seed=tf.constant(seed, tf.int64) * 1_000_003 +
-          pass_index, reshuffle_each_iteration=False)
-
+    # Python-int seeds: a tensor seed breaks tf.data's seed handling when
+    # the graph-level seed is 0.
+    passes = [dataset.shuffle(shuffle_buffer, seed=seed * 1_000_003 + i,
+                              reshuffle_each_iteration=False)
+              for i in range(num_passes)]
+    data = functools.reduce(lambda a, b: a.concatenate(b), passes)
     if local_steps is not None:
-      passes = tf.data.Dataset.range(2**62)  # As many as the steps need.
-      return passes.flat_map(one_pass).batch(batch_size).take(local_steps)
-    passes = tf.data.Dataset.range(local_epochs)
-    return passes.flat_map(one_pass).batch(batch_size)
+      return data.repeat().batch(batch_size).take(local_steps)
+    return data.batch(batch_size)
 
   return preprocess

@@ -84,7 +84,11 @@ def test_tests_and_binaries_have_the_right_rules():
     if target['package'] == 'tests' and src.endswith('_test.py'):
       assert target['kind'] == 'py_test', label
     if target['package'] == 'binaries':
-      assert target['kind'] == 'py_binary', label
+      # Programs (with a main) are binaries; shared flag modules libraries.
+      with open(os.path.join(REPO, 'binaries', src)) as f:
+        is_program = '\ndef main(' in f.read()
+      assert target['kind'] == ('py_binary' if is_program else 'py_library'
+                                ), label
 
 
 def test_every_dependency_exists():

@@ -17,10 +17,20 @@ Usage, once per program, before any TFF computation runs:
 
   from tff_methods import runtime
   runtime.set_local_execution_context(max_concurrent_clients=2)
+
+Several workers, possibly on other hosts (each started with
+`python -m binaries.worker --port=PORT`), split every round's clients
+between them through TFF's mergeable-computation context:
+
+  runtime.set_remote_execution_context(['host1:8000', 'host2:8000'])
+
+`set_execution_context` picks one of the two from the binaries' flags.
 """
 
+import asyncio
 import atexit
 import ctypes
+import importlib.util
 import logging as py_logging
 import os
 import signal
@@ -28,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from absl import logging
 import grpc
@@ -38,6 +48,9 @@ import portpicker
 # that `quiet()` can silence TensorFlow before TensorFlow is first imported.
 
 _WORKER_START_TIMEOUT_SECONDS = 60.0
+# How long a remote worker may stay unreachable before a call fails for good
+# (TFF itself would retry a lost worker forever).
+REMOTE_WORKER_TIMEOUT_SECONDS = 30.0
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_CHANNEL_OPTIONS = [
     ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
@@ -95,8 +108,12 @@ def quiet(verbosity: int = 0) -> None:
 
 def packaged_worker_binary() -> str:
   """The path of the `worker_binary` shipped in the tensorflow-federated wheel."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  path = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
+  # Found without importing TFF (and TensorFlow): `binaries.worker` starts fast.
+  spec = importlib.util.find_spec('tensorflow_federated')
+  if spec is None or not spec.submodule_search_locations:
+    raise RuntimeError('tensorflow-federated is not installed.')
+  path = os.path.join(list(spec.submodule_search_locations)[0], 'data',
+                      'worker_binary')
   if not os.path.isfile(path):
     raise RuntimeError(f'No TFF worker binary at {path}: is tensorflow-'
                        'federated 0.87.0 installed?')
@@ -256,10 +273,19 @@ def set_local_execution_context(max_concurrent_clients: int = -1,
     worker_binary: A worker executable to run instead of TFF's packaged one.
     log_path: A file for the worker's output; discarded by default.
   """
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  context_stack_impl.context_stack.set_default_context(
+      create_local_execution_context(max_concurrent_clients, worker_binary,
+                                     log_path))
+
+
+def create_local_execution_context(max_concurrent_clients: int = -1,
+                                   worker_binary: Optional[str] = None,
+                                   log_path: Optional[str] = None):
+  """The context `set_local_execution_context` sets, to install yourself."""
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.backends.native import compiler
   from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
   from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
   from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
   from tensorflow_federated.python.core.impl.executors import remote_executor
@@ -277,9 +303,242 @@ def set_local_execution_context(max_concurrent_clients: int = -1,
 
   factory = python_executor_stacks.ResourceManagingExecutorFactory(
       executor_stack_fn=executor_stack_fn)
-  context = sync_execution_context.SyncExecutionContext(
+  return sync_execution_context.SyncExecutionContext(
       executor_fn=factory,
       compiler_fn=compiler.desugar_and_transform_to_native,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
-  context_stack_impl.context_stack.set_default_context(context)
+
+
+def parse_worker_addresses(text: str) -> list[str]:
+  """`'host:port,host:port'` -> the list of addresses; names a bad one.
+
+  Raises:
+    ValueError: An address that is not `host:port` with a port in 1..65535,
+      or the same address twice.
+  """
+  addresses = [a.strip() for a in text.split(',') if a.strip()]
+  if not addresses:
+    raise ValueError(f'--tff_workers={text!r} names no worker; give '
+                     'host:port[,host:port...]')
+  for address in addresses:
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+      raise ValueError(
+          f'--tff_workers: {address!r} is not host:port with a port in '
+          '1..65535 (e.g. 127.0.0.1:8000)')
+  duplicates = sorted({a for a in addresses if addresses.count(a) > 1})
+  if duplicates:
+    raise ValueError(f'--tff_workers names {duplicates} more than once')
+  return addresses
+
+
+def check_worker_binary(path: str) -> str:
+  """`path` if it is an executable file, else a ValueError naming it."""
+  if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+    raise ValueError(f'--tff_worker_binary={path!r} is not an executable '
+                     'file (a TFF worker_binary, e.g. one built with CUDA)')
+  return path
+
+
+class _RemoteWorker:
+  """A connection to a worker someone else started, at `address`."""
+
+  def __init__(self, address: str, timeout_seconds: float):
+    self.address = address
+    self._timeout = timeout_seconds
+    self._channel = grpc.insecure_channel(address, _GRPC_CHANNEL_OPTIONS)
+    self._stub = None
+    self._lock = threading.Lock()
+
+  def get_stub(self):
+    """The worker's stub once it serves; a RuntimeError if it doesn't."""
+    from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
+    with self._lock:
+      try:
+        grpc.channel_ready_future(self._channel).result(
+            timeout=self._timeout)
+      except grpc.FutureTimeoutError:
+        # Not TFF's retryable error: a lost worker must end the call, not
+        # make TFF retry it forever.
+        raise RuntimeError(
+            f'The TFF worker at {self.address} is not reachable (not started, '
+            f'or it died) after {self._timeout:.0f} s, so the round did not '
+            'complete. The program state saved before this round is intact: '
+            'start the worker again (python -m binaries.worker --port='
+            f'{self.address.rpartition(":")[2]}) and rerun the same command to '
+            'resume.') from None
+      if self._stub is None:
+        self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
+            self._channel)
+      return self._stub
+
+
+def _async_remote_context(get_stub):
+  """A TFF async context running every computation on one worker's stub."""
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.backends.native import compiler
+  from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+  from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+  from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+  from tensorflow_federated.python.core.impl.executors import remote_executor
+  from tensorflow_federated.python.core.impl.types import placements
+  # pylint: enable=g-import-not-at-top
+
+  def executor_stack_fn(cardinalities):
+    if cardinalities.get(placements.CLIENTS) is None:
+      cardinalities[placements.CLIENTS] = 0
+    executor = remote_executor.RemoteExecutor(get_stub())
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return async_execution_context.AsyncExecutionContext(
+      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+          executor_stack_fn=executor_stack_fn),
+      compiler_fn=compiler.desugar_and_transform_to_native,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result)
+
+
+class NotMergeableError(ValueError):
+  """A computation that can't be split across several workers."""
+
+
+def _mergeable_context(async_contexts, addresses):
+  """TFF's mergeable-computation context, fixed, with a clear compile error."""
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+  from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mergeable
+  from tensorflow_federated.python.core.impl.types import computation_types
+  from tensorflow_federated.python.core.impl.types import type_analysis
+  from tensorflow_federated.python.core.impl.types import type_conversions
+  # pylint: enable=g-import-not-at-top
+
+  def compile_or_explain(computation):
+    try:
+      return mergeable_comp_compiler.compile_to_mergeable_comp_form(
+          computation)
+    except Exception as e:  # pylint: disable=broad-except
+      raise NotMergeableError(
+          f'This computation ({computation.type_signature}) does not compile '
+          "to TFF's mergeable form (one aggregation of client values per "
+          'call), so it can not be split across --tff_workers='
+          f'{",".join(addresses)}. Run it on one worker: drop --tff_workers '
+          '(and use --tff_worker_binary for another worker executable). TFF '
+          f'said: {type(e).__name__}: {e}') from e
+
+  async def after_merge_in_order(comp, merge_result, arg_list, contexts):
+    # TFF 0.87 concatenates the subrounds' CLIENTS-placed results in the
+    # order the subrounds FINISH, so per-client outputs (MOON's, FedCKA's,
+    # SCAFFOLD's new client states) could reach the wrong clients. Keep the
+    # order of the clients instead.
+    results = [None] * len(arg_list)
+
+    async def run(index, context):
+      results[index] = await mergeable._compute_after_merged(  # pylint: disable=protected-access
+          comp, arg_list[index], merge_result, context)
+
+    for start in range(0, len(arg_list), len(contexts)):
+      await asyncio.gather(*(run(start + k, context)
+                             for k, context in enumerate(contexts)
+                             if start + k < len(arg_list)))
+    return results
+
+  async def invoke_in_order(comp, arg, contexts):
+    # TFF's `_invoke_mergeable_comp_form`, with the after-merge step above.
+    arg_list = arg.value() if arg is not None else [None] * len(contexts)
+    merge_result, merge_context = await mergeable._invoke_merge_in_async_pool(  # pylint: disable=protected-access
+        comp, arg_list, contexts)
+    result_type = comp.after_merge.type_signature.result
+    if type_analysis.contains_only(
+        result_type, lambda t: not isinstance(t, computation_types.FederatedType) or
+        t.all_equal):
+      return await mergeable._compute_after_merged(  # pylint: disable=protected-access
+          comp, arg_list[0], merge_result, merge_context)
+    return mergeable._repackage_partitioned_values(  # pylint: disable=protected-access
+        await after_merge_in_order(comp, merge_result, arg_list, contexts),
+        result_type_spec=result_type)
+
+  class OrderedMergeableContext(mergeable.MergeableCompExecutionContext):
+
+    def invoke(self, comp, arg=None):
+      comp = self._compiler_pipeline.compile(comp)  # pylint: disable=protected-access
+      if arg is not None:
+        arg = mergeable.MergeableCompExecutionContextValue(
+            arg, comp.up_to_merge.type_signature.parameter,
+            self._num_subrounds)  # pylint: disable=protected-access
+      return type_conversions.type_to_py_container(
+          self._async_runner.run_coro_and_return_result(  # pylint: disable=protected-access
+              invoke_in_order(comp, arg, self._async_execution_contexts)),  # pylint: disable=protected-access
+          comp.after_merge.type_signature.result)
+
+  return OrderedMergeableContext(async_contexts=async_contexts,
+                                 compiler_fn=compile_or_explain)
+
+
+def set_remote_execution_context(
+    addresses: Sequence[str],
+    timeout_seconds: float = REMOTE_WORKER_TIMEOUT_SECONDS) -> None:
+  """Makes TFF split every round's clients across the workers at `addresses`.
+
+  Each address is a `host:port` where a TFF worker serves (started with
+  `python -m binaries.worker --port=PORT`, or `start_worker`). A round's
+  clients are cut into one contiguous part per worker; each worker trains
+  its part and sums its part's aggregates, and the parts' sums are merged:
+  TFF's `MergeableCompExecutionContext`, nothing home-made. The workers read
+  the clients' data by file path, so every worker needs the data cache at
+  the same path (a shared file system, or the same `--cache_dir` copied).
+
+  Args:
+    addresses: The workers, e.g. `['127.0.0.1:8000', '127.0.0.1:8001']`.
+    timeout_seconds: How long to wait for a worker to serve, now and when a
+      call finds it gone, before a RuntimeError names it.
+
+  Raises:
+    RuntimeError: A worker doesn't serve within `timeout_seconds`.
+  """
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  context_stack_impl.context_stack.set_default_context(
+      create_remote_execution_context(addresses, timeout_seconds))
+
+
+def create_remote_execution_context(
+    addresses: Sequence[str],
+    timeout_seconds: float = REMOTE_WORKER_TIMEOUT_SECONDS):
+  """The context `set_remote_execution_context` sets, to install yourself.
+
+  E.g. `with tff.framework.get_context_stack().install(context): ...`.
+  """
+  addresses = list(addresses)
+  workers = [_RemoteWorker(a, timeout_seconds) for a in addresses]
+  for worker in workers:
+    worker.get_stub()  # Fail now, naming the worker, not in round 1.
+  return _mergeable_context(
+      [_async_remote_context(w.get_stub) for w in workers], addresses)
+
+
+def set_execution_context(tff_workers: Optional[Sequence[str]] = None,
+                          worker_binary: Optional[str] = None,
+                          max_concurrent_clients: int = -1,
+                          log_path: Optional[str] = None) -> None:
+  """The binaries' choice: remote workers if given, else a local worker.
+
+  Args:
+    tff_workers: `host:port` addresses of running workers; None or empty for
+      one local worker started (and ended) by this process.
+    worker_binary: The local worker's executable (e.g. a CUDA build of TFF's
+      worker); TFF's packaged one by default. Not allowed with
+      `tff_workers`: remote workers run what they were started with.
+    max_concurrent_clients: The local worker's client concurrency.
+    log_path: A file for the local worker's output.
+  """
+  if tff_workers:
+    if worker_binary:
+      raise ValueError(
+          '--tff_worker_binary starts a local worker, but --tff_workers '
+          'connects to running ones: start each of those with '
+          'python -m binaries.worker --tff_worker_binary=PATH instead')
+    set_remote_execution_context(tff_workers)
+  else:
+    set_local_execution_context(max_concurrent_clients, worker_binary,
+                                log_path)

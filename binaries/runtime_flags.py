@@ -1,0 +1,67 @@
+"""Flags for where TFF runs computations: shared by every binary that trains.
+
+- no flag: one local TFF worker, started and ended by the binary;
+- `--tff_worker_binary=PATH`: that local worker is PATH (e.g. a CUDA build);
+- `--tff_workers=host:port,...`: workers already running (started with
+  `python -m binaries.worker --port=PORT`), each round's clients split
+  between them (`tff_methods.runtime.set_remote_execution_context`).
+"""
+
+from typing import Optional
+
+from absl import flags
+
+from tff_methods import runtime
+
+flags.DEFINE_list('tff_workers', [],
+                  'host:port of running TFF workers (python -m '
+                  'binaries.worker) to split every round\'s clients across; '
+                  'empty: one local worker.')
+flags.DEFINE_string('tff_worker_binary', None,
+                    'The local TFF worker executable instead of the one in '
+                    'the tensorflow-federated package (e.g. built with CUDA).')
+flags.DEFINE_integer('max_concurrent_clients', 2,
+                     'Client computations the local worker runs at once '
+                     '(<= 0: no limit).')
+FLAGS = flags.FLAGS
+
+
+def check() -> list[str]:
+  """The runtime flags' errors (before any work starts)."""
+  errors = []
+  if FLAGS.tff_workers:
+    try:
+      runtime.parse_worker_addresses(','.join(FLAGS.tff_workers))
+    except ValueError as e:
+      errors.append(str(e))
+    if FLAGS.tff_worker_binary:
+      errors.append(
+          '--tff_worker_binary starts a local worker, but --tff_workers '
+          'connects to running ones: start each of those with python -m '
+          'binaries.worker --tff_worker_binary=PATH instead')
+  elif FLAGS.tff_worker_binary:
+    try:
+      runtime.check_worker_binary(FLAGS.tff_worker_binary)
+    except ValueError as e:
+      errors.append(str(e))
+  return errors
+
+
+def start() -> Optional[str]:
+  """Checks the flags and sets TFF's context from them.
+
+  Returns:
+    None, or the message of a bad flag or an unreachable worker (nothing has
+    run yet).
+  """
+  errors = check()
+  if errors:
+    return 'Bad flags:\n  ' + '\n  '.join(errors)
+  try:
+    runtime.set_execution_context(
+        tff_workers=FLAGS.tff_workers or None,
+        worker_binary=FLAGS.tff_worker_binary,
+        max_concurrent_clients=FLAGS.max_concurrent_clients)
+  except RuntimeError as e:
+    return str(e)
+  return None

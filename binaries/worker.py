@@ -1,0 +1,50 @@
+r"""Serves a TFF worker on this host, for other hosts' `--tff_workers`.
+
+  python -m binaries.worker --port=8000 [--max_concurrent_clients=2] \
+      [--tff_worker_binary=/path/to/worker_binary]
+
+Runs TFF's C++ `worker_binary` (the one shipped in the tensorflow-federated
+package unless `--tff_worker_binary` names another, e.g. one built with
+CUDA) in the foreground until it is stopped (Ctrl-C). A binary started with
+`--tff_workers=THIS_HOST:8000,...` then trains part of every round's clients
+here. The workers read clients' data by file path: run the binaries and the
+workers with the same data cache (`--cache_dir`) reachable at the same path.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_methods import runtime
+
+flags.DEFINE_integer('port', None, 'The port to serve on (1..65535).')
+flags.DEFINE_integer('max_concurrent_clients', 2,
+                     'Client computations run at once (<= 0: no limit).')
+flags.DEFINE_string('tff_worker_binary', None,
+                    'The worker executable; the packaged one by default.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  if FLAGS.port is None or not 1 <= FLAGS.port <= 65535:
+    print(f'--port={FLAGS.port} must be a port in 1..65535', file=sys.stderr)
+    return 2
+  try:
+    binary = (runtime.check_worker_binary(FLAGS.tff_worker_binary)
+              if FLAGS.tff_worker_binary else runtime.packaged_worker_binary())
+  except (ValueError, RuntimeError) as e:
+    print(e, file=sys.stderr)
+    return 2
+  print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
+  # Become the worker: signals reach it directly and nothing is left behind.
+  os.execv(binary, [binary, f'--port={FLAGS.port}',
+                    '--max_concurrent_computation_calls='
+                    f'{FLAGS.max_concurrent_clients}'])
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,203 @@
+"""Several TFF workers on loopback: the results of one, and clear errors.
+
+Two packaged workers are started on 127.0.0.1 ports; TFF's mergeable-
+computation context (`runtime.create_remote_execution_context`) splits each
+round's clients between them. Every method must give the single-worker
+weights to float tolerance.
+"""
+
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_methods import experiment
+from tff_methods import model_lib
+from tff_methods import runtime
+from tff_methods import stateful
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROUNDS = 2
+# Method, and a model it runs on (MOON needs a projection `z`, Fed2 a model
+# it can group).
+METHODS = [('fedavg', 'mlp'), ('fedavgm', 'mlp'), ('fedadam', 'mlp'),
+           ('fedyogi', 'mlp'), ('fedprox', 'mlp'), ('fedmax', 'mlp'),
+           ('fedcos', 'mlp'), ('fedprox+fedcos', 'mlp'), ('scaffold', 'mlp'),
+           ('fedcka', 'mlp'), ('moon', 'fedcka_cnn'), ('fed2', 'fedcka_cnn')]
+
+
+def _start_workers(count):
+  started = [runtime.start_worker(max_concurrent_computation_calls=2)
+             for _ in range(count)]
+  return [p for p, _ in started], [f'127.0.0.1:{port}' for _, port in started]
+
+
+def _stop(processes):
+  for process in processes:
+    process.kill()
+    process.wait()
+
+
+@pytest.fixture(scope='module')
+def two_workers():
+  processes, addresses = _start_workers(2)
+  yield addresses
+  _stop(processes)
+
+
+@pytest.fixture(scope='module')
+def cache_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('cache'))
+
+
+def _config(method, model, cache_dir, **overrides):
+  settings = dict(method=method, model=model, task='digits', num_clients=4,
+                  clients_per_round=4, rounds=ROUNDS, local_epochs=1,
+                  batch_size=32, cache_dir=cache_dir, seed=0,
+                  output_dir=os.path.join(cache_dir, 'unused'))
+  settings.update(overrides)
+  return experiment.ExperimentConfig(**settings)
+
+
+def _run_rounds(process, keras_model_fn, client_ids):
+  if isinstance(process, stateful.StatefulLearningProcess):
+    # Every run starts with clients that never took part.
+    process.client_states = stateful.ClientStateStore(
+        process.client_states.initial_state)
+  state = process.initialize()
+  state = process.set_model_weights(
+      state, model_lib.initial_weights(keras_model_fn, seed=0))
+  for _ in range(ROUNDS):
+    state = process.next(state, client_ids).state
+  return process.get_model_weights(state).trainable
+
+
+@pytest.mark.parametrize('method,model', METHODS)
+def test_two_workers_give_the_single_worker_weights(method, model,
+                                                    two_workers, cache_dir):
+  config = _config(method, model, cache_dir)
+  data = experiment.load_data(config)
+  process, keras_model_fn = experiment.build_process(config, data)
+  client_ids = data.client_data.client_ids
+  # The conftest's local worker first, then the two loopback workers.
+  single = _run_rounds(process, keras_model_fn, client_ids)
+  remote = runtime.create_remote_execution_context(two_workers)
+  with tff.framework.get_context_stack().install(remote):
+    split = _run_rounds(process, keras_model_fn, client_ids)
+  moved = max(np.abs(np.asarray(a)).max() for a in single)
+  assert moved > 0
+  for a, b in zip(single, split):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_a_computation_with_two_aggregations_is_named_not_mergeable(
+    two_workers):
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def add(x, y):
+    return x + y
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def sum_twice(values):
+    total = tff.federated_broadcast(tff.federated_sum(values))
+    return tff.federated_sum(tff.federated_map(add, (values, total)))
+
+  assert sum_twice([1.0, 2.0]) == pytest.approx(9.0)  # One worker: fine.
+  remote = runtime.create_remote_execution_context(two_workers)
+  with tff.framework.get_context_stack().install(remote):
+    with pytest.raises(runtime.NotMergeableError,
+                       match="does not compile to TFF's mergeable form"):
+      sum_twice([1.0, 2.0])
+
+
+def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(tmp_path,
+                                                            cache_dir):
+  processes, addresses = _start_workers(2)
+  try:
+    config = _config('fedavg', 'mlp', cache_dir, rounds=3,
+                     rounds_per_checkpoint=1,
+                     output_dir=str(tmp_path / 'split'))
+
+    def kill_second_worker(round_num, metrics):
+      del metrics
+      if round_num == 1:
+        processes[1].kill()
+        processes[1].wait()
+
+    remote = runtime.create_remote_execution_context(addresses,
+                                                     timeout_seconds=3)
+    with tff.framework.get_context_stack().install(remote):
+      with pytest.raises(RuntimeError,
+                         match=f'TFF worker at {addresses[1]} is not '
+                         'reachable'):
+        experiment.run(config, progress=False, round_hook=kill_second_worker)
+      # Round 1's program state was saved before the worker died: with the
+      # worker back, the same run resumes from it.
+      processes[1], _ = runtime.start_worker(
+          port=int(addresses[1].rpartition(':')[2]))
+      resumed = experiment.run(config, progress=False)
+    assert resumed['rounds'] == 3
+  finally:
+    _stop(processes)
+  uninterrupted = experiment.run(
+      _config('fedavg', 'mlp', cache_dir, rounds=3,
+              output_dir=str(tmp_path / 'single')), progress=False)
+  for a, b in zip(uninterrupted['final_weights'].trainable,
+                  resumed['final_weights'].trainable):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_addresses_and_worker_binaries_are_checked():
+  assert runtime.parse_worker_addresses(' a:1,127.0.0.1:8000 ') == [
+      'a:1', '127.0.0.1:8000']
+  for bad, message in (('localhost', 'not host:port'),
+                       ('localhost:0', 'not host:port'),
+                       ('h:70000', 'not host:port'),
+                       ('h:1,h:1', 'more than once'), (',', 'names no')):
+    with pytest.raises(ValueError, match=message):
+      runtime.parse_worker_addresses(bad)
+  with pytest.raises(ValueError, match='/no/such/worker.*not an executable'):
+    runtime.check_worker_binary('/no/such/worker')
+
+
+def _train(tmp_path, *flags):
+  return subprocess.run(
+      [sys.executable, '-m', 'binaries.train', '--task=digits',
+       '--model=mlp', '--num_clients=4', '--clients_per_round=4',
+       '--rounds=1', f'--cache_dir={tmp_path / "cache"}', '--noprogress',
+       f'--output_dir={tmp_path / "run"}', *flags],
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_train_binary_runs_on_the_given_workers(two_workers, tmp_path):
+  result = _train(tmp_path, f'--tff_workers={",".join(two_workers)}')
+  assert result.returncode == 0, result.stderr
+  assert 'fedavg on digits: round 1' in result.stdout
+
+
+def test_train_binary_names_a_bad_or_unreachable_worker(tmp_path):
+  result = _train(tmp_path, '--tff_workers=localhost')
+  assert result.returncode == 2
+  assert "'localhost' is not host:port" in result.stderr
+  result = _train(tmp_path, '--tff_workers=127.0.0.1:1',
+                  '--tff_worker_binary=/bin/true')
+  assert result.returncode == 2
+  assert '--tff_worker_binary starts a local worker' in result.stderr
+  assert not (tmp_path / 'run').exists()  # Nothing ran.
+
+
+def test_tff_worker_binary_is_the_worker_started(tmp_path):
+  marker = tmp_path / 'started_by_wrapper'
+  wrapper = tmp_path / 'my_worker'
+  wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\n'
+                     f'exec {runtime.packaged_worker_binary()} "$@"\n')
+  wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+  result = _train(tmp_path, f'--tff_worker_binary={wrapper}')
+  assert result.returncode == 0, result.stderr
+  # The wrapper ran, with the worker's flags, and training went through it.
+  assert '--port=' in marker.read_text()
+  assert 'fedavg on digits: round 1' in result.stdout
