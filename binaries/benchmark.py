@@ -51,6 +51,9 @@ flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum.')
 flags.DEFINE_integer('repeats', 3, 'Timed rounds per method (median).')
 flags.DEFINE_integer('memory_rounds', 200,
                      'FedAvg rounds of the memory-growth run (0 skips it).')
+flags.DEFINE_integer('loopback_workers', 2,
+                     'Time FedAvg over 1..N TFF workers on 127.0.0.1 '
+                     '(0 skips it).')
 flags.DEFINE_integer('seed', 0, 'Fixes the generated data and weights.')
 flags.DEFINE_string('output_dir', 'runs/benchmark', 'Where results go.')
 FLAGS = flags.FLAGS
@@ -71,7 +74,7 @@ def _check_flags() -> list[str]:
                'repeats'):
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
-  for name in ('floor_local_epochs', 'memory_rounds'):
+  for name in ('floor_local_epochs', 'memory_rounds', 'loopback_workers'):
     if FLAGS[name].value < 0:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 0')
   if 0 < FLAGS.memory_rounds < 21:
@@ -106,7 +109,8 @@ def main(argv):
       client_learning_rate=FLAGS.client_learning_rate,
       client_momentum=FLAGS.client_momentum, num_clients=FLAGS.num_clients,
       seed=FLAGS.seed)
-  method_names = ['fedavg'] + [m for m in FLAGS.methods if m != 'fedavg']
+  method_names = ['fedavg', benchmark.PROJECT_LOOP_FEDAVG] + [
+      m for m in FLAGS.methods if m != 'fedavg']
   results = dict(settings=dict(
       num_clients=FLAGS.num_clients, batch_size=FLAGS.batch_size,
       repeats=FLAGS.repeats, client_learning_rate=FLAGS.client_learning_rate,
@@ -141,9 +145,11 @@ def main(argv):
     data = datasets.generated_like('cifar10', FLAGS.num_clients,
                                    FLAGS.examples_per_client, cache_dir,
                                    seed=FLAGS.seed)
-    tff_timing = benchmark.time_methods(
-        'fedcka_cnn', ['fedavg'], data, hparams, FLAGS.floor_local_epochs,
-        FLAGS.batch_size, FLAGS.repeats, FLAGS.seed)['fedavg']
+    tff_timings = benchmark.time_methods(
+        'fedcka_cnn', ['fedavg', benchmark.PROJECT_LOOP_FEDAVG], data,
+        hparams, FLAGS.floor_local_epochs, FLAGS.batch_size, FLAGS.repeats,
+        FLAGS.seed)
+    tff_timing = tff_timings['fedavg']
     plain = benchmark.plain_tf_round_seconds(
         'fedcka_cnn', benchmark.client_arrays(data), data.num_classes,
         FLAGS.floor_local_epochs, FLAGS.batch_size,
@@ -153,8 +159,23 @@ def main(argv):
         model='fedcka_cnn', examples_per_client=FLAGS.examples_per_client,
         local_epochs=FLAGS.floor_local_epochs,
         tff_seconds=tff_timing['median'], tff_all=tff_timing['seconds'],
+        project_loop_seconds=tff_timings[
+            benchmark.PROJECT_LOOP_FEDAVG]['median'],
         plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
         plain_tf_all=plain)
+    save()
+  if FLAGS.loopback_workers:
+    print('== FedAvg over 1..N loopback TFF workers', flush=True)
+    data = datasets.generated_like('cifar10', FLAGS.num_clients,
+                                   FLAGS.examples_per_client, cache_dir,
+                                   seed=FLAGS.seed)
+    by_count = benchmark.loopback_worker_throughput(
+        data, 'fedcka_cnn', hparams, FLAGS.local_epochs, FLAGS.batch_size,
+        range(1, FLAGS.loopback_workers + 1), FLAGS.repeats,
+        FLAGS.max_concurrent_clients, FLAGS.seed)
+    results['workers'] = dict(
+        model='fedcka_cnn', examples_per_client=FLAGS.examples_per_client,
+        local_epochs=FLAGS.local_epochs, by_count=by_count)
     save()
   if FLAGS.memory_rounds:
     print(f'== memory over {FLAGS.memory_rounds} rounds', flush=True)

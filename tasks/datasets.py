@@ -582,7 +582,8 @@ def preprocess_fn(batch_size: int,
                   local_epochs: int = 1,
                   local_steps: Optional[int] = None,
                   shuffle_buffer: int = 10000,
-                  seed: int = 0) -> Callable[[tf.data.Dataset],
+                  seed: int = 0,
+                  with_index: bool = False) -> Callable[[tf.data.Dataset],
                                              tf.data.Dataset]:
   """Turns a client's examples into the batches of one round's local work.
 
@@ -594,7 +595,9 @@ def preprocess_fn(batch_size: int,
   would instead draw from a seed generator that TFF's worker keeps across
   calls of a computation, so a round's order would depend on which worker
   session served it. With `local_steps`, passes after the
-  `MAX_DISTINCT_PASSES`-th repeat the earlier orders.
+  `MAX_DISTINCT_PASSES`-th repeat the earlier orders. `with_index` adds
+  each example's position in the client's data as `index` (int64), for
+  `local_training.ReferenceOutputCache`.
   """
   if local_steps is not None and local_steps < 1:
     raise ValueError(f'local_steps must be >= 1, got {local_steps}.')
@@ -604,6 +607,10 @@ def preprocess_fn(batch_size: int,
                 min(local_steps, MAX_DISTINCT_PASSES))
 
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    if with_index:
+      dataset = dataset.enumerate().map(
+          lambda i, example: collections.OrderedDict(
+              list(example.items()) + [('index', i)]))
     # Python-int seeds: a tensor seed breaks tf.data's seed handling when
     # the graph-level seed is 0.
     passes = [dataset.shuffle(shuffle_buffer, seed=seed * 1_000_003 + i,

@@ -3,6 +3,7 @@
 The TFF computations are built once per module.
 """
 
+import collections
 import dataclasses
 import functools
 import os
@@ -18,6 +19,7 @@ from tff_methods import experiment
 from tff_methods import fedavg
 from tff_methods import fedcka
 from tff_methods import local_training
+from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
@@ -122,6 +124,81 @@ def test_reference_view_up_to_moons_projection_computes_the_models_z():
   np.testing.assert_allclose(view.model(x, training=False)['z'],
                              full(x, training=False)['z'], rtol=1e-4,
                              atol=1e-5)
+
+
+def _indexed_digits_like(epochs):
+  x = np.random.default_rng(2).normal(size=(10, 8, 8, 1)).astype(np.float32)
+  dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=x, y=np.zeros(10, np.int32)))
+  return datasets.preprocess_fn(4, local_epochs=epochs,
+                                with_index=True)(dataset)
+
+
+@pytest.mark.parametrize('max_mb,expected_computations', [
+    # 3 passes of 10 examples in batches of 4: batches 1-3 hold an example
+    # not seen yet (batch 3 spans passes 1 and 2); the other 5 are read back.
+    (1.0, 3),
+    # A cache too small for the client: computed at every one of 8 steps.
+    (0.0, 8)])
+def test_reference_output_cache_computes_each_example_once_per_round(
+    max_mb, expected_computations):
+  model_fn = functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
+                               hidden=(16, 8))
+  view = local_training.ReferenceView(model_fn, ('layer_1', 'layer_2'))
+  cache = local_training.ReferenceOutputCache(view, max_mb=max_mb)
+  computations = tf.Variable(0)
+
+  @tf.function
+  def one_round(dataset):
+    cache.reset()
+    computations.assign(0)
+
+    def step(largest_error, batch):
+
+      def compute():
+        computations.assign_add(1)
+        return view.model(batch['x'], training=False)
+
+      got = cache.outputs(batch['index'], compute)
+      expected = view.model(batch['x'], training=False)
+      return tf.maximum(largest_error, tf.reduce_max([
+          tf.reduce_max(tf.abs(got[k] - expected[k])) for k in expected]))
+
+    return dataset.reduce(tf.constant(0.0), step)
+
+  for _ in range(2):  # A second round starts from an empty cache.
+    # Equal up to float rounding (an example's row computed in another
+    # batch).
+    assert one_round(_indexed_digits_like(epochs=3)).numpy() < 1e-5
+    assert computations.numpy() == expected_computations
+
+
+def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):
+  base = dict(method='fedcka', model='mlp', task='digits', num_clients=3,
+              clients_per_round=3, rounds=2, local_epochs=2, batch_size=64,
+              cache_dir=str(tmp_path / 'cache'), seed=0,
+              output_dir=str(tmp_path / 'unused'))
+  config = experiment.ExperimentConfig(**base)
+  data = experiment.load_data(config)
+  keras_model_fn = methods.model_fn_for('fedcka', 'mlp', data.num_classes,
+                                        data.input_shape,
+                                        config.hyperparameters(3))
+  weights = []
+  for with_index in (True, False):
+    client_data = data.client_data.preprocess(datasets.preprocess_fn(
+        64, local_epochs=2, with_index=with_index))
+    process = methods.build_method_for_client_ids(
+        'fedcka', keras_model_fn, client_data, config.hyperparameters(3))
+    state = process.set_model_weights(
+        process.initialize(), model_lib.initial_weights(keras_model_fn, 0))
+    for _ in range(2):  # Round 2 reads the previous models too.
+      state = process.next(state, data.client_data.client_ids).state
+    weights.append(model_lib.flat_trainable(process.get_model_weights(state)))
+  # The experiment indexes FedCKA's examples when they are passed twice.
+  assert methods.wants_example_index('fedcka', local_epochs=2)
+  assert not methods.wants_example_index('fedcka', local_epochs=1)
+  assert not methods.wants_example_index('fedprox', local_epochs=5)
+  np.testing.assert_allclose(weights[0], weights[1], rtol=1e-5, atol=1e-6)
 
 
 def test_bad_strengths_and_options_are_named():

@@ -231,7 +231,8 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
                                         hparams, **model_kwargs)
   client_data = data.client_data.preprocess(datasets.preprocess_fn(
       config.batch_size, config.local_epochs, config.local_steps,
-      seed=config.seed))
+      seed=config.seed, with_index=methods.wants_example_index(
+          config.method, config.local_epochs, config.local_steps)))
   if config.method == 'scaffold' and config.client_momentum:
     logging.warning('SCAFFOLD trains clients with plain SGD (its control '
                     'variate update assumes it): --client_momentum=%s is '

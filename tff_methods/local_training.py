@@ -109,6 +109,92 @@ def _reference_view(keras_model_fn: model_lib.KerasModelFn,
   return ReferenceView(keras_model_fn, output_names)
 
 
+# Per client and reference model, at most this much memory holds the
+# reference outputs of the client's examples (beyond it: computed per step).
+REFERENCE_CACHE_MAX_MB = 512
+
+
+class ReferenceOutputCache:
+  """A reference model's outputs per example, for the passes of one round.
+
+  The global and previous models don't change during a client's round, so
+  their outputs for an example (MOON's z, FedCKA's first-layer activations)
+  are computed in the first pass over the client's data and read back in
+  later passes, instead of one forward pass per step. Needs the batches to
+  carry each example's position in the client's data, `batch['index']`
+  (`datasets.preprocess_fn(..., with_index=True)`), and no data
+  augmentation (the project has none). Holds at most `max_mb`; a client
+  with more examples computes the outputs every step.
+  """
+
+  def __init__(self, view: ReferenceView, max_mb: float):
+    shapes = {name: view.model.output[name].shape[1:]
+              for name in view.model.output}
+    per_example = sum(4 * int(np.prod(shape)) for shape in shapes.values())
+    self.max_examples = max(int(max_mb * 2**20) // per_example, 0)
+    self._values = {
+        name: tf.Variable(tf.zeros([0] + shape.as_list()),
+                          shape=tf.TensorShape([None]).concatenate(shape),
+                          trainable=False)
+        for name, shape in shapes.items()}
+    self._filled = tf.Variable(tf.zeros([0], tf.bool),
+                               shape=tf.TensorShape([None]), trainable=False)
+
+  @staticmethod
+  def supports(view: ReferenceView) -> bool:
+    """Whether every output's per-example shape is static."""
+    return all(view.model.output[name].shape[1:].is_fully_defined()
+               for name in view.model.output)
+
+  def reset(self) -> None:
+    """Empties the cache (at the start of a client's round)."""
+    for variable in self._values.values():
+      variable.assign(tf.zeros([0] + variable.shape[1:].as_list()))
+    self._filled.assign(tf.zeros([0], tf.bool))
+
+  def outputs(self, index: tf.Tensor, compute_fn):
+    """`compute_fn()`'s outputs for the examples at `index`, cached."""
+    index = tf.cast(index, tf.int32)
+    needed = tf.reduce_max(index) + 1
+    size = tf.shape(self._filled)[0]
+    fits = needed <= self.max_examples
+
+    def all_cached():
+      return tf.logical_and(needed <= size, tf.reduce_all(tf.gather(
+          self._filled, tf.minimum(index, tf.maximum(size - 1, 0)))))
+
+    cached = tf.cond(tf.logical_and(fits, size > 0), all_cached,
+                     lambda: tf.constant(False))
+
+    def read():
+      return {name: tf.gather(v, index) for name, v in self._values.items()}
+
+    def compute_and_store():
+      outputs = compute_fn()
+
+      def store():
+        # Grow by doubling (up to the cap): the first pass fills the cache
+        # in a few copies.
+        new_size = tf.minimum(tf.maximum(needed, 2 * size),
+                              self.max_examples)
+        grow = tf.maximum(new_size - size, 0)
+        for name, variable in self._values.items():
+          grown = tf.concat([variable, tf.zeros(
+              tf.concat([[grow], tf.shape(variable)[1:]], 0))], 0)
+          variable.assign(tf.tensor_scatter_nd_update(
+              grown, index[:, None], outputs[name]))
+        grown = tf.concat([self._filled, tf.zeros([grow], tf.bool)], 0)
+        self._filled.assign(tf.tensor_scatter_nd_update(
+            grown, index[:, None], tf.ones_like(index, tf.bool)))
+        return tf.constant(0)
+
+      stored = tf.cond(fits, store, lambda: tf.constant(0))
+      with tf.control_dependencies([stored]):
+        return {name: tf.identity(value) for name, value in outputs.items()}
+
+    return tf.cond(cached, read, compute_and_store)
+
+
 def _union(names_lists):
   return tuple(sorted(set(n for names in names_lists for n in names)))
 
@@ -119,7 +205,8 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
                                regularizers_lib.Regularizer],
                            weighting: tff.learning.ClientWeighting,
                            loss_fn: Optional[LossFn] = None,
-                           count_labels: int = 0):
+                           count_labels: int = 0,
+                           cache_reference_outputs: bool = True):
   """The `tf.function` that trains one client.
 
   Builds the model, and truncated copies of the global and previous models
@@ -127,7 +214,10 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
   the data term (cross-entropy on `logits` by default). With
   `count_labels=C > 0` the train sums also hold `label_counts`, how many
   labels of each of the C classes the client trained on (counted in the
-  training pass, so the data is read once).
+  training pass, so the data is read once). When the batches carry
+  `index` (each example's position in the client's data) and
+  `cache_reference_outputs`, the reference models' outputs are computed
+  once per example and round (`ReferenceOutputCache`).
 
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
@@ -141,6 +231,20 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
       keras_model_fn, _union(r.global_outputs for r in regularizers))
   previous_reference = _reference_view(
       keras_model_fn, _union(r.previous_outputs for r in regularizers))
+  caches = {}
+  if cache_reference_outputs:
+    for key, view in (('global', global_reference),
+                      ('previous', previous_reference)):
+      if view is not None and ReferenceOutputCache.supports(view):
+        caches[key] = ReferenceOutputCache(view, REFERENCE_CACHE_MAX_MB)
+
+  def reference_outputs(key, view, batch):
+    compute = lambda: view.model(batch['x'], training=False)
+    if key in caches and 'index' in batch:
+      outputs = caches[key].outputs(batch['index'], compute)
+    else:
+      outputs = compute()
+    return tf.nest.map_structure(tf.stop_gradient, outputs)
 
   @tf.function
   def client_update(initial_weights, dataset, previous_weights=None,
@@ -152,19 +256,18 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
       global_reference.assign(initial_weights)
     if previous_reference is not None:
       previous_reference.assign(previous_weights)
+    for cache in caches.values():
+      cache.reset()
 
     def reduce_fn(state, batch):
       sums, optimizer_state = state
       global_outputs = previous_outputs = None
       # Reference models: inference mode, outside the tape.
       if global_reference is not None:
-        global_outputs = tf.nest.map_structure(
-            tf.stop_gradient,
-            global_reference.model(batch['x'], training=False))
+        global_outputs = reference_outputs('global', global_reference, batch)
       if previous_reference is not None:
-        previous_outputs = tf.nest.map_structure(
-            tf.stop_gradient,
-            previous_reference.model(batch['x'], training=False))
+        previous_outputs = reference_outputs('previous', previous_reference,
+                                             batch)
       with tf.GradientTape() as tape:
         outputs = model(batch['x'], training=True)
         loss = loss_fn(batch['y'], outputs)

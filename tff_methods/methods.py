@@ -178,6 +178,23 @@ def check_method(name: str) -> None:
   parse_method(name)
 
 
+def reads_reference_outputs(name: str) -> bool:
+  """Whether the method reads the global or previous model's outputs."""
+  return any(p in ('moon', 'fedcka') for p in parse_method(name))
+
+
+def wants_example_index(name: str, local_epochs: int,
+                        local_steps: Optional[int] = None) -> bool:
+  """Whether to index examples (`preprocess_fn(with_index=True)`).
+
+  Methods that read reference models' outputs cache them per example when a
+  client passes over its data more than once (`local_epochs` > 1); with
+  `local_steps` or one epoch there is nothing to reuse.
+  """
+  return (reads_reference_outputs(name) and local_steps is None and
+          local_epochs > 1)
+
+
 def is_stateful(name: str) -> bool:
   """Whether the method keeps per-client state."""
   return any(p in STATEFUL_COMPONENTS for p in parse_method(name))

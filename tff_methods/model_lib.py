@@ -9,6 +9,7 @@ so their `tff.learning.models.ModelWeights` are interchangeable.
 """
 
 import collections
+import collections.abc
 from typing import Any, Callable
 
 import numpy as np
@@ -26,8 +27,12 @@ def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
 
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models.
-    element_spec: The batched `OrderedDict(x, y)` spec of client data.
+    element_spec: The batched `OrderedDict(x, y)` spec of client data (other
+      keys, such as `index`, are not the model's and are left out).
   """
+  if isinstance(element_spec, collections.abc.Mapping):
+    element_spec = collections.OrderedDict(x=element_spec['x'],
+                                           y=element_spec['y'])
 
   def model_fn():
     return tff.learning.models.from_keras_model(
