@@ -41,7 +41,7 @@ flags.DEFINE_integer('examples_per_client', 500,
                      'Examples per client for the CNN and the floor.')
 flags.DEFINE_integer('resnet_examples_per_client', 50,
                      'Examples per client for ResNets (CPU time).')
-flags.DEFINE_integer('local_epochs', 1, 'Local epochs when timing methods.')
+flags.DEFINE_integer('local_epochs', 5, 'Local epochs when timing methods.')
 flags.DEFINE_integer('floor_local_epochs', 5,
                      'Local epochs of the TFF-vs-plain-TF comparison '
                      '(0 skips it).')

@@ -597,7 +597,8 @@ def preprocess_fn(batch_size: int,
   session served it. With `local_steps`, passes after the
   `MAX_DISTINCT_PASSES`-th repeat the earlier orders. `with_index` adds
   each example's position in the client's data as `index` (int64), for
-  `local_training.ReferenceOutputCache`.
+  `local_training.ReferenceOutputCache`. With more than one pass, the
+  decoded examples are kept in memory for the round (`Dataset.cache`).
   """
   if local_steps is not None and local_steps < 1:
     raise ValueError(f'local_steps must be >= 1, got {local_steps}.')
@@ -607,6 +608,10 @@ def preprocess_fn(batch_size: int,
                 min(local_steps, MAX_DISTINCT_PASSES))
 
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    if num_passes > 1:
+      # Read and decode the client's examples once per round, not once per
+      # pass (measured: a third of the data pipeline's time at 5 passes).
+      dataset = dataset.cache()
     if with_index:
       dataset = dataset.enumerate().map(
           lambda i, example: collections.OrderedDict(

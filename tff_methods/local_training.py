@@ -173,20 +173,28 @@ class ReferenceOutputCache:
       outputs = compute_fn()
 
       def store():
-        # Grow by doubling (up to the cap): the first pass fills the cache
-        # in a few copies.
+        # Grow by doubling (up to the cap), so the first pass copies the
+        # cache a few times only; writes are in place.
         new_size = tf.minimum(tf.maximum(needed, 2 * size),
                               self.max_examples)
-        grow = tf.maximum(new_size - size, 0)
-        for name, variable in self._values.items():
-          grown = tf.concat([variable, tf.zeros(
-              tf.concat([[grow], tf.shape(variable)[1:]], 0))], 0)
-          variable.assign(tf.tensor_scatter_nd_update(
-              grown, index[:, None], outputs[name]))
-        grown = tf.concat([self._filled, tf.zeros([grow], tf.bool)], 0)
-        self._filled.assign(tf.tensor_scatter_nd_update(
-            grown, index[:, None], tf.ones_like(index, tf.bool)))
-        return tf.constant(0)
+
+        def grow():
+          extra = new_size - size
+          for variable in self._values.values():
+            variable.assign(tf.concat([variable, tf.zeros(
+                tf.concat([[extra], tf.shape(variable)[1:]], 0))], 0))
+          self._filled.assign(tf.concat(
+              [self._filled, tf.zeros([extra], tf.bool)], 0))
+          return tf.constant(0)
+
+        grown = tf.cond(needed > size, grow, lambda: tf.constant(0))
+        with tf.control_dependencies([grown]):
+          writes = [variable.scatter_nd_update(index[:, None], outputs[name])
+                    for name, variable in self._values.items()]
+          writes.append(self._filled.scatter_nd_update(
+              index[:, None], tf.ones_like(index, tf.bool)))
+        with tf.control_dependencies(writes):
+          return tf.constant(0)
 
       stored = tf.cond(fits, store, lambda: tf.constant(0))
       with tf.control_dependencies([stored]):
