@@ -3,6 +3,7 @@
 TFF computations are built once per module (module-scoped fixtures).
 """
 
+import collections
 import sys
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import tensorflow_federated as tff
 from tasks import datasets
 from tff_methods import fedavg
 from tff_methods import fedprox
+from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods import regularizers
@@ -41,6 +43,33 @@ def _run(process, initial, client_ids, rounds):
     output = process.next(state, client_ids)
     state = output.state
   return process.get_model_weights(state), output.metrics
+
+
+@pytest.mark.parametrize('max_mb', [
+    1.0,       # Every batch fits: all read into memory first.
+    60 / 2**20,  # 60 bytes: 3 batches of 4 int32 pairs, the rest streamed.
+    0.0])      # Nothing fits: all streamed.
+def test_reduce_over_batches_is_dataset_reduce_in_order(max_mb):
+  dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=np.arange(30, dtype=np.int32), y=np.arange(30, dtype=np.int32) % 7
+  )).batch(4)
+
+  def reduce_fn(state, batch):
+    # Order-sensitive: a different order or a missed/repeated batch changes
+    # the result.
+    total, count = state
+    return total * 3 + tf.reduce_sum(batch['x'] - batch['y']), count + 1
+
+  expected = dataset.reduce((tf.constant(0, tf.int64), 0), lambda s, b: (
+      s[0] * 3 + tf.cast(tf.reduce_sum(b['x'] - b['y']), tf.int64),
+      s[1] + 1))
+  got = tf.function(lambda: local_training.reduce_over_batches(
+      dataset, (tf.constant(0, tf.int64), tf.constant(0)),
+      lambda s, b: (s[0] * 3 + tf.cast(tf.reduce_sum(b['x'] - b['y']),
+                                       tf.int64), s[1] + 1),
+      max_mb=max_mb))()
+  assert int(got[0]) == int(expected[0]) and int(got[1]) == 8
+  del reduce_fn
 
 
 def test_proximal_term_by_hand():

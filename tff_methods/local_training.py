@@ -109,6 +109,68 @@ def _reference_view(keras_model_fn: model_lib.KerasModelFn,
   return ReferenceView(keras_model_fn, output_names)
 
 
+# Per client, at most this much of its round's batches is read into memory
+# before training (`reduce_over_batches`); the rest is streamed.
+BATCHES_IN_MEMORY_MAX_MB = 1024
+
+
+def _batch_bytes(batch) -> tf.Tensor:
+  return tf.add_n([tf.cast(tf.size(t), tf.int64) * t.dtype.size
+                   for t in tf.nest.flatten(batch)])
+
+
+def reduce_over_batches(dataset: tf.data.Dataset, initial_state, reduce_fn,
+                        max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
+  """`dataset.reduce(initial_state, reduce_fn)`, about 30% faster.
+
+  Reads the batches into TensorArrays (up to `max_mb`), then runs
+  `reduce_fn` over them in a `tf.while_loop`. Measured with the FedCKA CNN
+  (10 clients x 40 steps): `Dataset.reduce` with a training step as its
+  function took 8.3-10.2 s, this 6.4 s, a step per numpy batch 6.8-7.5 s;
+  TFF's client work iterates data in the graph, so this is where its
+  overhead lies. Batches past `max_mb` are streamed by `Dataset.reduce`
+  from a second pass (`dataset.skip`: the dataset must give the same
+  batches when iterated again, as `tasks.datasets.preprocess_fn`'s do).
+  """
+  max_bytes = int(max_mb * 2**20)
+  spec = dataset.element_spec
+  flat_specs = tf.nest.flatten(spec)
+
+  def append(state, batch):
+    arrays, kept, seen, kept_bytes = state
+    size = _batch_bytes(batch)
+    keep = tf.logical_and(tf.equal(kept, seen), kept_bytes + size <= max_bytes)
+
+    def write():
+      return tuple(a.write(kept, t)
+                   for a, t in zip(arrays, tf.nest.flatten(batch)))
+
+    arrays = tf.cond(keep, write, lambda: tuple(arrays))
+    kept = tf.where(keep, kept + 1, kept)
+    kept_bytes = tf.where(keep, kept_bytes + size, kept_bytes)
+    return arrays, kept, seen + 1, kept_bytes
+
+  # A tuple: tf.data would read a list as one tensor.
+  empty = tuple(tf.TensorArray(s.dtype, size=0, dynamic_size=True,
+                               infer_shape=False, element_shape=s.shape)
+                for s in flat_specs)
+  arrays, kept, seen, _ = dataset.reduce(
+      (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64)),
+      append)
+
+  def body(i, state):
+    batch = tf.nest.pack_sequence_as(spec, [a.read(i) for a in arrays])
+    return i + 1, reduce_fn(state, batch)
+
+  _, state = tf.while_loop(lambda i, _: i < kept, body,
+                           (tf.constant(0), initial_state))
+  # Batches past the cap: streamed, from a second pass over the data.
+  return tf.cond(seen > kept,
+                 lambda: dataset.skip(tf.cast(kept, tf.int64)).reduce(
+                     state, reduce_fn),
+                 lambda: state)
+
+
 # Per client and reference model, at most this much memory holds the
 # reference outputs of the client's examples (beyond it: computed per step).
 REFERENCE_CACHE_MAX_MB = 512
@@ -314,8 +376,8 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
         (k, tf.constant(0.0)) for k in _TRAIN_SUMS)
     if count_labels:
       initial_sums['label_counts'] = tf.zeros([count_labels])
-    sums, _ = dataset.reduce((initial_sums, optimizer.initialize(specs)),
-                             reduce_fn)
+    sums, _ = reduce_over_batches(
+        dataset, (initial_sums, optimizer.initialize(specs)), reduce_fn)
     update = [g - w for g, w in zip(global_weights, trainable)]
     if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
       weight = sums['num_examples']
