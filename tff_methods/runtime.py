@@ -41,7 +41,12 @@ import time
 from typing import Optional, Sequence
 
 from absl import logging
-import grpc
+
+# The workers are started by fork + exec while gRPC threads run; gRPC's fork
+# handlers would only log "skipping fork() handlers" each time. Read when
+# gRPC initializes, so set before it is imported.
+os.environ.setdefault('GRPC_ENABLE_FORK_SUPPORT', '0')
+import grpc  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import portpicker
 
 # The Python side of TFF: imported lazily by the functions that need it, so
