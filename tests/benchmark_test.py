@@ -85,7 +85,8 @@ def test_loopback_workers_are_timed_and_stopped(tiny_cifar):
 def test_report_marks_each_figure_against_its_target():
   timing = lambda median, ratio: dict(median=median, ratio=ratio)
   results = dict(
-      settings=dict(num_clients=10, repeats=3, batch_size=64),
+      settings=dict(num_clients=10, repeats=3, batch_size=64,
+                    max_concurrent_clients=2),
       models={'fedcka_cnn': dict(
           examples_per_client=500, local_epochs=1, peak_mb=1500.0,
           methods={'fedavg': timing(2.0, 1.0),
