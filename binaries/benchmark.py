@@ -140,11 +140,13 @@ def main(argv):
         examples_per_client=examples, local_epochs=FLAGS.local_epochs,
         methods=timings, peak_mb=benchmark.resident_mb()['total_peak_mb'])
     save()
+  # The CNN-sized data of the floor and the workers' phases (same files).
+  cnn_data = lambda: datasets.generated_like(
+      'cifar10', FLAGS.num_clients, FLAGS.examples_per_client, cache_dir,
+      seed=FLAGS.seed)
   if FLAGS.floor_local_epochs:
     print('== FedAvg through TFF against a plain TF loop', flush=True)
-    data = datasets.generated_like('cifar10', FLAGS.num_clients,
-                                   FLAGS.examples_per_client, cache_dir,
-                                   seed=FLAGS.seed)
+    data = cnn_data()
     tff_timings = benchmark.time_methods(
         'fedcka_cnn', ['fedavg', benchmark.PROJECT_LOOP_FEDAVG], data,
         hparams, FLAGS.floor_local_epochs, FLAGS.batch_size, FLAGS.repeats,
@@ -166,9 +168,7 @@ def main(argv):
     save()
   if FLAGS.loopback_workers:
     print('== FedAvg over 1..N loopback TFF workers', flush=True)
-    data = datasets.generated_like('cifar10', FLAGS.num_clients,
-                                   FLAGS.examples_per_client, cache_dir,
-                                   seed=FLAGS.seed)
+    data = cnn_data()
     by_count = benchmark.loopback_worker_throughput(
         data, 'fedcka_cnn', hparams, FLAGS.local_epochs, FLAGS.batch_size,
         range(1, FLAGS.loopback_workers + 1), FLAGS.repeats,

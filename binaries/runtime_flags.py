@@ -35,10 +35,7 @@ def check() -> list[str]:
     except ValueError as e:
       errors.append(str(e))
     if FLAGS.tff_worker_binary:
-      errors.append(
-          '--tff_worker_binary starts a local worker, but --tff_workers '
-          'connects to running ones: start each of those with python -m '
-          'binaries.worker --tff_worker_binary=PATH instead')
+      errors.append(runtime.BINARY_WITH_REMOTE_WORKERS)
   elif FLAGS.tff_worker_binary:
     try:
       runtime.check_worker_binary(FLAGS.tff_worker_binary)

@@ -56,6 +56,10 @@ _WORKER_START_TIMEOUT_SECONDS = 60.0
 # How long a remote worker may stay unreachable before a call fails for good
 # (TFF itself would retry a lost worker forever).
 REMOTE_WORKER_TIMEOUT_SECONDS = 30.0
+BINARY_WITH_REMOTE_WORKERS = (
+    '--tff_worker_binary starts a local worker, but --tff_workers connects '
+    'to running ones: start each of those with python -m binaries.worker '
+    '--tff_worker_binary=PATH instead')
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_CHANNEL_OPTIONS = [
     ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
@@ -539,10 +543,7 @@ def set_execution_context(tff_workers: Optional[Sequence[str]] = None,
   """
   if tff_workers:
     if worker_binary:
-      raise ValueError(
-          '--tff_worker_binary starts a local worker, but --tff_workers '
-          'connects to running ones: start each of those with '
-          'python -m binaries.worker --tff_worker_binary=PATH instead')
+      raise ValueError(BINARY_WITH_REMOTE_WORKERS)
     set_remote_execution_context(tff_workers)
   else:
     set_local_execution_context(max_concurrent_clients, worker_binary,
