@@ -70,8 +70,9 @@ flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
                      'regularized.')
 flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
                     'kernel_cka, cosine or frobenius.')
-flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: keep '
-                    'client states on disk here instead of in memory.')
+flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: the '
+                    'directory of the client state files (default: a '
+                    'temporary one); TFF workers must see it.')
 flags.DEFINE_integer('fed2_groups', 10, 'fed2: G, the number of groups.')
 flags.DEFINE_integer('fed2_decouple_depth', None, 'fed2: how many final '
                      'layers are grouped (default: 6 for VGG, 4 for the '

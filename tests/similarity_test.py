@@ -111,5 +111,47 @@ def test_linear_cka_on_fedckas_first_layer_shape():
                     rtol=1e-4)
 
 
+def test_linear_cka_gradient_matches_the_feature_space_formula():
+  # The Gram matrix's own gradient, (S + S^T) X, against a finite difference
+  # of the feature-space formula (float64 numpy), in a few directions.
+  x = tf.constant(X)
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    value = similarity.linear_cka(x, Y)
+  gradient = tape.gradient(value, x).numpy()
+  x64, y64 = X.astype(np.float64), Y.astype(np.float64)
+  for seed in range(3):
+    direction = np.random.default_rng(seed).normal(size=X.shape)
+    step = 1e-5
+    numeric = (_feature_space_linear_cka(x64 + step * direction, y64) -
+               _feature_space_linear_cka(x64 - step * direction, y64)) / (
+                   2 * step)
+    assert np.isclose(np.sum(gradient * direction), numeric, rtol=1e-3,
+                      atol=1e-6)
+
+
+@pytest.mark.parametrize('name', ['linear_cka', 'kernel_cka', 'cosine',
+                                  'frobenius'])
+def test_similarity_to_each_equals_one_at_a_time(name):
+  # Same shapes as X (the cosine compares flattened batches).
+  y = (X @ RNG.normal(size=(7, 7)) + RNG.normal(size=X.shape)).astype(
+      np.float32)
+  z = (0.5 * y + RNG.normal(size=X.shape)).astype(np.float32)
+  one = similarity.get_similarity(name)
+  to_each = similarity.get_similarity_to_each(name)
+  values = [v.numpy() for v in to_each(X, [y, z, X])]
+  assert np.allclose(values, [one(X, y).numpy(), one(X, z).numpy(),
+                              one(X, X).numpy()], rtol=1e-5)
+  # The gradient with respect to the shared x, too.
+  x = tf.constant(X)
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch(x)
+    shared = tf.add_n(to_each(x, [y, z]))
+    separate = one(x, y) + one(x, z)
+  assert np.allclose(tape.gradient(shared, x).numpy(),
+                     tape.gradient(separate, x).numpy(), rtol=1e-4,
+                     atol=1e-6)
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

@@ -247,6 +247,33 @@ def test_store_keeps_clients_apart_and_round_trips(on_disk, tmp_path):
   assert restored.get('a')['w'][0][0] == 1.0
 
 
+def test_store_keeps_only_the_versions_in_use(tmp_path):
+  store = stateful.ClientStateStore(INITIAL, str(tmp_path / 'states'))
+  client_dir = tmp_path / 'states' / 'a'
+  store.put('a', _state(1.0), round_num=1)
+  store.put('a', _state(2.0), round_num=2)
+  assert sorted(os.listdir(client_dir)) == ['2.state']
+  store.save(str(tmp_path / 'ckpt'), 2)
+  store.put('a', _state(3.0), round_num=3)
+  # Round 2's version stays while a kept checkpoint refers to it.
+  assert sorted(os.listdir(client_dir)) == ['2.state', '3.state']
+  store.put('a', _state(4.0), round_num=4)
+  assert sorted(os.listdir(client_dir)) == ['2.state', '4.state']
+  store.save(str(tmp_path / 'ckpt'), 4, keep=1)
+  assert sorted(os.listdir(client_dir)) == ['4.state']
+
+
+def test_temporary_store_checkpoints_copies_of_the_states(tmp_path):
+  store = stateful.ClientStateStore(INITIAL)
+  store.put('a', _state(1.0), round_num=1)
+  store.save(str(tmp_path / 'ckpt'), 1)
+  # Another process (another temporary directory) resumes from the copy.
+  restored = stateful.ClientStateStore(INITIAL)
+  assert restored.directory != store.directory
+  restored.restore(str(tmp_path / 'ckpt'), 1)
+  assert restored.get('a')['w'][1][0, 1] == 1.0
+
+
 def test_store_rejects_states_of_another_shape():
   store = stateful.ClientStateStore(INITIAL)
   with pytest.raises(ValueError, match="State of client 'a' has 1 tensors"):
@@ -319,6 +346,10 @@ def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
   assert not np.allclose(states[0]['model'].trainable[0],
                          states[1]['model'].trainable[0])
   assert setup['client_data'].client_ids[3] not in store
+  # The client computations wrote the states; only the latest version of
+  # each is kept (no checkpoint refers to older ones).
+  assert sorted(os.listdir(os.path.join(store.directory, ids[0]))) == [
+      '2.state']
 
 
 def test_stateful_run_resumes_exactly_with_client_states(tmp_path):

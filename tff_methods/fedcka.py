@@ -17,7 +17,7 @@ no previous model, so the term is 0 (as in MOON). Needs per-client state.
 Server rule: FedAvg's example-weighted mean of the updates.
 """
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -32,13 +32,13 @@ def cka_contrastive_loss(
     activations: Sequence[tf.Tensor],
     activations_global: Sequence[tf.Tensor],
     activations_prev: Sequence[tf.Tensor],
-    similarity: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] = (
-        similarity_lib.linear_cka)) -> tf.Tensor:
+    similarity_to_each: similarity_lib.SimilarityToEach = (
+        similarity_lib.linear_cka_to_each)) -> tf.Tensor:
   """FedCKA's loss averaged over the M regularized layers (no strength)."""
   losses = []
   for a, a_global, a_prev in zip(activations, activations_global,
                                  activations_prev):
-    logits = tf.stack([similarity(a, a_global), similarity(a, a_prev)])
+    logits = tf.stack(similarity_to_each(a, [a_global, a_prev]))
     losses.append(tf.reduce_logsumexp(logits) - logits[0])
   return tf.add_n(losses) / len(losses)
 
@@ -53,7 +53,8 @@ class CKAContrastiveTerm(regularizers.Regularizer):
     self.mu = regularizers.check_strength('FedCKA mu', mu)
     if not isinstance(num_layers, int) or num_layers < 1:
       raise ValueError(f'FedCKA cka_layers must be >= 1, got {num_layers!r}.')
-    self.similarity = similarity_lib.get_similarity(similarity)
+    self.similarity_to_each = similarity_lib.get_similarity_to_each(
+        similarity)
     self.layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
     self.global_outputs = self.layers
     self.previous_outputs = self.layers
@@ -62,7 +63,8 @@ class CKAContrastiveTerm(regularizers.Regularizer):
     term = cka_contrastive_loss(
         [step.outputs[k] for k in self.layers],
         [step.global_outputs[k] for k in self.layers],
-        [step.previous_outputs[k] for k in self.layers], self.similarity)
+        [step.previous_outputs[k] for k in self.layers],
+        self.similarity_to_each)
     return self.mu * tf.cast(step.has_previous, tf.float32) * term
 
 
@@ -91,7 +93,8 @@ def build_fedcka(
     similarity: 'linear_cka' (default), 'kernel_cka', 'cosine' or
       'frobenius' (the paper's Table 3).
     server_optimizer: SGD with learning rate 1 by default.
-    client_state_dir: Keep previous models on disk here (default: memory).
+    client_state_dir: Keep the previous models in files here
+      (default: a temporary directory).
   """
   return stateful.build_stateful_local_training_process(
       keras_model_fn, element_spec, dataset_computation, client_optimizer,

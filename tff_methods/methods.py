@@ -69,8 +69,8 @@ class Hyperparameters:
     similarity: FedCKA's similarity ('linear_cka', 'kernel_cka', 'cosine',
       'frobenius').
     num_clients: All clients, N (SCAFFOLD's |S|/N update).
-    client_state_dir: Where methods with per-client state keep it on disk
-      (None: in memory).
+    client_state_dir: Where methods with per-client state keep its files
+      (None: a temporary directory).
     fed2_groups: Fed2's G.
     fed2_decouple_depth: How many final layers Fed2 groups (None: the
       model's default, 6 for VGG).

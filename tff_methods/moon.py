@@ -80,7 +80,8 @@ def build_moon(
     mu: The contrastive strength, >= 0; 0 is FedAvg.
     temperature: tau, 0.5 by default as in the paper.
     server_optimizer: SGD with learning rate 1 by default.
-    client_state_dir: Keep previous models on disk here (default: memory).
+    client_state_dir: Keep the previous models in files here
+      (default: a temporary directory).
   """
   return stateful.build_stateful_local_training_process(
       keras_model_fn, element_spec, dataset_computation, client_optimizer,

@@ -66,7 +66,8 @@ def build_scaffold(
     num_clients: N, all clients (for the |S|/N update of `c`).
     server_learning_rate: eta_g.
     weight_decay: Local L2 weight decay.
-    client_state_dir: Keep control variates on disk here (default: memory).
+    client_state_dir: Keep the control variates in files here
+      (default: a temporary directory).
     loss_fn: The data term; cross-entropy by default.
   """
   if not isinstance(num_clients, int) or num_clients < 1:
@@ -91,10 +92,11 @@ def build_scaffold(
     return collections.OrderedDict(
         control_variate=[tf.constant(z) for z in zeros])
 
-  @tff.tensorflow.computation(weights_type, control_type, control_type,
-                              data_type)
-  def client_update_computation(weights, server_control, client_control,
+  @tff.tensorflow.computation(weights_type, control_type,
+                              stateful.STATE_FILES_TYPE, data_type)
+  def client_update_computation(weights, server_control, state_files,
                                 dataset):
+    client_control = stateful.read_client_state(state_files, zeros)
     client_update = local_training.build_client_update_fn(
         keras_model_fn, client_optimizer, [correction],
         tff.learning.ClientWeighting.UNIFORM, loss_fn)
@@ -108,7 +110,8 @@ def build_scaffold(
     new_control = tf.cond(result.update_weight > 0, lambda: trained,
                           lambda: [tf.identity(ci) for ci in client_control])
     control_delta = [n - o for n, o in zip(new_control, client_control)]
-    return result, sums, new_control, control_delta, tf.constant(1.0)
+    written = stateful.write_client_state(state_files, new_control)
+    return result, sums, written, control_delta, tf.constant(1.0)
 
   server_state_type = initial_control_fn.type_signature.result
 
@@ -136,16 +139,17 @@ def build_scaffold(
   state_type = initialize_fn.type_signature.result
 
   @tff.federated_computation(state_type,
-                             tff.FederatedType(control_type, tff.CLIENTS),
+                             tff.FederatedType(stateful.STATE_FILES_TYPE,
+                                               tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, client_controls, client_data):
+  def next_fn(state, state_files, client_data):
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
     server_control = tff.federated_broadcast(
         state.client_work.control_variate)
-    result, sums, new_controls, deltas, ones = tff.federated_map(
+    result, sums, written, deltas, ones = tff.federated_map(
         client_update_computation,
-        (distributed.result, server_control, client_controls, client_data))
+        (distributed.result, server_control, state_files, client_data))
     aggregated = aggregator.next(state.aggregator, result.update,
                                  result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
@@ -162,7 +166,7 @@ def build_scaffold(
         client_work=local_training.sum_train_metrics(sums),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements))
-    return new_state, new_controls, metrics
+    return new_state, written, metrics
 
   return stateful.from_computations(
       initialize_fn, next_fn, dataset_computation,

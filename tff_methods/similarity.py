@@ -17,7 +17,7 @@ scalar. FedCKA's contrastive loss uses one of them (its Table 3 ablation):
   saying how it is scaled; unscaled, `exp` of it overflows).
 """
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import tensorflow as tf
 
@@ -35,19 +35,38 @@ def _center_gram(gram: tf.Tensor) -> tf.Tensor:
   return gram - tf.reduce_mean(gram, axis=1, keepdims=True)
 
 
-def _cka_from_grams(gram_x: tf.Tensor, gram_y: tf.Tensor) -> tf.Tensor:
-  gram_x = _center_gram(gram_x)
-  gram_y = _center_gram(gram_y)
+@tf.custom_gradient
+def _gram(x: tf.Tensor) -> tf.Tensor:
+  """`X X^T`; its gradient `(S + S^T) X` is one matmul (autodiff takes two)."""
+
+  def gradient(upstream):
+    return tf.matmul(upstream + tf.transpose(upstream), x)
+
+  return tf.matmul(x, x, transpose_b=True), gradient
+
+
+def _cka_from_centered_grams(gram_x: tf.Tensor, gram_y: tf.Tensor
+                             ) -> tf.Tensor:
   hsic = tf.reduce_sum(gram_x * gram_y)
   norms = tf.norm(gram_x) * tf.norm(gram_y)
   return hsic / (norms + _EPSILON)
 
 
+def _cka_from_grams(gram_x: tf.Tensor, gram_y: tf.Tensor) -> tf.Tensor:
+  return _cka_from_centered_grams(_center_gram(gram_x), _center_gram(gram_y))
+
+
 def linear_cka(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   """Linear CKA of two B x ... activations, via B x B Gram matrices."""
-  x, y = _flatten(x), _flatten(y)
-  return _cka_from_grams(tf.matmul(x, x, transpose_b=True),
-                         tf.matmul(y, y, transpose_b=True))
+  return _cka_from_grams(_gram(_flatten(x)), _gram(_flatten(y)))
+
+
+def linear_cka_to_each(x: tf.Tensor, ys: Sequence[tf.Tensor]
+                       ) -> list[tf.Tensor]:
+  """`[linear_cka(x, y) for y in ys]`, with x's Gram matrix computed once."""
+  gram_x = _center_gram(_gram(_flatten(x)))
+  return [_cka_from_centered_grams(gram_x, _center_gram(_gram(_flatten(y))))
+          for y in ys]
 
 
 def _median(values: tf.Tensor) -> tf.Tensor:
@@ -76,6 +95,14 @@ def kernel_cka(x: tf.Tensor, y: tf.Tensor, threshold: float = 0.5
   return _cka_from_grams(_rbf_gram(x, threshold), _rbf_gram(y, threshold))
 
 
+def kernel_cka_to_each(x: tf.Tensor, ys: Sequence[tf.Tensor],
+                       threshold: float = 0.5) -> list[tf.Tensor]:
+  """`[kernel_cka(x, y) for y in ys]`, with x's kernel computed once."""
+  gram_x = _center_gram(_rbf_gram(_flatten(x), threshold))
+  return [_cka_from_centered_grams(
+      gram_x, _center_gram(_rbf_gram(_flatten(y), threshold))) for y in ys]
+
+
 def cosine_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   """The cosine between the two batches, each flattened to one vector."""
   x, y = tf.reshape(_flatten(x), [-1]), tf.reshape(_flatten(y), [-1])
@@ -99,8 +126,21 @@ SIMILARITIES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
 }
 
 
+# One layer against several (FedCKA compares the local layer with the global
+# and the previous model's): the shared half of the work done once.
+_TO_EACH = {'linear_cka': linear_cka_to_each, 'kernel_cka': kernel_cka_to_each}
+
+SimilarityToEach = Callable[[tf.Tensor, Sequence[tf.Tensor]], list[tf.Tensor]]
+
+
 def get_similarity(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   if name not in SIMILARITIES:
     raise ValueError(f'Unknown similarity {name!r}; choose one of '
                      f'{", ".join(SIMILARITIES)}.')
   return SIMILARITIES[name]
+
+
+def get_similarity_to_each(name: str) -> SimilarityToEach:
+  """`(x, ys) -> [similarity(x, y) for y in ys]` for similarity `name`."""
+  similarity = get_similarity(name)
+  return _TO_EACH.get(name, lambda x, ys: [similarity(x, y) for y in ys])

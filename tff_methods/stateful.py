@@ -2,28 +2,37 @@
 
 A `tff.learning.templates.LearningProcess` carries no per-client state, yet
 MOON and FedCKA need each client's previous local model (and SCAFFOLD its
-control variate). Here the TFF computation of a round takes the sampled
-clients' states as a CLIENTS-placed argument and returns their new states:
+control variate). Here the TFF computation of a round takes, for each
+sampled client, the file its state is read from and the file its new state
+is written to; the client's TensorFlow reads and writes them itself:
 
-  next(server_state, client_states@CLIENTS, client_ids@CLIENTS)
-      -> (server_state, new_client_states@CLIENTS, metrics)
+  next(server_state, state_files@CLIENTS, client_ids@CLIENTS)
+      -> (server_state, written@CLIENTS, metrics)
 
-and `StatefulLearningProcess` keeps the states on the Python side in a
-`ClientStateStore`, by client id. User code drives it like a tff.learning
-process: `initialize()`, `next(state, client_ids)` (the ids select both the
-data and the states), `get_model_weights(state)`, `set_model_weights`.
+so a client's state never passes through Python, TFF's value serialization
+or the worker's gRPC channel (for ResNet-18, 11M floats in and out per
+client and round: that transfer cost as much as the training, see the
+README's benchmark). `StatefulLearningProcess` keeps the index of which
+file holds each client's latest state in a `ClientStateStore`. User code
+drives it like a tff.learning process: `initialize()`, `next(state,
+client_ids)` (the ids select both the data and the states),
+`get_model_weights(state)`, `set_model_weights`.
 
-A client taking part for the first time gets the process's initial client
-state. The store lives in memory, or on disk (one file per client and
-version) for many clients with large models; either way it is saved with
-the program state at each checkpoint, so a resumed run continues exactly.
+A client taking part for the first time reads the process's initial client
+state. The files live under a given directory, or a temporary one removed
+at exit; either way the store is saved with the program state at each
+checkpoint, so a resumed run continues exactly. TFF workers on other
+machines must see the directory at the same path (as they see the data).
 """
 
+import atexit
 import collections
 import glob
 import json
 import os
-from typing import Any, Callable, Optional, Sequence
+import shutil
+import tempfile
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -33,34 +42,82 @@ from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
 
+# The CLIENTS-placed argument of a round: where each client's state is read
+# from and where its new state goes.
+STATE_FILES_TYPE = tff.StructWithPythonType(
+    [('read', tff.TensorType(np.str_)), ('write', tff.TensorType(np.str_))],
+    collections.OrderedDict)
 
-def _atomic_savez(path: str, arrays: dict) -> None:
-  tmp = f'{path}.tmp.npz'
-  np.savez(tmp, **arrays)
-  os.replace(tmp, path)
+
+def serialize_state(state: Any) -> tf.Tensor:
+  """A nested structure of tensors as one string tensor (graph or eager)."""
+  return tf.io.serialize_tensor(tf.stack(
+      [tf.io.serialize_tensor(t) for t in tf.nest.flatten(state)]))
+
+
+def parse_state(serialized: tf.Tensor, template: Any) -> Any:
+  """The inverse of `serialize_state`; `template` gives dtypes and shapes."""
+  parts = tf.io.parse_tensor(serialized, tf.string)
+  flat = [tf.ensure_shape(tf.io.parse_tensor(parts[i], tf.as_dtype(a.dtype)),
+                          np.shape(a))
+          for i, a in enumerate(tf.nest.flatten(template))]
+  return tf.nest.pack_sequence_as(template, flat)
+
+
+def read_client_state(files: Any, template: Any) -> Any:
+  """In a client computation: the state in `files.read`."""
+  return parse_state(tf.io.read_file(files['read']), template)
+
+
+def write_client_state(files: Any, state: Any) -> tf.Tensor:
+  """In a client computation: writes `state` to `files.write`.
+
+  Returns:
+    The number of bytes written; return it from the computation, so that
+    the write runs before the round ends.
+  """
+  serialized = serialize_state(state)
+  with tf.control_dependencies([tf.io.write_file(files['write'],
+                                                 serialized)]):
+    return tf.strings.length(serialized)
 
 
 class ClientStateStore:
-  """Client states by client id, in memory or on disk, versioned by round.
+  """Which file holds each client's latest state, by client id and round.
+
+  Each state is one file, `<directory>/<client id>/<round>.state`, written
+  by the client's own computation (or by `put`). A new version makes the
+  older one unused unless a kept checkpoint refers to it.
 
   Args:
     initial_state: The state of a client that has not taken part yet (a
       nested structure of arrays); also the template for stored states.
-    directory: If given, states live on disk under it (one file per client
-      and round), and only an index is kept in memory.
+    directory: Where the state files live. By default a temporary
+      directory, removed at exit; checkpoints then hold copies of the
+      states. A given directory is kept, and checkpoints refer to its files.
   """
 
   def __init__(self, initial_state: Any, directory: Optional[str] = None):
     self._initial = tf.nest.map_structure(np.asarray, initial_state)
-    self._directory = directory
-    self._memory: dict[str, list[np.ndarray]] = {}
+    self._temporary = directory is None
+    if self._temporary:
+      directory = tempfile.mkdtemp(prefix='tff_methods_client_states_')
+      atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    self._directory = os.path.abspath(directory)
+    os.makedirs(self._directory, exist_ok=True)
     self._latest_round: dict[str, int] = {}
-    if directory:
-      os.makedirs(directory, exist_ok=True)
+    # (client id, round) of the versions the kept checkpoints refer to.
+    self._pinned: set[tuple[str, int]] = set()
+    self._initial_file = os.path.join(self._directory, 'initial.state')
+    self._write(self._initial_file, self._initial)
 
   @property
   def initial_state(self):
     return self._initial
+
+  @property
+  def directory(self) -> str:
+    return self._directory
 
   def __contains__(self, client_id: str) -> bool:
     return client_id in self._latest_round
@@ -69,18 +126,38 @@ class ClientStateStore:
     return len(self._latest_round)
 
   def _file(self, client_id: str, round_num: int) -> str:
-    return os.path.join(self._directory, client_id, f'{round_num}.npz')
+    return os.path.join(self._directory, client_id, f'{round_num}.state')
+
+  def _write(self, path: str, state: Any) -> None:
+    tmp = f'{path}.tmp'
+    with open(tmp, 'wb') as f:
+      f.write(serialize_state(state).numpy())
+    os.replace(tmp, path)
+
+  def read_file(self, client_id: str) -> str:
+    """The file of the client's latest state (the initial one if none)."""
+    if client_id not in self._latest_round:
+      return self._initial_file
+    return self._file(client_id, self._latest_round[client_id])
+
+  def write_file(self, client_id: str, round_num: int) -> str:
+    """Where the client's state as of the end of `round_num` goes."""
+    os.makedirs(os.path.join(self._directory, client_id), exist_ok=True)
+    return self._file(client_id, round_num)
+
+  def written(self, client_id: str, round_num: int) -> None:
+    """Records that `write_file(client_id, round_num)` holds its state."""
+    old = self._latest_round.get(client_id)
+    self._latest_round[client_id] = round_num
+    if old is not None and old != round_num and (
+        (client_id, old) not in self._pinned):
+      _remove(self._file(client_id, old))
 
   def get(self, client_id: str):
     """The client's latest state, or the initial state if it has none."""
-    if client_id not in self._latest_round:
-      return self._initial
-    if self._directory:
-      with np.load(self._file(client_id, self._latest_round[client_id])) as f:
-        flat = [f[f'a{i}'] for i in range(len(f.files))]
-    else:
-      flat = self._memory[client_id]
-    return tf.nest.pack_sequence_as(self._initial, flat)
+    with open(self.read_file(client_id), 'rb') as f:
+      state = parse_state(tf.constant(f.read()), self._initial)
+    return tf.nest.map_structure(lambda t: t.numpy(), state)
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
     """Stores the client's state as of the end of `round_num`."""
@@ -89,30 +166,27 @@ class ClientStateStore:
     if len(flat) != len(template):
       raise ValueError(f'State of client {client_id!r} has {len(flat)} '
                        f'tensors; the store holds states of {len(template)}.')
-    if self._directory:
-      os.makedirs(os.path.join(self._directory, client_id), exist_ok=True)
-      _atomic_savez(self._file(client_id, round_num),
-                    {f'a{i}': a for i, a in enumerate(flat)})
-    else:
-      self._memory[client_id] = flat
-    self._latest_round[client_id] = round_num
+    flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
+    self._write(self.write_file(client_id, round_num), flat)
+    self.written(client_id, round_num)
 
   def save(self, checkpoint_dir: str, round_num: int, keep: int = 2) -> None:
     """Saves the store as of `round_num` beside the program state."""
     os.makedirs(checkpoint_dir, exist_ok=True)
     path = os.path.join(checkpoint_dir, f'client_states_{round_num}')
-    if self._directory:
-      with open(path + '.json.tmp', 'w') as f:
-        json.dump(self._latest_round, f)
-      os.replace(path + '.json.tmp', path + '.json')
-    else:
+    if self._temporary:
+      # The temporary directory ends with the process: copy the states.
       arrays = {}
-      for client_id, flat in self._memory.items():
-        for i, a in enumerate(flat):
+      for client_id in self._latest_round:
+        for i, a in enumerate(tf.nest.flatten(self.get(client_id))):
           arrays[f'{client_id}/{i}'] = a
       arrays['__rounds__'] = np.array(
           json.dumps(self._latest_round).encode())
       _atomic_savez(path + '.npz', arrays)
+    else:
+      with open(path + '.json.tmp', 'w') as f:
+        json.dump(self._latest_round, f)
+      os.replace(path + '.json.tmp', path + '.json')
     self._remove_old_checkpoints(checkpoint_dir, keep)
 
   def _remove_old_checkpoints(self, checkpoint_dir, keep):
@@ -121,14 +195,18 @@ class ClientStateStore:
       for path in glob.glob(os.path.join(checkpoint_dir,
                                          f'client_states_{old}.*')):
         os.remove(path)
-    if self._directory and saved:
-      # Client versions older than the oldest kept checkpoint are unused.
-      oldest = self._load_index(checkpoint_dir, saved[-keep:][0])
-      for client_id, kept_round in oldest.items():
-        for path in glob.glob(os.path.join(self._directory, client_id,
-                                           '*.npz')):
-          if int(os.path.basename(path)[:-4]) < kept_round:
-            os.remove(path)
+    if self._temporary:
+      return
+    # Keep the versions the kept checkpoints and the store refer to.
+    self._pinned = {(client_id, r) for kept in saved[-keep:]
+                    for client_id, r in self._load_index(checkpoint_dir,
+                                                         kept).items()}
+    needed = self._pinned | set(self._latest_round.items())
+    for path in glob.glob(os.path.join(self._directory, '*', '*.state')):
+      client_id = os.path.basename(os.path.dirname(path))
+      stem = os.path.basename(path)[:-len('.state')]
+      if stem.isdigit() and (client_id, int(stem)) not in needed:
+        os.remove(path)
 
   @staticmethod
   def _checkpoint_rounds(checkpoint_dir):
@@ -151,17 +229,36 @@ class ClientStateStore:
     Raises:
       FileNotFoundError: if no client states were saved for that round.
     """
-    if self._directory:
+    if not self._temporary:
       self._latest_round = self._load_index(checkpoint_dir, round_num)
+      self._pinned |= set(self._latest_round.items())
       return
     path = os.path.join(checkpoint_dir, f'client_states_{round_num}.npz')
     with np.load(path) as f:
-      self._latest_round = {
-          k: int(v) for k, v in json.loads(bytes(f['__rounds__'])).items()}
+      rounds = {k: int(v) for k, v in json.loads(bytes(f['__rounds__'])
+                                                 ).items()}
       count = len(tf.nest.flatten(self._initial))
-      self._memory = {
-          client_id: [f[f'{client_id}/{i}'] for i in range(count)]
-          for client_id in self._latest_round}
+      states = {client_id: [f[f'{client_id}/{i}'] for i in range(count)]
+                for client_id in rounds}
+    for client_id in list(self._latest_round):
+      _remove(self.read_file(client_id))
+    self._latest_round = {}
+    for client_id, flat in states.items():
+      self.put(client_id, tf.nest.pack_sequence_as(self._initial, flat),
+               rounds[client_id])
+
+
+def _atomic_savez(path: str, arrays: dict) -> None:
+  tmp = f'{path}.tmp.npz'
+  np.savez(tmp, **arrays)
+  os.replace(tmp, path)
+
+
+def _remove(path: str) -> None:
+  try:
+    os.remove(path)
+  except FileNotFoundError:
+    pass
 
 
 class StatefulLearningProcess:
@@ -195,12 +292,17 @@ class StatefulLearningProcess:
            ) -> tff.learning.templates.LearningProcessOutput:
     """Runs one round for `client_ids`, reading and writing their states."""
     client_ids = list(client_ids)
-    states = [self.client_states.get(c) for c in client_ids]
-    new_state, new_client_states, metrics = self._next_fn(state, states,
-                                                          client_ids)
+    store = self.client_states
+    files = [collections.OrderedDict(
+        read=store.read_file(c), write=store.write_file(c, self._round + 1))
+             for c in client_ids]
+    new_state, written, metrics = self._next_fn(state, files, client_ids)
     self._round += 1
-    for client_id, client_state in zip(client_ids, new_client_states):
-      self.client_states.put(client_id, client_state, self._round)
+    for client_id, num_bytes in zip(client_ids, written):
+      if num_bytes <= 0:
+        raise RuntimeError(f'The state of client {client_id!r} was not '
+                           f'written to {store.write_file(client_id, self._round)}.')
+      store.written(client_id, self._round)
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   def get_model_weights(self, state):
@@ -232,8 +334,11 @@ def from_computations(initialize_fn: tff.Computation,
 
   Args:
     initialize_fn: Returns the SERVER-placed `LearningAlgorithmState`.
-    next_fn: `(state, client_states@CLIENTS, client_data@CLIENTS) ->
-      (state, new_client_states@CLIENTS, metrics)`.
+    next_fn: `(state, state_files@CLIENTS, client_data@CLIENTS) ->
+      (state, written@CLIENTS, metrics)`: each client reads its state from
+      `state_files.read` and writes its new one to `state_files.write`
+      (`read_client_state`, `write_client_state`), returning the bytes
+      written.
     dataset_computation: Client id -> that client's dataset; composed with
       `next_fn` so that the process takes client ids.
     store: Holds the client states.
@@ -292,7 +397,8 @@ def build_stateful_local_training_process(
     client_optimizer: The client optimizer.
     server_optimizer: SGD with learning rate 1 by default.
     regularizers: Terms added to every client's local objective.
-    client_state_dir: Keep client states on disk here instead of in memory.
+    client_state_dir: Where the clients' state files live (default: a
+      temporary directory).
     client_weighting: How client updates are weighted.
   """
   regularizers = tuple(regularizers)
@@ -305,15 +411,14 @@ def build_stateful_local_training_process(
                                                  zero_weights.trainable)
   received_type = distributor.next.type_signature.result.result.member
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
-  client_state_type = tff.StructWithPythonType(
-      [('has_previous', tff.TensorType(np.int32)), ('model', weights_type)],
-      collections.OrderedDict)
-
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
 
-  @tff.tensorflow.computation(received_type, client_state_type, data_type)
-  def client_update_computation(received, client_state, dataset):
+  initial_client_state = previous_model_client_state(zero_weights)
+
+  @tff.tensorflow.computation(received_type, STATE_FILES_TYPE, data_type)
+  def client_update_computation(received, state_files, dataset):
+    client_state = read_client_state(state_files, initial_client_state)
     initial_weights, broadcast = local_training.split_received(
         received, has_broadcast)
     client_update = local_training.build_client_update_fn(
@@ -326,7 +431,7 @@ def build_stateful_local_training_process(
     # A diverged client (weight 0) keeps its old state.
     new_state = tf.cond(result.update_weight > 0, lambda: trained,
                         lambda: client_state)
-    return result, sums, new_state
+    return result, sums, write_client_state(state_files, new_state)
 
   aggregator = tff.aggregators.MeanFactory().create(
       weights_type.trainable, tff.TensorType(np.float32))
@@ -343,14 +448,13 @@ def build_stateful_local_training_process(
   state_type = initialize_fn.type_signature.result
 
   @tff.federated_computation(state_type,
-                             tff.FederatedType(client_state_type,
-                                               tff.CLIENTS),
+                             tff.FederatedType(STATE_FILES_TYPE, tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, client_states, client_data):
+  def next_fn(state, state_files, client_data):
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
-    client_result, sums, new_client_states = tff.federated_map(
-        client_update_computation, (distributed.result, client_states,
+    client_result, sums, written = tff.federated_map(
+        client_update_computation, (distributed.result, state_files,
                                     client_data))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
@@ -364,9 +468,8 @@ def build_stateful_local_training_process(
         client_work=local_training.sum_train_metrics(sums),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements))
-    return new_state, new_client_states, metrics
+    return new_state, written, metrics
 
   return from_computations(
       initialize_fn, next_fn, dataset_computation,
-      ClientStateStore(previous_model_client_state(zero_weights),
-                       client_state_dir))
+      ClientStateStore(initial_client_state, client_state_dir))
