@@ -376,6 +376,15 @@ def _mark(value: float, target: float) -> str:
   return 'yes' if value <= target else '**no**'
 
 
+def _judged_ratio(timing: dict) -> float:
+  """The ratio a target is judged on: the larger of the two FedAvgs'.
+
+  TFF's FedAvg is slower than the project's loop, so a ratio to it alone
+  would credit a method with the loop's speed-up rather than its own cost.
+  """
+  return max(timing['ratio'], timing.get('ratio_to_project_loop', 0.0))
+
+
 def report_markdown(results: dict) -> str:
   """The benchmark's figures beside their targets, as Markdown."""
   lines = ['# Benchmark', '',
@@ -387,8 +396,9 @@ def report_markdown(results: dict) -> str:
     lines += [f"## {model_name}: {model['examples_per_client']} examples per "
               f"client, batch {results['settings']['batch_size']}, "
               f"{model['local_epochs']} local epoch(s)", '',
-              '| method | s/round | ratio to FedAvg (TFF) | target | met | '
-              'ratio to FedAvg (project loop) | FedCKA paper (Table 4) |',
+              '| method | s/round | ratio to FedAvg (TFF) | '
+              'ratio to FedAvg (project loop) | target | met | '
+              'FedCKA paper (Table 4) |',
               '|---|---|---|---|---|---|---|']
     targets = TARGET_RATIO.get(model_name, {})
     paper = PAPER_RATIO.get(model_name, {})
@@ -396,16 +406,17 @@ def report_markdown(results: dict) -> str:
       target = targets.get(name)
       lines.append(
           f"| {name} | {timing['median']:.2f} | {timing['ratio']:.2f} | "
-          f"{'' if target is None else f'<= {target}'} | "
-          f"{'' if target is None else _mark(timing['ratio'], target)} | "
           f"{_format(timing.get('ratio_to_project_loop'))} | "
-          f"{paper.get(name, '')} |")
+          f"{'' if target is None else f'<= {target}'} | "
+          f"{'' if target is None else _mark(_judged_ratio(timing), target)}"
+          f" | {paper.get(name, '')} |")
     fedavg = model['methods']['fedavg']['median']
     lines += ['', f'"FedAvg (TFF)" is `fedavg`, TFF\'s '
               '`build_weighted_fed_avg`, the baseline users compare with; '
               f'`{PROJECT_LOOP_FEDAVG}` is the same algorithm through the '
               "project's local-training loop, which every other method "
-              'shares: the ratio to it is what a regularizer costs.']
+              'shares: the ratio to it is what a regularizer costs. A '
+              'target is met when both ratios are within it.']
     lines += ['', f"Clients per second (FedAvg): "
               f"{results['settings']['num_clients'] / fedavg:.2f}. Peak "
               f"resident memory: {model['peak_mb']:.0f} MB (Python + TFF "
