@@ -6,8 +6,9 @@ On CIFAR-shaped data generated with a fixed seed, 10 clients all taking
 part: seconds per round of every method and its ratio to FedAvg (measured
 interleaved in the same run) for the FedCKA CNN and ResNet-18 (`--models`
 adds resnet50), clients per second and peak memory; FedAvg through TFF
-against the same local training as a plain TF loop at 5 local epochs; and
-resident memory over 200 rounds of a small model. Writes `benchmark.json`
+against the same local training as a plain TF loop and, when PyTorch
+imports, a plain PyTorch loop (the reference code's way) at 5 local epochs;
+and resident memory over 200 rounds of a small model. Writes `benchmark.json`
 and `benchmark.md` (each figure beside its target and the FedCKA paper's
 Table 4) to `--output_dir`. The logic lives in `tff_methods.benchmark`.
 """
@@ -30,6 +31,7 @@ from tasks import datasets
 from tasks import models as task_models
 from tff_methods import benchmark
 from tff_methods import methods as methods_lib
+from tff_methods import pytorch_loop
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('models', ['fedcka_cnn', 'resnet18'],
@@ -157,6 +159,17 @@ def main(argv):
         FLAGS.floor_local_epochs, FLAGS.batch_size,
         FLAGS.client_learning_rate, FLAGS.client_momentum, FLAGS.repeats,
         FLAGS.seed)
+    if pytorch_loop.available():
+      pytorch = pytorch_loop.round_seconds(
+          benchmark.client_arrays(data), data.num_classes,
+          FLAGS.floor_local_epochs, FLAGS.batch_size,
+          FLAGS.client_learning_rate, FLAGS.client_momentum, FLAGS.repeats,
+          FLAGS.seed)
+      pytorch_figures = dict(
+          pytorch_seconds=float(sorted(pytorch)[len(pytorch) // 2]),
+          pytorch_all=pytorch)
+    else:
+      pytorch_figures = dict(pytorch_note='PyTorch does not import here')
     results['floor'] = dict(
         model='fedcka_cnn', examples_per_client=FLAGS.examples_per_client,
         local_epochs=FLAGS.floor_local_epochs,
@@ -164,7 +177,7 @@ def main(argv):
         project_loop_seconds=tff_timings[
             benchmark.PROJECT_LOOP_FEDAVG]['median'],
         plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
-        plain_tf_all=plain)
+        plain_tf_all=plain, **pytorch_figures)
     save()
   if FLAGS.loopback_workers:
     print('== FedAvg over 1..N loopback TFF workers', flush=True)

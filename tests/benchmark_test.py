@@ -10,6 +10,7 @@ from tasks import datasets
 from tff_methods import benchmark
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import pytorch_loop
 from tff_methods import runtime
 
 
@@ -47,6 +48,31 @@ def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
                                initial.trainable):
     np.testing.assert_allclose(plain, tff, rtol=1e-4, atol=1e-5)
     moved += float(np.abs(plain - start).sum())
+  assert moved > 0
+
+
+@pytest.mark.skipif(not pytorch_loop.available(),
+                    reason='PyTorch does not import here (optional)')
+def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
+  # Same initial weights, one batch per client, two epochs (so momentum
+  # carries over a step): the two frameworks must agree.
+  initial = [np.asarray(w) for w in benchmark.PlainTFFedAvg(
+      'fedcka_cnn', benchmark.client_arrays(tiny_cifar), 10, 1, 64, 0.1,
+      0.9).global_weights]
+  settings = dict(local_epochs=2, batch_size=64, learning_rate=0.1,
+                  momentum=0.9, initial_weights=initial)
+  plain = benchmark.PlainTFFedAvg(
+      'fedcka_cnn', benchmark.client_arrays(tiny_cifar), 10, **settings)
+  torch_loop = pytorch_loop.PyTorchFedAvg(
+      benchmark.client_arrays(tiny_cifar), 10, **settings)
+  plain.run_round()
+  torch_loop.run_round()
+  moved = 0.0
+  for tf_w, torch_w, start in zip(plain.global_weights,
+                                  torch_loop.global_weights, initial):
+    assert tf_w.shape == torch_w.shape
+    np.testing.assert_allclose(torch_w, tf_w, rtol=1e-4, atol=1e-5)
+    moved += float(np.abs(torch_w - start).sum())
   assert moved > 0
 
 
@@ -114,6 +140,15 @@ def test_report_marks_each_figure_against_its_target():
           "1.10 with the project's loop (yes)") in text
   assert '| 2 | 5.00 | 2.00 |' in text
   assert 'growth 20.0% (target < 10%: **no**)' in text
+  assert ("| PyTorch loop (the reference code's way) | not measured: "
+          "PyTorch not installed |") in text
+  assert 'Faster than PyTorch' not in text
+
+  results['floor']['pytorch_seconds'] = 2.5
+  text = benchmark.report_markdown(results)
+  assert "| PyTorch loop (the reference code's way) | 2.50 |" in text
+  assert ("Faster than PyTorch (target): TFF's builder **no** (1.20x "
+          "PyTorch's time), the project's loop yes (0.88x).") in text
 
 
 def test_fed2_is_timed_only_on_groupable_models():
