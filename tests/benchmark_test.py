@@ -1,6 +1,8 @@
 """Tests for tff_methods.benchmark (the harness; its figures are not
 asserted: speed targets are reported by binaries/benchmark.py)."""
 
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -51,29 +53,48 @@ def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
   assert moved > 0
 
 
-@pytest.mark.skipif(not pytorch_loop.available(),
-                    reason='PyTorch does not import here (optional)')
+# An interpreter with torch: this one, or TFF_METHODS_PYTORCH_PYTHON (torch is
+# optional and its current releases do not install beside TensorFlow 2.14).
+PYTORCH_PYTHON = os.environ.get('TFF_METHODS_PYTORCH_PYTHON', sys.executable)
+
+
+@pytest.mark.skipif(
+    pytorch_loop.torch_import_error(PYTORCH_PYTHON) is not None,
+    reason='no interpreter with torch (optional; set '
+    'TFF_METHODS_PYTORCH_PYTHON)')
 def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   # Same initial weights, one batch per client, two epochs (so momentum
   # carries over a step): the two frameworks must agree.
-  initial = [np.asarray(w) for w in benchmark.PlainTFFedAvg(
-      'fedcka_cnn', benchmark.client_arrays(tiny_cifar), 10, 1, 64, 0.1,
-      0.9).global_weights]
+  clients = benchmark.client_arrays(tiny_cifar)
   settings = dict(local_epochs=2, batch_size=64, learning_rate=0.1,
-                  momentum=0.9, initial_weights=initial)
-  plain = benchmark.PlainTFFedAvg(
-      'fedcka_cnn', benchmark.client_arrays(tiny_cifar), 10, **settings)
-  torch_loop = pytorch_loop.PyTorchFedAvg(
-      benchmark.client_arrays(tiny_cifar), 10, **settings)
+                  momentum=0.9)
+  plain = benchmark.PlainTFFedAvg('fedcka_cnn', clients, 10, **settings)
+  initial = [np.array(w) for w in plain.global_weights]
   plain.run_round()
-  torch_loop.run_round()
+  seconds, torch_weights = pytorch_loop.run_in(
+      PYTORCH_PYTHON, clients, 10, repeats=0, initial_weights=initial,
+      **settings)
+  assert seconds == []  # The warm-up round only.
   moved = 0.0
-  for tf_w, torch_w, start in zip(plain.global_weights,
-                                  torch_loop.global_weights, initial):
+  for tf_w, torch_w, start in zip(plain.global_weights, torch_weights,
+                                  initial):
     assert tf_w.shape == torch_w.shape
     np.testing.assert_allclose(torch_w, tf_w, rtol=1e-4, atol=1e-5)
     moved += float(np.abs(torch_w - start).sum())
   assert moved > 0
+
+
+def test_benchmark_rejects_a_python_without_torch_before_any_work(tmp_path):
+  output_dir = tmp_path / 'bench'
+  result = subprocess.run(
+      [sys.executable, '-m', 'binaries.benchmark',
+       '--pytorch_python=/nonexistent/python', f'--output_dir={output_dir}'],
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 2
+  assert ('--pytorch_python=/nonexistent/python: /nonexistent/python does '
+          'not run') in result.stderr
+  assert not output_dir.exists()
 
 
 def test_time_methods_interleaves_and_divides_by_fedavg(tiny_cifar):

@@ -12,25 +12,41 @@ client starts from the global weights, takes momentum-SGD steps
 dampening 0) on shuffled in-memory batches, and the new global weights are
 the example-weighted mean of the clients' weights.
 
-PyTorch is optional (not in requirements.txt: its Linux wheels pull several
-GB of CUDA libraries): `available()` says whether it imports, and the
-benchmark reports the PyTorch figure as not measured when it does not.
+PyTorch is optional and not in requirements.txt: its Linux wheels pull
+several GB of CUDA libraries, and current releases need newer packages
+than TensorFlow 2.14 allows (typing-extensions). So the loop runs in an
+interpreter of its own, which may be another virtual environment's
+(`run_in`: the clients go over in an .npz file, the seconds come back as
+JSON and the final weights in another .npz); this module imports only numpy at its top.
+
+  python -m tff_methods.pytorch_loop --clients=clients.npz --num_classes=10
 """
 
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from typing import Optional, Sequence
 
 import numpy as np
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-def available() -> bool:
-  """Whether PyTorch imports in this environment."""
+
+def torch_import_error(python: str) -> Optional[str]:
+  """None if `python` imports torch, else the reason (last error line)."""
   try:
-    import torch  # pylint: disable=g-import-not-at-top,unused-import
-  except Exception:  # pylint: disable=broad-except
-    # Not installed, or installed without the CUDA libraries it links to.
-    return False
-  return True
+    result = subprocess.run([python, '-c', 'import torch'],
+                            capture_output=True, text=True, timeout=300)
+  except OSError as e:
+    return f'{python} does not run: {e}'
+  if result.returncode == 0:
+    return None
+  lines = result.stderr.strip().splitlines()
+  return f'{python} cannot import torch: {lines[-1] if lines else "?"}'
 
 
 def _fedcka_cnn(num_classes: int, input_shape: Sequence[int]):
@@ -152,16 +168,119 @@ class PyTorchFedAvg:
     self._global = [w / total for w in weighted]
 
 
-def round_seconds(clients, num_classes: int, local_epochs: int,
-                  batch_size: int, learning_rate: float, momentum: float,
-                  repeats: int = 3, seed: int = 0) -> list[float]:
-  """Seconds per `PyTorchFedAvg` round, per repeat, after a warm-up round."""
-  loop = PyTorchFedAvg(clients, num_classes, local_epochs, batch_size,
-                       learning_rate, momentum, seed)
-  loop.run_round()
+def _time_rounds(loop: PyTorchFedAvg, repeats: int) -> list[float]:
+  loop.run_round()  # Warm-up.
   seconds = []
   for _ in range(repeats):
     start = time.perf_counter()
     loop.run_round()
     seconds.append(time.perf_counter() - start)
   return seconds
+
+
+def round_seconds(clients, num_classes: int, local_epochs: int,
+                  batch_size: int, learning_rate: float, momentum: float,
+                  repeats: int = 3, seed: int = 0) -> list[float]:
+  """Seconds per `PyTorchFedAvg` round, per repeat, after a warm-up round."""
+  return _time_rounds(
+      PyTorchFedAvg(clients, num_classes, local_epochs, batch_size,
+                    learning_rate, momentum, seed), repeats)
+
+
+def run_in(python: str, clients, num_classes: int, local_epochs: int,
+           batch_size: int, learning_rate: float, momentum: float,
+           repeats: int = 3, seed: int = 0,
+           initial_weights: Optional[Sequence[np.ndarray]] = None
+           ) -> tuple[list[float], list[np.ndarray]]:
+  """`PyTorchFedAvg` timed by the interpreter `python` (one with torch).
+
+  Args:
+    python: Path of a Python interpreter that imports torch and numpy.
+    clients: Each client's (x, y) numpy arrays, x in (N, H, W, C).
+    num_classes: Number of classes.
+    local_epochs: Local epochs per round.
+    batch_size: Local batch size.
+    learning_rate: Client SGD learning rate.
+    momentum: Client SGD momentum.
+    repeats: Timed rounds, after one untimed warm-up round.
+    seed: Fixes the initialization (if no `initial_weights`) and shuffling.
+    initial_weights: Global weights to start from, in Keras' order and
+      layout.
+
+  Returns:
+    The seconds of each timed round, and the global weights after the last
+    round (Keras' order and layout).
+
+  Raises:
+    RuntimeError: if that interpreter fails; the message has its stderr.
+  """
+  with tempfile.TemporaryDirectory() as tmp:
+    clients_path = os.path.join(tmp, 'clients.npz')
+    weights_in = os.path.join(tmp, 'initial_weights.npz')
+    weights_out = os.path.join(tmp, 'final_weights.npz')
+    np.savez(clients_path,
+             **{f'x{i}': x for i, (x, _) in enumerate(clients)},
+             **{f'y{i}': y for i, (_, y) in enumerate(clients)})
+    command = [python, '-m', 'tff_methods.pytorch_loop',
+               f'--clients={clients_path}', f'--num_classes={num_classes}',
+               f'--local_epochs={local_epochs}', f'--batch_size={batch_size}',
+               f'--learning_rate={learning_rate}', f'--momentum={momentum}',
+               f'--repeats={repeats}', f'--seed={seed}',
+               f'--weights_out={weights_out}']
+    if initial_weights is not None:
+      _save_weights(weights_in, initial_weights)
+      command.append(f'--initial_weights={weights_in}')
+    result = subprocess.run(command, capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=_REPO), cwd=_REPO)
+    if result.returncode != 0:
+      raise RuntimeError(f'{" ".join(command)} failed:\n{result.stderr}')
+    seconds = json.loads(result.stdout.strip().splitlines()[-1])['seconds']
+    return seconds, _load_weights(weights_out)
+
+
+def _save_weights(path: str, weights: Sequence[np.ndarray]) -> None:
+  np.savez(path, **{f'w{i}': np.asarray(w) for i, w in enumerate(weights)})
+
+
+def _load_weights(path: str) -> list[np.ndarray]:
+  with np.load(path) as arrays:
+    return [arrays[f'w{i}'] for i in range(len(arrays.files))]
+
+
+def _load_clients(path: str):
+  with np.load(path) as arrays:
+    count = len([k for k in arrays.files if k.startswith('x')])
+    return [(arrays[f'x{i}'], arrays[f'y{i}']) for i in range(count)]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--clients', required=True,
+                      help='.npz with x0, y0, x1, y1, ... (x as NHWC).')
+  parser.add_argument('--num_classes', type=int, required=True)
+  parser.add_argument('--local_epochs', type=int, default=5)
+  parser.add_argument('--batch_size', type=int, default=64)
+  parser.add_argument('--learning_rate', type=float, default=0.01)
+  parser.add_argument('--momentum', type=float, default=0.9)
+  parser.add_argument('--repeats', type=int, default=3,
+                      help='Timed rounds after one warm-up round.')
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--initial_weights', help='.npz of w0, w1, ... '
+                      '(Keras order and layout).')
+  parser.add_argument('--weights_out',
+                      help='Where the final global weights go (.npz).')
+  args = parser.parse_args(argv)
+  loop = PyTorchFedAvg(
+      _load_clients(args.clients), args.num_classes, args.local_epochs,
+      args.batch_size, args.learning_rate, args.momentum, args.seed,
+      initial_weights=(_load_weights(args.initial_weights)
+                       if args.initial_weights else None))
+  seconds = _time_rounds(loop, args.repeats)
+  if args.weights_out:
+    _save_weights(args.weights_out, loop.global_weights)
+  print(json.dumps(dict(seconds=seconds)))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
