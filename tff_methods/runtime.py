@@ -46,6 +46,12 @@ from absl import logging
 # handlers would only log "skipping fork() handlers" each time. Read when
 # gRPC initializes, so set before it is imported.
 os.environ.setdefault('GRPC_ENABLE_FORK_SUPPORT', '0')
+# TensorFlow 2.14 turns its oneDNN CPU kernels on by default only on the
+# newest Intel CPUs; on these machines they halve a FedCKA CNN training step
+# (19 -> 9.5 ms) and a FedAvg round through TFF (9.05 -> 4.18 s). Read when
+# TensorFlow initializes, here and in the TFF workers (which inherit this
+# environment), so set before either starts; a user's own setting wins.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 import grpc  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import portpicker
 
