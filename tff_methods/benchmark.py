@@ -32,6 +32,7 @@ from tasks import models as task_models
 from tff_methods import local_training
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
+from tff_methods import pytorch_loop
 from tff_methods import runtime
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
@@ -291,13 +292,7 @@ def plain_tf_round_seconds(model_name: str, clients, num_classes: int,
   """Seconds per `PlainTFFedAvg` round, per repeat, after a warm-up round."""
   loop = PlainTFFedAvg(model_name, clients, num_classes, local_epochs,
                        batch_size, learning_rate, momentum, seed)
-  loop.run_round()
-  seconds = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    loop.run_round()
-    seconds.append(time.perf_counter() - start)
-  return seconds
+  return pytorch_loop.time_rounds(loop.run_round, repeats)
 
 
 def _status_kb(pid: int, field: str) -> int:

@@ -17,7 +17,8 @@ several GB of CUDA libraries, and current releases need newer packages
 than TensorFlow 2.14 allows (typing-extensions). So the loop runs in an
 interpreter of its own, which may be another virtual environment's
 (`run_in`: the clients go over in an .npz file, the seconds come back as
-JSON and the final weights in another .npz); this module imports only numpy at its top.
+JSON and the final weights in another .npz); this module imports only
+numpy at its top.
 
   python -m tff_methods.pytorch_loop --clients=clients.npz --num_classes=10
 """
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -86,27 +87,17 @@ def _fedcka_cnn(num_classes: int, input_shape: Sequence[int]):
   return FedCKACNN()
 
 
-def _from_keras(weights: Sequence[np.ndarray]) -> list[np.ndarray]:
-  """Keras kernels (HWIO conv, IO dense) in PyTorch's layout (OIHW, OI)."""
-  converted = []
-  for w in weights:
-    if w.ndim == 4:
-      w = w.transpose(3, 2, 0, 1)
-    elif w.ndim == 2:
-      w = w.T
-    converted.append(np.ascontiguousarray(w))
-  return converted
+# Conv kernels: Keras' HWIO <-> PyTorch's OIHW; dense kernels are transposed.
+_KERAS_TO_TORCH_CONV = (3, 2, 0, 1)
+_TORCH_TO_KERAS_CONV = (2, 3, 1, 0)
 
 
-def _to_keras(weights: Sequence[np.ndarray]) -> list[np.ndarray]:
-  converted = []
-  for w in weights:
-    if w.ndim == 4:
-      w = w.transpose(2, 3, 1, 0)
-    elif w.ndim == 2:
-      w = w.T
-    converted.append(np.ascontiguousarray(w))
-  return converted
+def _relayout(weights: Sequence[np.ndarray],
+              conv_axes: Sequence[int]) -> list[np.ndarray]:
+  """Kernels moved between Keras' and PyTorch's layouts; biases as they are."""
+  return [np.ascontiguousarray(
+      w.transpose(conv_axes) if w.ndim == 4 else w.T if w.ndim == 2 else w)
+          for w in weights]
 
 
 class PyTorchFedAvg:
@@ -137,13 +128,13 @@ class PyTorchFedAvg:
     self._batch_size = batch_size
     self._rng = np.random.default_rng(seed)
     if initial_weights is not None:
-      self._global = _from_keras(initial_weights)
+      self._global = _relayout(initial_weights, _KERAS_TO_TORCH_CONV)
     else:
       self._global = [p.detach().numpy().copy() for p in self._params]
 
   @property
   def global_weights(self) -> list[np.ndarray]:
-    return _to_keras(self._global)
+    return _relayout(self._global, _TORCH_TO_KERAS_CONV)
 
   def run_round(self) -> None:
     torch = self._torch
@@ -168,23 +159,15 @@ class PyTorchFedAvg:
     self._global = [w / total for w in weighted]
 
 
-def _time_rounds(loop: PyTorchFedAvg, repeats: int) -> list[float]:
-  loop.run_round()  # Warm-up.
+def time_rounds(run_round: Callable[[], None], repeats: int) -> list[float]:
+  """Seconds of each of `repeats` calls of `run_round`, after a warm-up one."""
+  run_round()
   seconds = []
   for _ in range(repeats):
     start = time.perf_counter()
-    loop.run_round()
+    run_round()
     seconds.append(time.perf_counter() - start)
   return seconds
-
-
-def round_seconds(clients, num_classes: int, local_epochs: int,
-                  batch_size: int, learning_rate: float, momentum: float,
-                  repeats: int = 3, seed: int = 0) -> list[float]:
-  """Seconds per `PyTorchFedAvg` round, per repeat, after a warm-up round."""
-  return _time_rounds(
-      PyTorchFedAvg(clients, num_classes, local_epochs, batch_size,
-                    learning_rate, momentum, seed), repeats)
 
 
 def run_in(python: str, clients, num_classes: int, local_epochs: int,
@@ -275,7 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       args.batch_size, args.learning_rate, args.momentum, args.seed,
       initial_weights=(_load_weights(args.initial_weights)
                        if args.initial_weights else None))
-  seconds = _time_rounds(loop, args.repeats)
+  seconds = time_rounds(loop.run_round, args.repeats)
   if args.weights_out:
     _save_weights(args.weights_out, loop.global_weights)
   print(json.dumps(dict(seconds=seconds)))
