@@ -597,7 +597,7 @@ def preprocess_fn(batch_size: int,
   session served it. With `local_steps`, passes after the
   `MAX_DISTINCT_PASSES`-th repeat the earlier orders. `with_index` adds
   each example's position in the client's data as `index` (int64), for
-  `local_training.ReferenceOutputCache`. With more than one pass, the
+  `local_training.ReferenceOutputs`. With more than one pass, the
   decoded examples are kept in memory for the round (`Dataset.cache`).
   """
   if local_steps is not None and local_steps < 1:

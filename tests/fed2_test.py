@@ -35,8 +35,7 @@ def test_logits_of_a_class_depend_only_on_shared_and_its_group(name, shape,
                                                                groups):
   model_fn = lambda: fed2.grouped_model(name, 10, shape, groups, seed=1)
   tensor_groups = fed2.tensor_groups(model_fn)
-  assert -1 in tensor_groups and set(tensor_groups) - {-1} == set(
-      range(groups))
+  assert -1 in tensor_groups
   model = model_fn()
   assignment = fed2.class_groups(10, groups, seed=1)
   x = np.random.default_rng(0).normal(size=(3,) + shape).astype(np.float32)
@@ -45,20 +44,38 @@ def test_logits_of_a_class_depend_only_on_shared_and_its_group(name, shape,
       logit = tf.reduce_sum(model(x)['logits'][:, c])
     gradients = tape.gradient(logit, model.trainable_variables)
     own = next(g for g, classes in enumerate(assignment) if c in classes)
+    # Each group's gradients, whether in tensors of their own or in slices
+    # of stacked ones (axis 0 the group).
+    by_group = collections.defaultdict(list)
     for gradient, group in zip(gradients, tensor_groups):
+      gradient = np.zeros(1) if gradient is None else gradient.numpy()
+      if group == fed2.STACKED:
+        for g in range(groups):
+          by_group[g].append(gradient[g])
+      else:
+        by_group[group].append(gradient)
+    assert sorted(by_group) == [-1] + list(range(groups))
+    for group, group_gradients in by_group.items():
       if group not in (-1, own):
-        assert gradient is None or not np.any(gradient.numpy())
+        assert not any(np.any(g) for g in group_gradients)
     # ... while its own group does get gradient.
-    assert any(g is not None and np.any(g.numpy())
-               for g, group in zip(gradients, tensor_groups) if group == own)
+    assert any(np.any(g) for g in by_group[own])
 
 
 def test_decoupled_layers_are_grouped_and_shared_ones_are_not():
-  model = fed2.grouped_model('vgg9', 10, (32, 32, 3), 10, seed=0)
-  names = [layer.name for layer in model.layers]
-  # The last 6 layers (3 convs, 2 dense, classifier) in 10 groups each.
-  assert sum(n.startswith('fed2_group0_') for n in names) == 6
-  assert sum(n.startswith('shared_') for n in names) == 3
+  model_fn = lambda: fed2.grouped_model('vgg9', 10, (32, 32, 3), 10, seed=0)
+  groups = fed2.tensor_groups(model_fn)
+  shapes = [tuple(v.shape) for v in model_fn().trainable_variables]
+  # The first 3 layers shared; the last 6 (3 convs, 2 dense, classifier)
+  # in 10 groups each: the convs a kernel and a bias per group, the dense
+  # layers one stacked kernel and bias, group first.
+  assert groups.count(-1) == 6
+  assert [groups.count(g) for g in range(10)] == [6] * 10
+  # A group's dense kernel reads only its own block of the layer before:
+  # 256 / 10 -> 26 channels of 4x4 for the first, 512 / 10 -> 52 units.
+  stacked = [shape for shape, g in zip(shapes, groups) if g == fed2.STACKED]
+  assert stacked == [(10, 4 * 4 * 26, 52), (10, 52), (10, 52, 52), (10, 52),
+                     (10, 52, 1), (10, 1)]
   with pytest.raises(ValueError, match='Fed2 supports models'):
     fed2.grouped_model('resnet18', 10, (32, 32, 3))
   with pytest.raises(ValueError, match='decouple depth for vgg9 must be in'):
@@ -90,6 +107,17 @@ def test_feature_paired_mean_by_hand():
   np.testing.assert_allclose(group0, [(30 * 10 + 4 * 20) / 34], rtol=1e-6)
   # Client A never saw group 1's classes: only B counts.
   np.testing.assert_allclose(group1, [7.0], rtol=1e-6)
+
+
+def test_feature_paired_mean_weighs_each_slice_of_a_stacked_tensor():
+  # One stacked tensor, groups 0 and 1 along axis 0; the same clients as
+  # above.
+  updates = [[[[10.0, 1.0], [5.0, 1.0]]], [[[20.0, 3.0], [7.0, 3.0]]]]
+  weights = [[30, 30, 0], [10, 4, 6]]
+  stacked, = _aggregate([fed2.STACKED], updates, weights)
+  np.testing.assert_allclose(stacked, [
+      [(30 * 10 + 4 * 20) / 34, (30 * 1 + 4 * 3) / 34],
+      [7.0, 3.0]], rtol=1e-6)
 
 
 def test_feature_paired_mean_is_fedavg_when_clients_hold_classes_equally():

@@ -134,43 +134,55 @@ def _indexed_digits_like(epochs):
                                 with_index=True)(dataset)
 
 
-@pytest.mark.parametrize('max_mb,expected_computations', [
-    # 3 passes of 10 examples in batches of 4: batches 1-3 hold an example
-    # not seen yet (batch 3 spans passes 1 and 2); the other 5 are read back.
-    (1.0, 3),
-    # A cache too small for the client: computed at every one of 8 steps.
-    (0.0, 8)])
-def test_reference_output_cache_computes_each_example_once_per_round(
-    max_mb, expected_computations):
+class _CountingView:
+  """A reference view that counts the examples it computes outputs for."""
+
+  def __init__(self, view):
+    self._view = view
+    self.computed = tf.Variable(0)
+
+  def __getattr__(self, name):
+    return getattr(self._view, name)
+
+  def __call__(self, x):
+    self.computed.assign_add(tf.shape(x)[0])
+    return self._view(x)
+
+
+@pytest.mark.parametrize('max_mb,expected_computed', [
+    # 3 passes of 10 examples in batches of 4 (8 batches, 30 examples): the
+    # first 3 batches hold every example (batch 3 spans passes 1 and 2), so
+    # 12 examples are computed; the other 5 batches are read back.
+    (1.0, 12),
+    # Tables too large for the cap: computed at every step.
+    (0.0, 30)])
+def test_reference_outputs_are_computed_about_once_per_example(
+    max_mb, expected_computed):
   model_fn = functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
                                hidden=(16, 8))
-  view = local_training.ReferenceView(model_fn, ('layer_1', 'layer_2'))
-  cache = local_training.ReferenceOutputCache(view, max_mb=max_mb)
-  computations = tf.Variable(0)
+  view = _CountingView(local_training.ReferenceView(
+      model_fn, ('layer_1', 'layer_2')))
+  reference = local_training.ReferenceOutputs({'global': view}, max_mb)
 
   @tf.function
   def one_round(dataset):
-    cache.reset()
-    computations.assign(0)
+    view.computed.assign(0)
+    batches = local_training.BatchesInMemory(dataset)
+    tables = reference.tabulate(batches, dataset.element_spec)
 
     def step(largest_error, batch):
-
-      def compute():
-        computations.assign_add(1)
-        return view.model(batch['x'], training=False)
-
-      got = cache.outputs(batch['index'], compute)
+      got = reference.outputs(batch, tables)['global']
       expected = view.model(batch['x'], training=False)
       return tf.maximum(largest_error, tf.reduce_max([
           tf.reduce_max(tf.abs(got[k] - expected[k])) for k in expected]))
 
-    return dataset.reduce(tf.constant(0.0), step)
+    return batches.reduce(tf.constant(0.0), step)
 
-  for _ in range(2):  # A second round starts from an empty cache.
+  for _ in range(2):  # A second round computes its own tables.
     # Equal up to float rounding (an example's row computed in another
     # batch).
     assert one_round(_indexed_digits_like(epochs=3)).numpy() < 1e-5
-    assert computations.numpy() == expected_computations
+    assert view.computed.numpy() == expected_computed
 
 
 def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):

@@ -9,15 +9,18 @@ of the classes assigned to it. The class -> group assignment is fixed by a
 seed and the same on every client; with fewer groups than classes, several
 classes share a group. So class c's logit depends only on the shared layers
 and group(c)'s parameters: the gradients of other groups are exactly zero.
-Group widths are ceil(C / G) per layer of width C.
+Group widths are ceil(C / G) per layer of width C. The groups' dense layers
+(classifier included) keep their weights stacked, group first, one tensor
+per layer; their convolutions keep a kernel per group.
 
 Local objective: cross-entropy, as FedAvg.
 
 Server rule (`FeaturePairedMeanFactory`): shared tensors are averaged as in
-FedAvg (weighted by examples); group g's tensors are averaged with each
-client weighted by its number of examples of g's classes, so a client that
-never saw those classes does not pull the group towards its untrained
-weights (the project's reading of "paired averaging", see METHODS.md).
+FedAvg (weighted by examples); group g's tensors and slices are averaged
+with each client weighted by its number of examples of g's classes, so a
+client that never saw those classes does not pull the group towards its
+untrained weights (the project's reading of "paired averaging", see
+METHODS.md).
 `pairing='uniform'` is plain coordinate averaging of the grouped model.
 The class counts come from each client's data inside the round; nothing but
 counts leaves the client.
@@ -74,6 +77,7 @@ FED2_MODELS = tuple(_PLANS)
 DEFAULT_DECOUPLE_DEPTH = {'vgg9': 6, 'vgg16': 6, 'fedcka_cnn': 4,
                           'mobilenet': 6}
 _GROUP_PATTERN = re.compile(r'fed2_group(\d+)_')
+_STACKED_PATTERN = re.compile(r'fed2_stacked_')
 
 
 def class_groups(num_classes: int, num_groups: int, seed: int = 0
@@ -147,44 +151,41 @@ def grouped_model(name: str, num_classes: int, input_shape: Sequence[int],
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     layer_outputs.append(x)
 
-  branches = [x] * num_groups
-  merged = None
+  # Past the shared layers, `x` holds the groups' features side by side
+  # (`grouped`), each group reading back only its own block.
+  grouped = False
   for i in range(first_decoupled, len(plan)):
     spec = plan[i]
     width = math.ceil(spec[1] / num_groups)
-    new = []
-    for g, t in enumerate(branches):
-      t = flatten_if_needed(t, spec)
-      t = _layer(spec, width, f'fed2_group{g}_{i + 1}', padding)(t)
-      if spec[0] == 'conv' and spec[3]:
-        t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
-      new.append(t)
-    # The groups' outputs side by side is the layer's output; each group
-    # reads back only its own channels, so the layer output is on the path
-    # to the logits while the groups stay isolated.
-    merged = _side_by_side(new)
-    layer_outputs.append(merged)
-    branches = [_ChannelSlice(g * width, (g + 1) * width)(merged)
-                for g in range(num_groups)] if num_groups > 1 else [merged]
+    if spec[0] == 'fc':
+      x = _flatten_groups(x, num_groups) if grouped else (
+          flatten_if_needed(x, spec))
+      x = _GroupedDense([width] * num_groups, grouped, activation='relu',
+                        name=f'fed2_groups_{i + 1}')(x)
+    else:
+      branches = _split_groups(x, num_groups) if grouped else (
+          [x] * num_groups)
+      new = []
+      for g, t in enumerate(branches):
+        t = _layer(spec, width, f'fed2_group{g}_{i + 1}', padding)(t)
+        if spec[0] == 'conv' and spec[3]:
+          t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
+        new.append(t)
+      x = _side_by_side(new)
+    grouped = num_groups > 1
+    layer_outputs.append(x)
 
-  if name in _GLOBAL_POOL_MODELS:
-    flat = lambda t: (tf.keras.layers.GlobalAveragePooling2D()(t)
-                      if len(t.shape) > 2 else t)
+  if name in _GLOBAL_POOL_MODELS and len(x.shape) > 2:
+    # Per-channel means: each group keeps its own block.
+    features = tf.keras.layers.GlobalAveragePooling2D()(x)
   else:
-    flat = lambda t: flatten_if_needed(t, ('fc',))
-  if merged is not None:
-    features = flat(merged)
-    branches = [flat(t) for t in branches]
-  else:  # Only the classifier is decoupled.
-    features = flat(x)
-    branches = [features] * num_groups
-  group_logits = [
-      tf.keras.layers.Dense(len(classes), name=f'fed2_group{g}_logits')(
-          flat(t)) for g, (t, classes) in enumerate(zip(branches, groups))]
+    features = _flatten_groups(x, num_groups) if grouped else (
+        flatten_if_needed(x, ('fc',)))
+  group_logits = _GroupedDense([len(classes) for classes in groups], grouped,
+                               name='fed2_groups_logits')(features)
   # Back to class order: where class c sits in the groups' concatenation.
   order = np.argsort([c for classes in groups for c in classes])
-  logits = _GatherClasses(order, name='class_order')(
-      tf.keras.layers.Concatenate(name='fed2_logits')(group_logits))
+  logits = _GatherClasses(order, name='class_order')(group_logits)
   outputs = {f'layer_{k + 1}': t for k, t in enumerate(layer_outputs)}
   outputs['features'] = features
   outputs['logits'] = logits
@@ -211,6 +212,123 @@ class _ChannelSlice(tf.keras.layers.Layer):
     return dict(super().get_config(), start=self._start, end=self._end)
 
 
+def _split_groups(x, num_groups):
+  """The groups' blocks of the last axis of `x` (side by side, equal)."""
+  if num_groups == 1:
+    return [x]
+  width = x.shape[-1] // num_groups
+  return [_ChannelSlice(g * width, (g + 1) * width)(x)
+          for g in range(num_groups)]
+
+
+def _flatten_groups(x, num_groups):
+  """Flattens grouped feature maps so that each group's block stays whole.
+
+  [B, H, W, G*w] -> [B, G*(H*W*w)], group g's map flattened (as Keras'
+  `Flatten` would flatten it alone) in block g.
+  """
+  if len(x.shape) == 2:
+    return x
+  return _GroupFlatten(num_groups)(x)
+
+
+class _GroupFlatten(tf.keras.layers.Layer):
+  """[B, ..., G*w] -> [B, G*(...*w)], groups in contiguous blocks."""
+
+  def __init__(self, num_groups, **kwargs):
+    super().__init__(**kwargs)
+    self._num_groups = int(num_groups)
+
+  def call(self, inputs):
+    spatial = inputs.shape[1:-1].as_list()
+    width = inputs.shape[-1] // self._num_groups
+    x = tf.reshape(inputs, [-1] + spatial + [self._num_groups, width])
+    # Group axis first, then the group's own (..., w) in Flatten's order.
+    rank = len(spatial) + 3
+    x = tf.transpose(x, [0, rank - 2] + list(range(1, rank - 2)) + [rank - 1])
+    return tf.reshape(x, [-1, int(np.prod(spatial)) * width *
+                          self._num_groups])
+
+  def get_config(self):
+    return dict(super().get_config(), num_groups=self._num_groups)
+
+
+STACKED = -2  # `tensor_groups` value of a tensor whose axis 0 is the group.
+
+
+def _per_group_glorot_uniform(widths):
+  """Initializes a stacked [G, in, max(widths)] kernel group by group.
+
+  Group g's [in, widths[g]] block is Glorot-uniform, as a Keras `Dense` of
+  that shape would be; the padding columns past widths[g] are zeros.
+  """
+
+  def initializer(shape, dtype=None):
+    del dtype
+    glorot = tf.keras.initializers.GlorotUniform()
+    return tf.stack([tf.pad(glorot((shape[1], w)), [[0, 0], [0, shape[2] - w]])
+                     for w in widths])
+
+  return initializer
+
+
+class _GroupedDense(tf.keras.layers.Layer):
+  """G dense layers as one: group g maps to `widths[g]` units.
+
+  With `grouped_input=False` every group reads the whole input (the first
+  decoupled layer); with True the input is the groups' features side by
+  side in equal blocks and group g reads block g only. The output is the
+  groups' units side by side. The weights are stacked, a [G, in, w] kernel
+  and a [G, w] bias (`tensor_groups` reports them as `STACKED`, and the
+  aggregator averages slice g with group g's weights): G separate layers
+  would be 2G small tensors, each with its own optimizer update at every
+  step, which was most of Fed2's extra cost. Groups narrower than the
+  widest are padded with unused zero columns.
+  """
+
+  def __init__(self, widths, grouped_input, activation=None, **kwargs):
+    super().__init__(**kwargs)
+    self._widths = [int(w) for w in widths]
+    self._grouped_input = bool(grouped_input)
+    self._activation = tf.keras.activations.get(activation)
+
+  # Plain Python: Keras may convert `build` with autograph (it did in
+  # tests/multi_worker_test.py), and the converted one failed with
+  # KeyError: '__class__'.
+  @tf.autograph.experimental.do_not_convert
+  def build(self, input_shape):
+    num_groups, widest = len(self._widths), max(self._widths)
+    self._input_width = int(input_shape[-1])
+    if self._grouped_input:
+      self._input_width //= num_groups
+    self.kernel = self.add_weight(
+        name='fed2_stacked_kernel',
+        shape=(num_groups, self._input_width, widest),
+        initializer=_per_group_glorot_uniform(self._widths))
+    self.bias = self.add_weight(name='fed2_stacked_bias',
+                                shape=(num_groups, widest),
+                                initializer='zeros')
+    super().build(input_shape)
+
+  def call(self, inputs):
+    num_groups, widest = len(self._widths), max(self._widths)
+    if self._grouped_input:
+      x = tf.reshape(inputs, [-1, num_groups, self._input_width])
+      y = tf.einsum('bgi,gio->bgo', x, self.kernel)
+    else:
+      y = tf.einsum('bi,gio->bgo', inputs, self.kernel)
+    y = tf.reshape(y + self.bias, [-1, num_groups * widest])
+    if any(w != widest for w in self._widths):
+      y = tf.gather(y, [g * widest + k for g, w in enumerate(self._widths)
+                        for k in range(w)], axis=-1)
+    return self._activation(y)
+
+  def get_config(self):
+    return dict(super().get_config(), widths=self._widths,
+                grouped_input=self._grouped_input,
+                activation=tf.keras.activations.serialize(self._activation))
+
+
 class _GatherClasses(tf.keras.layers.Layer):
   """Reorders the last axis by a fixed permutation (no weights)."""
 
@@ -226,13 +344,17 @@ class _GatherClasses(tf.keras.layers.Layer):
 
 
 def tensor_groups(keras_model_fn: model_lib.KerasModelFn) -> list[int]:
-  """For each trainable tensor, its group (0..G-1), or -1 if shared."""
+  """For each trainable tensor: its group (0..G-1), -1 if shared, or
+  `STACKED` if it holds every group's weights along axis 0."""
   # Built eagerly: building in a scratch tf.Graph would invalidate the
   # caller's eager Keras models.
   found = []
   for v in keras_model_fn().trainable_variables:
     match = _GROUP_PATTERN.search(v.name)
-    found.append(int(match.group(1)) if match else -1)
+    if _STACKED_PATTERN.search(v.name):
+      found.append(STACKED)
+    else:
+      found.append(int(match.group(1)) if match else -1)
   return found
 
 
@@ -242,24 +364,33 @@ class FeaturePairedMeanFactory(tff.aggregators.WeightedAggregationFactory):
   Each client's weight is a float vector `[n, n_0, ..., n_{G-1}]`: its
   number of examples and its number of examples of each group's classes.
   Tensor t of group g is averaged as `sum_i n_g,i * u_t,i / sum_i n_g,i`,
-  a shared tensor with `n`. A group no sampled client holds any class of
-  gets a zero update (it keeps its weights).
+  a shared tensor with `n`, and slice g of a `STACKED` tensor (axis 0 the
+  group) as group g's. A group no sampled client holds any class of gets a
+  zero update (it keeps its weights).
   """
 
   def __init__(self, tensor_groups: Sequence[int]):
-    self._slots = [g + 1 for g in tensor_groups]  # 0 = shared
+    self._groups = list(tensor_groups)
 
   def create(self, value_type, weight_type):
-    slots = self._slots
+    groups = self._groups
+
+    def weight_of(weight, group, rank):
+      """Tensor t's weight, broadcastable against t."""
+      if group == STACKED:
+        return tf.reshape(weight[1:], [-1] + [1] * (rank - 1))
+      return weight[group + 1]  # Slot 0 is the example count.
 
     @tff.tensorflow.computation(value_type, weight_type)
     def weigh(value, weight):
-      return [v * weight[slot] for v, slot in zip(value, slots)]
+      return [v * weight_of(weight, g, len(v.shape))
+              for v, g in zip(value, groups)]
 
     @tff.tensorflow.computation(value_type, weight_type)
     def divide(total, weight_total):
-      return [tf.math.divide_no_nan(t, weight_total[slot])
-              for t, slot in zip(total, slots)]
+      return [tf.math.divide_no_nan(t, weight_of(weight_total, g,
+                                                 len(t.shape)))
+              for t, g in zip(total, groups)]
 
     @tff.federated_computation
     def init_fn():

@@ -88,6 +88,23 @@ class ReferenceView:
       config = view.get_config()
     self.model = tf.keras.Model.from_config(config)
 
+  def __call__(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The outputs on `x`, in inference mode."""
+    return self.model(x, training=False)
+
+  def output_shapes(self) -> dict[str, tf.TensorShape]:
+    """Each output's shape for one example."""
+    return {name: self.model.output[name].shape[1:]
+            for name in self.model.output}
+
+  def static_shapes(self) -> bool:
+    """Whether every output's per-example shape is static."""
+    return all(s.is_fully_defined() for s in self.output_shapes().values())
+
+  def bytes_per_example(self) -> int:
+    """Float32 bytes of all outputs for one example (static shapes)."""
+    return sum(4 * int(np.prod(s)) for s in self.output_shapes().values())
+
   def assign(self, weights) -> None:
     """Sets the copy's variables from the FULL model's `ModelWeights`."""
     trainable, non_trainable = weights
@@ -119,150 +136,197 @@ def _batch_bytes(batch) -> tf.Tensor:
                    for t in tf.nest.flatten(batch)])
 
 
+class BatchesInMemory:
+  """A client's batches for one round, read into TensorArrays first.
+
+  TFF's client work iterates the client's data inside the graph; a training
+  step run as `Dataset.reduce`'s function is about 30% slower than the same
+  step in a `tf.while_loop` over batches read beforehand (measured with the
+  FedCKA CNN, 10 clients x 40 steps: 8.3-10.2 s against 6.4 s; a step per
+  numpy batch took 6.8-7.5 s). Up to `max_mb` of batches are kept
+  (`kept` of the `seen`); those past the cap are streamed by
+  `Dataset.reduce` from a second pass (`dataset.skip`: the dataset must give
+  the same batches when iterated again, as `tasks.datasets.preprocess_fn`'s
+  do).
+  """
+
+  def __init__(self, dataset: tf.data.Dataset,
+               max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
+    max_bytes = int(max_mb * 2**20)
+    self._dataset = dataset
+    self.element_spec = self._spec = dataset.element_spec
+    flat_specs = tf.nest.flatten(self._spec)
+
+    def append(state, batch):
+      arrays, kept, seen, kept_bytes = state
+      size = _batch_bytes(batch)
+      keep = tf.logical_and(tf.equal(kept, seen),
+                            kept_bytes + size <= max_bytes)
+
+      def write():
+        return tuple(a.write(kept, t)
+                     for a, t in zip(arrays, tf.nest.flatten(batch)))
+
+      arrays = tf.cond(keep, write, lambda: tuple(arrays))
+      kept = tf.where(keep, kept + 1, kept)
+      kept_bytes = tf.where(keep, kept_bytes + size, kept_bytes)
+      return arrays, kept, seen + 1, kept_bytes
+
+    # A tuple: tf.data would read a list as one tensor.
+    empty = tuple(tf.TensorArray(s.dtype, size=0, dynamic_size=True,
+                                 infer_shape=False, element_shape=s.shape)
+                  for s in flat_specs)
+    self._arrays, self.kept, self.seen, _ = dataset.reduce(
+        (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64)),
+        append)
+
+  def batch(self, i: tf.Tensor):
+    """The i-th kept batch."""
+    return tf.nest.pack_sequence_as(self._spec,
+                                    [a.read(i) for a in self._arrays])
+
+  def reduce(self, initial_state, reduce_fn):
+    """`dataset.reduce(initial_state, reduce_fn)`: kept batches, then the rest.
+    """
+
+    def body(i, state):
+      return i + 1, reduce_fn(state, self.batch(i))
+
+    _, state = tf.while_loop(lambda i, _: i < self.kept, body,
+                             (tf.constant(0), initial_state))
+    # Batches past the cap: streamed, from a second pass over the data.
+    return tf.cond(self.seen > self.kept,
+                   lambda: self._dataset.skip(tf.cast(
+                       self.kept, tf.int64)).reduce(state, reduce_fn),
+                   lambda: state)
+
+
 def reduce_over_batches(dataset: tf.data.Dataset, initial_state, reduce_fn,
                         max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
   """`dataset.reduce(initial_state, reduce_fn)`, about 30% faster.
 
-  Reads the batches into TensorArrays (up to `max_mb`), then runs
-  `reduce_fn` over them in a `tf.while_loop`. Measured with the FedCKA CNN
-  (10 clients x 40 steps): `Dataset.reduce` with a training step as its
-  function took 8.3-10.2 s, this 6.4 s, a step per numpy batch 6.8-7.5 s;
-  TFF's client work iterates data in the graph, so this is where its
-  overhead lies. Batches past `max_mb` are streamed by `Dataset.reduce`
-  from a second pass (`dataset.skip`: the dataset must give the same
-  batches when iterated again, as `tasks.datasets.preprocess_fn`'s do).
+  See `BatchesInMemory`.
   """
-  max_bytes = int(max_mb * 2**20)
-  spec = dataset.element_spec
-  flat_specs = tf.nest.flatten(spec)
-
-  def append(state, batch):
-    arrays, kept, seen, kept_bytes = state
-    size = _batch_bytes(batch)
-    keep = tf.logical_and(tf.equal(kept, seen), kept_bytes + size <= max_bytes)
-
-    def write():
-      return tuple(a.write(kept, t)
-                   for a, t in zip(arrays, tf.nest.flatten(batch)))
-
-    arrays = tf.cond(keep, write, lambda: tuple(arrays))
-    kept = tf.where(keep, kept + 1, kept)
-    kept_bytes = tf.where(keep, kept_bytes + size, kept_bytes)
-    return arrays, kept, seen + 1, kept_bytes
-
-  # A tuple: tf.data would read a list as one tensor.
-  empty = tuple(tf.TensorArray(s.dtype, size=0, dynamic_size=True,
-                               infer_shape=False, element_shape=s.shape)
-                for s in flat_specs)
-  arrays, kept, seen, _ = dataset.reduce(
-      (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64)),
-      append)
-
-  def body(i, state):
-    batch = tf.nest.pack_sequence_as(spec, [a.read(i) for a in arrays])
-    return i + 1, reduce_fn(state, batch)
-
-  _, state = tf.while_loop(lambda i, _: i < kept, body,
-                           (tf.constant(0), initial_state))
-  # Batches past the cap: streamed, from a second pass over the data.
-  return tf.cond(seen > kept,
-                 lambda: dataset.skip(tf.cast(kept, tf.int64)).reduce(
-                     state, reduce_fn),
-                 lambda: state)
+  return BatchesInMemory(dataset, max_mb).reduce(initial_state, reduce_fn)
 
 
-# Per client and reference model, at most this much memory holds the
-# reference outputs of the client's examples (beyond it: computed per step).
+# Per client, at most this much memory holds the reference models' outputs
+# for the client's examples (beyond it: computed at every step).
 REFERENCE_CACHE_MAX_MB = 512
 
 
-class ReferenceOutputCache:
-  """A reference model's outputs per example, for the passes of one round.
+class ReferenceOutputs:
+  """The reference models' outputs for each batch of a client's round.
 
   The global and previous models don't change during a client's round, so
   their outputs for an example (MOON's z, FedCKA's first-layer activations)
-  are computed in the first pass over the client's data and read back in
-  later passes, instead of one forward pass per step. Needs the batches to
-  carry each example's position in the client's data, `batch['index']`
-  (`datasets.preprocess_fn(..., with_index=True)`), and no data
-  augmentation (the project has none). Holds at most `max_mb`; a client
-  with more examples computes the outputs every step.
+  need computing once per round, not once per step: `tabulate` runs them
+  over the first batches of the round, up to the batch where every example
+  has been seen (about one epoch), and `outputs` reads each batch's rows
+  back with one gather (one branch a step, on whether the tables are used,
+  instead of on which examples are cached). Needs the
+  batches to carry each example's position in the client's data,
+  `batch['index']` (`datasets.preprocess_fn(..., with_index=True)`), no data
+  augmentation (the project has none), every batch in memory
+  (`BatchesInMemory`) and the tables within `max_mb`; otherwise the outputs
+  are computed at every step.
   """
 
-  def __init__(self, view: ReferenceView, max_mb: float):
-    shapes = {name: view.model.output[name].shape[1:]
-              for name in view.model.output}
-    per_example = sum(4 * int(np.prod(shape)) for shape in shapes.values())
-    self.max_examples = max(int(max_mb * 2**20) // per_example, 0)
-    self._values = {
-        name: tf.Variable(tf.zeros([0] + shape.as_list()),
-                          shape=tf.TensorShape([None]).concatenate(shape),
-                          trainable=False)
-        for name, shape in shapes.items()}
-    self._filled = tf.Variable(tf.zeros([0], tf.bool),
-                               shape=tf.TensorShape([None]), trainable=False)
+  def __init__(self, views: Mapping[str, ReferenceView], max_mb: float,
+               cache: bool = True):
+    self._views = dict(views)
+    self.max_mb = max_mb
+    self._cache = cache and all(view.static_shapes()
+                                for view in self._views.values())
 
-  @staticmethod
-  def supports(view: ReferenceView) -> bool:
-    """Whether every output's per-example shape is static."""
-    return all(view.model.output[name].shape[1:].is_fully_defined()
-               for name in view.model.output)
+  def compute(self, x: tf.Tensor) -> dict[str, Any]:
+    """Every view's outputs on `x`, by view name."""
+    return {key: view(x) for key, view in self._views.items()}
 
-  def reset(self) -> None:
-    """Empties the cache (at the start of a client's round)."""
-    for variable in self._values.values():
-      variable.assign(tf.zeros([0] + variable.shape[1:].as_list()))
-    self._filled.assign(tf.zeros([0], tf.bool))
+  def _bytes_per_example(self) -> int:
+    return sum(view.bytes_per_example() for view in self._views.values())
 
-  def outputs(self, index: tf.Tensor, compute_fn):
-    """`compute_fn()`'s outputs for the examples at `index`, cached."""
-    index = tf.cast(index, tf.int32)
-    needed = tf.reduce_max(index) + 1
-    size = tf.shape(self._filled)[0]
-    fits = needed <= self.max_examples
+  def tabulate(self, batches: BatchesInMemory, element_spec) -> Any:
+    """The tables `outputs` reads, or None when not caching.
 
-    def all_cached():
-      return tf.logical_and(needed <= size, tf.reduce_all(tf.gather(
-          self._filled, tf.minimum(index, tf.maximum(size - 1, 0)))))
+    Returns (use, positions, outputs): whether the tables are used (all
+    batches in memory, the tables within `max_mb`); each example's first
+    position in the round's stream; every view's outputs on the first
+    batches of the stream, concatenated.
+    """
+    if not self._cache or 'index' not in element_spec:
+      return None
+    # Each example's first position in the round's stream of examples, and
+    # how many batches it takes to see every example once.
+    index = tf.cast(_concat_kept(batches, 'index'), tf.int32)
+    num_examples = tf.reduce_max(tf.concat([index, [-1]], 0)) + 1
+    positions = tf.math.unsorted_segment_min(tf.range(tf.size(index)), index,
+                                             num_examples)
+    batch_size = tf.cond(
+        batches.kept > 0,
+        lambda: tf.shape(batches.batch(0)['index'])[0],
+        lambda: tf.constant(1))
+    # (An index missing from the stream has position INT32_MAX: too many
+    # batches, so the tables are not used.)
+    last = tf.cast(tf.reduce_max(tf.concat([positions, [-1]], 0)), tf.int64)
+    num_batches = last // tf.cast(batch_size, tf.int64) + 1
+    max_examples = int(self.max_mb * 2**20) // max(
+        self._bytes_per_example(), 1)
+    use = tf.logical_and(
+        tf.logical_and(tf.equal(batches.seen, batches.kept), batches.kept > 0),
+        num_batches * tf.cast(batch_size, tf.int64) <= max_examples)
+    num_batches = tf.cast(tf.minimum(num_batches, tf.cast(batches.kept,
+                                                          tf.int64)), tf.int32)
 
-    cached = tf.cond(tf.logical_and(fits, size > 0), all_cached,
-                     lambda: tf.constant(False))
+    def run():
+      arrays = {key: {name: tf.TensorArray(
+          tf.float32, size=num_batches, infer_shape=False,
+          element_shape=tf.TensorShape([None]).concatenate(shape))
+                          for name, shape in view.output_shapes().items()}
+                for key, view in self._views.items()}
 
-    def read():
-      return {name: tf.gather(v, index) for name, v in self._values.items()}
+      def body(i, arrays):
+        outputs = self.compute(batches.batch(i)['x'])
+        return i + 1, {key: {name: arrays[key][name].write(i, value)
+                             for name, value in outputs[key].items()}
+                       for key in arrays}
 
-    def compute_and_store():
-      outputs = compute_fn()
+      _, arrays = tf.while_loop(lambda i, _: i < num_batches, body,
+                                (tf.constant(0), arrays))
+      return tf.nest.map_structure(lambda a: a.concat(), arrays)
 
-      def store():
-        # Grow by doubling (up to the cap), so the first pass copies the
-        # cache a few times only; writes are in place.
-        new_size = tf.minimum(tf.maximum(needed, 2 * size),
-                              self.max_examples)
+    def empty():
+      return {key: {name: tf.zeros([0] + shape.as_list())
+                    for name, shape in view.output_shapes().items()}
+              for key, view in self._views.items()}
 
-        def grow():
-          extra = new_size - size
-          for variable in self._values.values():
-            variable.assign(tf.concat([variable, tf.zeros(
-                tf.concat([[extra], tf.shape(variable)[1:]], 0))], 0))
-          self._filled.assign(tf.concat(
-              [self._filled, tf.zeros([extra], tf.bool)], 0))
-          return tf.constant(0)
+    return use, positions, tf.cond(use, run, empty)
 
-        grown = tf.cond(needed > size, grow, lambda: tf.constant(0))
-        with tf.control_dependencies([grown]):
-          writes = [variable.scatter_nd_update(index[:, None], outputs[name])
-                    for name, variable in self._values.items()]
-          writes.append(self._filled.scatter_nd_update(
-              index[:, None], tf.ones_like(index, tf.bool)))
-        with tf.control_dependencies(writes):
-          return tf.constant(0)
+  def outputs(self, batch, tables) -> dict[str, Any]:
+    """The views' outputs on `batch` (no gradient), by view name."""
+    if tables is None:
+      outputs = self.compute(batch['x'])
+    else:
+      use, positions, values = tables
 
-      stored = tf.cond(fits, store, lambda: tf.constant(0))
-      with tf.control_dependencies([stored]):
-        return {name: tf.identity(value) for name, value in outputs.items()}
+      def read():
+        rows = tf.gather(positions, tf.cast(batch['index'], tf.int32))
+        return tf.nest.map_structure(lambda v: tf.gather(v, rows), values)
 
-    return tf.cond(cached, read, compute_and_store)
+      outputs = tf.cond(use, read, lambda: self.compute(batch['x']))
+    return tf.nest.map_structure(tf.stop_gradient, outputs)
+
+
+def _concat_kept(batches: BatchesInMemory, key: str) -> tf.Tensor:
+  """`key` of every kept batch, concatenated (a small tensor, e.g. index)."""
+  array = tf.TensorArray(batches.element_spec[key].dtype, size=batches.kept,
+                         infer_shape=False, element_shape=[None])
+  _, array = tf.while_loop(
+      lambda i, _: i < batches.kept,
+      lambda i, a: (i + 1, a.write(i, tf.reshape(batches.batch(i)[key],
+                                                 [-1]))),
+      (tf.constant(0), array))
+  return array.concat()
 
 
 def _union(names_lists):
@@ -287,7 +351,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
   training pass, so the data is read once). When the batches carry
   `index` (each example's position in the client's data) and
   `cache_reference_outputs`, the reference models' outputs are computed
-  once per example and round (`ReferenceOutputCache`).
+  once per example and round (`ReferenceOutputs`).
 
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
@@ -301,20 +365,11 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
       keras_model_fn, _union(r.global_outputs for r in regularizers))
   previous_reference = _reference_view(
       keras_model_fn, _union(r.previous_outputs for r in regularizers))
-  caches = {}
-  if cache_reference_outputs:
-    for key, view in (('global', global_reference),
-                      ('previous', previous_reference)):
-      if view is not None and ReferenceOutputCache.supports(view):
-        caches[key] = ReferenceOutputCache(view, REFERENCE_CACHE_MAX_MB)
-
-  def reference_outputs(key, view, batch):
-    compute = lambda: view.model(batch['x'], training=False)
-    if key in caches and 'index' in batch:
-      outputs = caches[key].outputs(batch['index'], compute)
-    else:
-      outputs = compute()
-    return tf.nest.map_structure(tf.stop_gradient, outputs)
+  views = {key: view for key, view in (('global', global_reference),
+                                       ('previous', previous_reference))
+           if view is not None}
+  reference = ReferenceOutputs(views, REFERENCE_CACHE_MAX_MB,
+                               cache=cache_reference_outputs)
 
   @tf.function
   def client_update(initial_weights, dataset, previous_weights=None,
@@ -326,18 +381,16 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
       global_reference.assign(initial_weights)
     if previous_reference is not None:
       previous_reference.assign(previous_weights)
-    for cache in caches.values():
-      cache.reset()
+    batches = BatchesInMemory(dataset)
+    tables = reference.tabulate(batches, dataset.element_spec) if views else (
+        None)
 
     def reduce_fn(state, batch):
       sums, optimizer_state = state
-      global_outputs = previous_outputs = None
       # Reference models: inference mode, outside the tape.
-      if global_reference is not None:
-        global_outputs = reference_outputs('global', global_reference, batch)
-      if previous_reference is not None:
-        previous_outputs = reference_outputs('previous', previous_reference,
-                                             batch)
+      references = reference.outputs(batch, tables) if views else {}
+      global_outputs = references.get('global')
+      previous_outputs = references.get('previous')
       with tf.GradientTape() as tape:
         outputs = model(batch['x'], training=True)
         loss = loss_fn(batch['y'], outputs)
@@ -376,8 +429,8 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
         (k, tf.constant(0.0)) for k in _TRAIN_SUMS)
     if count_labels:
       initial_sums['label_counts'] = tf.zeros([count_labels])
-    sums, _ = reduce_over_batches(
-        dataset, (initial_sums, optimizer.initialize(specs)), reduce_fn)
+    sums, _ = batches.reduce((initial_sums, optimizer.initialize(specs)),
+                             reduce_fn)
     update = [g - w for g, w in zip(global_weights, trainable)]
     if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
       weight = sums['num_examples']
