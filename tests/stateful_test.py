@@ -168,7 +168,7 @@ def test_reference_outputs_are_computed_about_once_per_example(
   def one_round(dataset):
     view.computed.assign(0)
     batches = local_training.BatchesInMemory(dataset)
-    tables = reference.tabulate(batches, dataset.element_spec)
+    tables = reference.tabulate(batches)
 
     def step(largest_error, batch):
       got = reference.outputs(batch, tables)['global']

@@ -154,8 +154,8 @@ class BatchesInMemory:
                max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
     max_bytes = int(max_mb * 2**20)
     self._dataset = dataset
-    self.element_spec = self._spec = dataset.element_spec
-    flat_specs = tf.nest.flatten(self._spec)
+    self.element_spec = dataset.element_spec
+    flat_specs = tf.nest.flatten(self.element_spec)
 
     def append(state, batch):
       arrays, kept, seen, kept_bytes = state
@@ -182,7 +182,7 @@ class BatchesInMemory:
 
   def batch(self, i: tf.Tensor):
     """The i-th kept batch."""
-    return tf.nest.pack_sequence_as(self._spec,
+    return tf.nest.pack_sequence_as(self.element_spec,
                                     [a.read(i) for a in self._arrays])
 
   def reduce(self, initial_state, reduce_fn):
@@ -236,8 +236,8 @@ class ReferenceOutputs:
                cache: bool = True):
     self._views = dict(views)
     self.max_mb = max_mb
-    self._cache = cache and all(view.static_shapes()
-                                for view in self._views.values())
+    self._cache = cache and bool(self._views) and all(
+        view.static_shapes() for view in self._views.values())
 
   def compute(self, x: tf.Tensor) -> dict[str, Any]:
     """Every view's outputs on `x`, by view name."""
@@ -246,7 +246,7 @@ class ReferenceOutputs:
   def _bytes_per_example(self) -> int:
     return sum(view.bytes_per_example() for view in self._views.values())
 
-  def tabulate(self, batches: BatchesInMemory, element_spec) -> Any:
+  def tabulate(self, batches: BatchesInMemory) -> Any:
     """The tables `outputs` reads, or None when not caching.
 
     Returns (use, positions, outputs): whether the tables are used (all
@@ -254,7 +254,7 @@ class ReferenceOutputs:
     position in the round's stream; every view's outputs on the first
     batches of the stream, concatenated.
     """
-    if not self._cache or 'index' not in element_spec:
+    if not self._cache or 'index' not in batches.element_spec:
       return None
     # Each example's first position in the round's stream of examples, and
     # how many batches it takes to see every example once.
@@ -304,6 +304,8 @@ class ReferenceOutputs:
 
   def outputs(self, batch, tables) -> dict[str, Any]:
     """The views' outputs on `batch` (no gradient), by view name."""
+    if not self._views:
+      return {}
     if tables is None:
       outputs = self.compute(batch['x'])
     else:
@@ -382,13 +384,12 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     if previous_reference is not None:
       previous_reference.assign(previous_weights)
     batches = BatchesInMemory(dataset)
-    tables = reference.tabulate(batches, dataset.element_spec) if views else (
-        None)
+    tables = reference.tabulate(batches)
 
     def reduce_fn(state, batch):
       sums, optimizer_state = state
       # Reference models: inference mode, outside the tape.
-      references = reference.outputs(batch, tables) if views else {}
+      references = reference.outputs(batch, tables)
       global_outputs = references.get('global')
       previous_outputs = references.get('previous')
       with tf.GradientTape() as tape:
