@@ -97,7 +97,7 @@ def test_negative_mu_is_refused():
 def trained(setup, small_model_fn):
   results = {}
   results['fedavg'] = _run(
-      setup['by_id'](fedavg.build_fedavg(small_model_fn, setup['spec'],
+      setup['by_id'](fedavg.build_tff_fedavg(small_model_fn, setup['spec'],
                                          setup['optimizer'])),
       setup['initial'], setup['client_ids'], rounds=2)
   for mu in (0.0, 1.0, 10.0):

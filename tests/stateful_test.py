@@ -322,7 +322,7 @@ def fedavg_two_rounds(setup):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   process = tff.simulation.compose_dataset_computation_with_learning_process(
       setup['client_data'].dataset_computation,
-      fedavg.build_fedavg(setup['model_fn'], setup['spec'],
+      fedavg.build_tff_fedavg(setup['model_fn'], setup['spec'],
                           setup['optimizer']))
   ids = setup['client_data'].client_ids[:2]
   return _rounds(process, setup['initial'], [ids, ids])[0]

@@ -6,13 +6,16 @@ component brings a server optimizer (`fedavg`, `fedavgm`, `fedadam`,
 `fedyogi`), a regularizer of the shared local-training loop (`fedprox`,
 `fedmax`, `fedcos`, `moon`, `fedcka`), or both. A combination is the list of
 their regularizers with the one server optimizer named (FedAvg's by
-default): no combination is special-cased. SCAFFOLD (its own server rule)
-and Fed2 (its own model structure and aggregator) stand alone.
+default): no combination is special-cased. SCAFFOLD (its own server rule),
+Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's own
+`build_weighted_fed_avg`, to check the project's FedAvg against) stand alone.
 
 - `build_method(name, keras_model_fn, element_spec, hparams)`: a
   `tff.learning.templates.LearningProcess` over client datasets, for every
   method without per-client state. A plain `fedavg`/`fedavgm`/`fedadam`/
-  `fedyogi` is TFF's own `build_weighted_fed_avg`.
+  `fedyogi` is the shared local-training loop with no regularizer
+  (`fedavg.build_fedavg`: TFF's FedAvg computed faster); `tff_fedavg` is
+  TFF's `build_weighted_fed_avg` itself.
 - `model_fn_for(name, model_name, num_classes, input_shape, hparams)`: the
   Keras model factory a method trains (Fed2's grouped form for `fed2`).
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
@@ -137,7 +140,7 @@ COMPONENTS = {
     'fedcka': Component(regularizer=lambda h: fedcka.CKAContrastiveTerm(
         h.strength('fedcka'), h.cka_layers, h.similarity)),
 }
-STANDALONE = ('scaffold', 'fed2')
+STANDALONE = ('scaffold', 'fed2', 'tff_fedavg')
 SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = SINGLE_METHODS + (
@@ -229,11 +232,11 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
                            hparams.client_optimizer(), hparams.fed2_groups,
                            hparams.fed2_pairing, hparams.seed,
                            hparams.server_optimizer('sgd'))
+  if parts == ['tff_fedavg']:
+    return fedavg.build_tff_fedavg(keras_model_fn, element_spec,
+                                   hparams.client_optimizer(),
+                                   hparams.server_optimizer('sgd'))
   regularizers, server_optimizer = _pieces(parts, hparams)
-  if not regularizers:
-    # A baseline: TFF's own builder.
-    return fedavg.build_fedavg(keras_model_fn, element_spec,
-                               hparams.client_optimizer(), server_optimizer)
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, hparams.client_optimizer(),
       server_optimizer, regularizers)

@@ -1,0 +1,85 @@
+"""The project's FedAvg family computes what TFF's own builder computes.
+
+`methods` builds `fedavg`, `fedavgm`, `fedadam` and `fedyogi` with the
+shared local-training loop (faster than TFF's builder: README, "Benchmark");
+`tff_fedavg` is TFF's `build_weighted_fed_avg` itself.
+"""
+
+import sys
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tasks import datasets
+from tff_methods import fedavg
+from tff_methods import methods
+from tff_methods import model_lib
+
+HPARAMS = dict(client_learning_rate=0.1, client_momentum=0.9,
+               weight_decay=1e-3)
+
+
+@pytest.fixture(scope='module')
+def setup(digits_task, small_model_fn):
+  client_data = digits_task.client_data.preprocess(
+      datasets.preprocess_fn(batch_size=16, local_epochs=2, seed=0))
+  return dict(client_data=client_data,
+              spec=client_data.element_type_structure,
+              ids=client_data.client_ids[:3],
+              initial=model_lib.initial_weights(small_model_fn, seed=0))
+
+
+def _run(setup, process, rounds=2):
+  process = tff.simulation.compose_dataset_computation_with_learning_process(
+      setup['client_data'].dataset_computation, process)
+  state = process.set_model_weights(process.initialize(), setup['initial'])
+  for _ in range(rounds):
+    output = process.next(state, setup['ids'])
+    state = output.state
+  return (model_lib.flat_trainable(process.get_model_weights(state)),
+          output.metrics['client_work']['train'])
+
+
+@pytest.mark.parametrize('name, server', [
+    ('fedavg', 'sgd'),    # Plain averaging (server SGD, learning rate 1).
+    ('fedadam', 'adam'),  # A server optimizer with state across rounds.
+])
+def test_projects_fedavg_gives_tffs_weights_and_metrics(
+    name, server, setup, small_model_fn):
+  hparams = methods.Hyperparameters(**HPARAMS)
+  ours, our_metrics = _run(setup, methods.build_method(
+      name, small_model_fn, setup['spec'], hparams))
+  theirs, their_metrics = _run(setup, fedavg.build_tff_fedavg(
+      small_model_fn, setup['spec'], hparams.client_optimizer(),
+      hparams.server_optimizer(server)))
+  start = model_lib.flat_trainable(setup['initial'])
+  assert np.linalg.norm(theirs - start) > 1e-2  # Both trained.
+  np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+  assert our_metrics['num_examples'] == their_metrics['num_examples']
+  assert np.isclose(our_metrics['loss'], their_metrics['loss'], rtol=1e-5)
+  assert np.isclose(our_metrics['sparse_categorical_accuracy'],
+                    their_metrics['sparse_categorical_accuracy'])
+
+
+def test_tff_fedavg_is_tffs_builder_and_stands_alone(setup, small_model_fn):
+  hparams = methods.Hyperparameters(**HPARAMS)
+  theirs = methods.build_method('tff_fedavg', small_model_fn, setup['spec'],
+                                hparams).next.type_signature
+  ours = methods.build_method('fedavg', small_model_fn, setup['spec'],
+                              hparams).next.type_signature
+  tffs = tff.learning.algorithms.build_weighted_fed_avg(
+      model_lib.tff_model_fn(small_model_fn, setup['spec']),
+      client_optimizer_fn=hparams.client_optimizer(),
+      server_optimizer_fn=hparams.server_optimizer('sgd')).next.type_signature
+  assert str(theirs) == str(tffs)
+  # The project's client work reports the objective and the dropped
+  # (non-finite) clients beside TFF's metrics.
+  assert 'num_non_finite_clients' not in str(theirs.result)
+  assert 'num_non_finite_clients' in str(ours.result)
+  with pytest.raises(ValueError, match='tff_fedavg cannot be combined'):
+    methods.parse_method('tff_fedavg+fedprox')
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
