@@ -126,11 +126,11 @@ def test_reference_view_up_to_moons_projection_computes_the_models_z():
                              atol=1e-5)
 
 
-def _indexed_digits_like(epochs):
+def _indexed_digits_like(epochs, batch_size=4):
   x = np.random.default_rng(2).normal(size=(10, 8, 8, 1)).astype(np.float32)
   dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
       x=x, y=np.zeros(10, np.int32)))
-  return datasets.preprocess_fn(4, local_epochs=epochs,
+  return datasets.preprocess_fn(batch_size, local_epochs=epochs,
                                 with_index=True)(dataset)
 
 
@@ -149,15 +149,19 @@ class _CountingView:
     return self._view(x)
 
 
-@pytest.mark.parametrize('max_mb,expected_computed', [
+@pytest.mark.parametrize('max_mb,batch_size,expected_computed', [
     # 3 passes of 10 examples in batches of 4 (8 batches, 30 examples): the
-    # first 3 batches hold every example (batch 3 spans passes 1 and 2), so
-    # 12 examples are computed; the other 5 batches are read back.
-    (1.0, 12),
+    # first 3 batches hold every example (batch 3 spans passes 1 and 2);
+    # only first occurrences are computed, so 10 examples, each once; the
+    # rest is read back.
+    (1.0, 4, 10),
+    # Fewer examples than a batch: the first batch of 16 holds 6 examples
+    # twice; they are computed once (10, not 16).
+    (1.0, 16, 10),
     # Tables too large for the cap: computed at every step.
-    (0.0, 30)])
-def test_reference_outputs_are_computed_about_once_per_example(
-    max_mb, expected_computed):
+    (0.0, 4, 30)])
+def test_reference_outputs_are_computed_once_per_example(
+    max_mb, batch_size, expected_computed):
   model_fn = functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
                                hidden=(16, 8))
   view = _CountingView(local_training.ReferenceView(
@@ -181,7 +185,7 @@ def test_reference_outputs_are_computed_about_once_per_example(
   for _ in range(2):  # A second round computes its own tables.
     # Equal up to float rounding (an example's row computed in another
     # batch).
-    assert one_round(_indexed_digits_like(epochs=3)).numpy() < 1e-5
+    assert one_round(_indexed_digits_like(3, batch_size)).numpy() < 1e-5
     assert view.computed.numpy() == expected_computed
 
 

@@ -221,9 +221,9 @@ class ReferenceOutputs:
   The global and previous models don't change during a client's round, so
   their outputs for an example (MOON's z, FedCKA's first-layer activations)
   need computing once per round, not once per step: `tabulate` runs them
-  over the first batches of the round, up to the batch where every example
-  has been seen (about one epoch), and `outputs` reads each batch's rows
-  back with one gather (one branch a step, on whether the tables are used,
+  over each example once, at its first occurrence in the round's batches
+  (the batches up to the one where every example has been seen, about one
+  epoch), and `outputs` reads each batch's rows back with one gather (one branch a step, on whether the tables are used,
   instead of on which examples are cached). Needs the
   batches to carry each example's position in the client's data,
   `batch['index']` (`datasets.preprocess_fn(..., with_index=True)`), no data
@@ -249,10 +249,13 @@ class ReferenceOutputs:
   def tabulate(self, batches: BatchesInMemory) -> Any:
     """The tables `outputs` reads, or None when not caching.
 
-    Returns (use, positions, outputs): whether the tables are used (all
-    batches in memory, the tables within `max_mb`); each example's first
-    position in the round's stream; every view's outputs on the first
-    batches of the stream, concatenated.
+    Returns (use, row_of_index, outputs): whether the tables are used (all
+    batches in memory, the tables within `max_mb`); the row of each
+    example (by `index`) in the tables; every view's outputs on each
+    example, computed at the example's first occurrence in the round's
+    stream. Only first occurrences are computed: a batch that spans two
+    passes (or, with fewer examples than a batch, holds an example twice)
+    computes its repeated examples once.
     """
     if not self._cache or 'index' not in batches.element_spec:
       return None
@@ -266,15 +269,17 @@ class ReferenceOutputs:
         batches.kept > 0,
         lambda: tf.shape(batches.batch(0)['index'])[0],
         lambda: tf.constant(1))
-    # (An index missing from the stream has position INT32_MAX: too many
-    # batches, so the tables are not used.)
+    # (An index missing from the stream has position INT32_MAX: the tables
+    # are not used.)
     last = tf.cast(tf.reduce_max(tf.concat([positions, [-1]], 0)), tf.int64)
     num_batches = last // tf.cast(batch_size, tf.int64) + 1
     max_examples = int(self.max_mb * 2**20) // max(
         self._bytes_per_example(), 1)
-    use = tf.logical_and(
-        tf.logical_and(tf.equal(batches.seen, batches.kept), batches.kept > 0),
-        num_batches * tf.cast(batch_size, tf.int64) <= max_examples)
+    every_example_seen = last < tf.cast(tf.size(index), tf.int64)
+    use = tf.reduce_all([
+        tf.equal(batches.seen, batches.kept), batches.kept > 0,
+        every_example_seen,
+        tf.cast(num_examples, tf.int64) <= max_examples])
     num_batches = tf.cast(tf.minimum(num_batches, tf.cast(batches.kept,
                                                           tf.int64)), tf.int32)
 
@@ -284,23 +289,40 @@ class ReferenceOutputs:
           element_shape=tf.TensorShape([None]).concatenate(shape))
                           for name, shape in view.output_shapes().items()}
                 for key, view in self._views.items()}
+      first_indices = tf.TensorArray(tf.int32, size=num_batches,
+                                     infer_shape=False, element_shape=[None])
 
-      def body(i, arrays):
-        outputs = self.compute(batches.batch(i)['x'])
-        return i + 1, {key: {name: arrays[key][name].write(i, value)
-                             for name, value in outputs[key].items()}
-                       for key in arrays}
+      def body(i, start, arrays, first_indices):
+        batch = batches.batch(i)
+        batch_index = tf.cast(tf.reshape(batch['index'], [-1]), tf.int32)
+        size = tf.size(batch_index)
+        is_first = tf.equal(tf.gather(positions, batch_index),
+                            start + tf.range(size))
+        outputs = self.compute(tf.boolean_mask(batch['x'], is_first))
+        return (i + 1, start + size,
+                {key: {name: arrays[key][name].write(i, value)
+                       for name, value in outputs[key].items()}
+                 for key in arrays},
+                first_indices.write(i, tf.boolean_mask(batch_index,
+                                                       is_first)))
 
-      _, arrays = tf.while_loop(lambda i, _: i < num_batches, body,
-                                (tf.constant(0), arrays))
-      return tf.nest.map_structure(lambda a: a.concat(), arrays)
+      _, _, arrays, first_indices = tf.while_loop(
+          lambda i, *_: i < num_batches, body,
+          (tf.constant(0), tf.constant(0), arrays, first_indices))
+      first_indices = first_indices.concat()
+      row_of_index = tf.scatter_nd(first_indices[:, None],
+                                   tf.range(tf.size(first_indices)),
+                                   [num_examples])
+      return row_of_index, tf.nest.map_structure(lambda a: a.concat(), arrays)
 
     def empty():
-      return {key: {name: tf.zeros([0] + shape.as_list())
-                    for name, shape in view.output_shapes().items()}
-              for key, view in self._views.items()}
+      return tf.zeros([num_examples], tf.int32), {
+          key: {name: tf.zeros([0] + shape.as_list())
+                for name, shape in view.output_shapes().items()}
+          for key, view in self._views.items()}
 
-    return use, positions, tf.cond(use, run, empty)
+    row_of_index, values = tf.cond(use, run, empty)
+    return use, row_of_index, values
 
   def outputs(self, batch, tables) -> dict[str, Any]:
     """The views' outputs on `batch` (no gradient), by view name."""
@@ -309,10 +331,10 @@ class ReferenceOutputs:
     if tables is None:
       outputs = self.compute(batch['x'])
     else:
-      use, positions, values = tables
+      use, row_of_index, values = tables
 
       def read():
-        rows = tf.gather(positions, tf.cast(batch['index'], tf.int32))
+        rows = tf.gather(row_of_index, tf.cast(batch['index'], tf.int32))
         return tf.nest.map_structure(lambda v: tf.gather(v, rows), values)
 
       outputs = tf.cond(use, read, lambda: self.compute(batch['x']))
