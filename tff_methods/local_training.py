@@ -223,8 +223,9 @@ class ReferenceOutputs:
   need computing once per round, not once per step: `tabulate` runs them
   over each example once, at its first occurrence in the round's batches
   (the batches up to the one where every example has been seen, about one
-  epoch), and `outputs` reads each batch's rows back with one gather (one branch a step, on whether the tables are used,
-  instead of on which examples are cached). Needs the
+  epoch), and `outputs` reads each batch's rows back with one gather (one
+  branch a step, on whether the tables are used, instead of on which
+  examples are cached). Needs the
   batches to carry each example's position in the client's data,
   `batch['index']` (`datasets.preprocess_fn(..., with_index=True)`), no data
   augmentation (the project has none), every batch in memory

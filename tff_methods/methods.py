@@ -13,9 +13,9 @@ Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's own
 - `build_method(name, keras_model_fn, element_spec, hparams)`: a
   `tff.learning.templates.LearningProcess` over client datasets, for every
   method without per-client state. A plain `fedavg`/`fedavgm`/`fedadam`/
-  `fedyogi` is the shared local-training loop with no regularizer
-  (`fedavg.build_fedavg`: TFF's FedAvg computed faster); `tff_fedavg` is
-  TFF's `build_weighted_fed_avg` itself.
+  `fedyogi` is the shared local-training loop with no regularizer (the
+  process `fedavg.build_fedavg` builds: TFF's FedAvg computed faster);
+  `tff_fedavg` is TFF's `build_weighted_fed_avg` itself.
 - `model_fn_for(name, model_name, num_classes, input_shape, hparams)`: the
   Keras model factory a method trains (Fed2's grouped form for `fed2`).
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
