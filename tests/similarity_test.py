@@ -153,5 +153,44 @@ def test_similarity_to_each_equals_one_at_a_time(name):
                      atol=1e-6)
 
 
+
+def test_linear_cka_to_each_gradient_with_respect_to_each_y():
+  # The written-out gradient against autodiff of the one-at-a-time form.
+  y = tf.constant(Y)
+  z = tf.constant((0.5 * Y + RNG.normal(size=Y.shape)).astype(np.float32))
+  weights = [0.7, -1.3]  # Unequal upstream gradients.
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([y, z])
+    shared = similarity.linear_cka_to_each(X, [y, z])
+    shared = weights[0] * shared[0] + weights[1] * shared[1]
+    separate = (weights[0] * similarity.linear_cka(X, y) +
+                weights[1] * similarity.linear_cka(X, z))
+  for t in (y, z):
+    np.testing.assert_allclose(tape.gradient(shared, t).numpy(),
+                               tape.gradient(separate, t).numpy(),
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_masked_centered_gram_is_that_of_the_real_rows_padded():
+  # Two batches padded to 12 rows: 12 real rows, and 5 (the rest padding,
+  # filled with garbage that the mask must ignore).
+  padded = np.stack([X, np.concatenate([X[:5], 100 + X[5:]])])
+  mask = np.arange(12)[None, :] < np.array([[12], [5]])
+  grams, norms = similarity.centered_gram_and_norm(tf.constant(padded), mask)
+  for i, rows in enumerate((12, 5)):
+    gram, norm = similarity.centered_gram_and_norm(tf.constant(X[:rows]))
+    np.testing.assert_allclose(grams[i, :rows, :rows], gram, rtol=1e-5,
+                               atol=1e-5)
+    assert not np.any(grams[i, rows:, :]) and not np.any(grams[i, :, rows:])
+    assert np.isclose(norms[i], norm, rtol=1e-5)
+  # And CKA from a precomputed (sliced) Gram equals CKA from the rows.
+  value = similarity.linear_cka_to_each_gram(
+      Y[:5], [(grams[1, :5, :5], norms[1])])[0]
+  assert np.isclose(value.numpy(), similarity.linear_cka(Y[:5],
+                                                          X[:5]).numpy(),
+                    rtol=1e-5)
+  assert value.numpy() < 0.99  # Not trivially 1.
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

@@ -17,7 +17,7 @@ scalar. FedCKA's contrastive loss uses one of them (its Table 3 ablation):
   saying how it is scaled; unscaled, `exp` of it overflows).
 """
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -63,10 +63,84 @@ def linear_cka(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
 def linear_cka_to_each(x: tf.Tensor, ys: Sequence[tf.Tensor]
                        ) -> list[tf.Tensor]:
-  """`[linear_cka(x, y) for y in ys]`, with x's Gram matrix computed once."""
-  gram_x = _center_gram(_gram(_flatten(x)))
-  return [_cka_from_centered_grams(gram_x, _center_gram(_gram(_flatten(y))))
-          for y in ys]
+  """`[linear_cka(x, y) for y in ys]`, x's Gram matrix computed once."""
+  return linear_cka_to_each_gram(
+      x, [centered_gram_and_norm(_flatten(y)) for y in ys])
+
+
+def centered_gram_and_norm(x: tf.Tensor, mask: Optional[tf.Tensor] = None
+                           ) -> tuple[tf.Tensor, tf.Tensor]:
+  """`(Kc, ||Kc||_F)` of B x D rows `x`, or of [..., B, D] batches of them.
+
+  With a [..., B] boolean `mask`, only the rows where it is true count: the
+  result is that of those rows alone, zero-padded in the rows and columns of
+  the others. (Padding is how batches of different sizes share a tensor.)
+  """
+  if mask is None:
+    gram = _center_gram(tf.matmul(x, x, transpose_b=True))
+    return gram, tf.norm(gram, axis=[-2, -1])
+  mask = tf.cast(mask, x.dtype)
+  x = x * mask[..., None]
+  gram = tf.matmul(x, x, transpose_b=True)
+  count = tf.maximum(tf.reduce_sum(mask, axis=-1), 1.0)[..., None, None]
+  row_means = tf.reduce_sum(gram, axis=-1, keepdims=True) / count
+  total_mean = tf.reduce_sum(row_means, axis=-2, keepdims=True) / count
+  gram = (gram - row_means - tf.linalg.matrix_transpose(row_means) +
+          total_mean) * (mask[..., :, None] * mask[..., None, :])
+  return gram, tf.norm(gram, axis=[-2, -1])
+
+
+def linear_cka_to_each_gram(
+    x: tf.Tensor, grams_and_norms: Sequence[tuple[tf.Tensor, tf.Tensor]]
+) -> list[tf.Tensor]:
+  """Linear CKA of `x` with each y given as `centered_gram_and_norm(y)`.
+
+  FedCKA takes this, and its gradient, at every local step; the reference
+  models' Grams can then be computed ahead (they don't change in a round),
+  and the gradient is written out (`_linear_cka_to_each_flat`) rather than
+  left to autodiff.
+  """
+  flat = [t for pair in grams_and_norms for t in pair]
+  return list(_linear_cka_to_each_flat(_flatten(x), *flat))
+
+
+@tf.custom_gradient
+def _linear_cka_to_each_flat(x: tf.Tensor, *grams_and_norms: tf.Tensor):
+  """Linear CKA of B x D `x` with each (Lc_r, n_r), and its gradient.
+
+  With Kc the centred Gram of x, n_K its norm, h_r = tr(Kc Lc_r) and
+  d_r = n_K n_r + eps, CKA_r = h_r / d_r and, holding n_r fixed (its own
+  gradient flows through `centered_gram_and_norm`),
+
+    dCKA_r / dKc = Lc_r / d_r - (h_r n_r / d_r^2) Kc / n_K.
+
+  Kc and Lc_r are doubly centred and symmetric, so this is also the
+  gradient with respect to the uncentred K = X X^T, and dX = 2 G X, G the
+  upstream-weighted sum: one B x B x D matmul. Autodiff of the same
+  expression takes about twenty small ops a layer and a step more (the
+  centring's and norms' gradients, a transpose).
+  """
+  gram_x, norm_x = centered_gram_and_norm(x)
+  grams, norms = grams_and_norms[0::2], grams_and_norms[1::2]
+  hsics = [tf.reduce_sum(gram_x * gram_y) for gram_y in grams]
+  denominators = [norm_x * norm_y + _EPSILON for norm_y in norms]
+  values = [h / d for h, d in zip(hsics, denominators)]
+
+  def gradient(*upstream):
+    # n_K is 0 only when Kc is 0, and the term it divides is then 0 too.
+    coefficient_x = tf.add_n(
+        [u * h * n / d**2 for u, h, n, d in
+         zip(upstream, hsics, norms, denominators)]) / tf.maximum(
+             norm_x, _EPSILON)
+    grad_gram_x = tf.add_n([(u / d) * gram_y for u, d, gram_y in
+                            zip(upstream, denominators, grams)])
+    grad_x = 2.0 * tf.matmul(grad_gram_x - coefficient_x * gram_x, x)
+    grad_others = []
+    for u, h, d in zip(upstream, hsics, denominators):
+      grad_others += [(u / d) * gram_x, -u * h * norm_x / d**2]
+    return [grad_x] + grad_others
+
+  return tuple(values), gradient
 
 
 def _median(values: tf.Tensor) -> tf.Tensor:
