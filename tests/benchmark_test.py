@@ -182,6 +182,42 @@ def test_report_marks_each_figure_against_its_target():
   assert "the project's FedAvg **no** (1.04x" in text
 
 
+def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
+  # 10 clients in a 2 s FedAvg round: 200 ms each; 50 ms more each.
+  assert np.isclose(benchmark.fedcka_floor_ratio(0.05, 2.0, 10), 1.25)
+  results = dict(
+      settings=dict(num_clients=10, repeats=3, batch_size=64,
+                    max_concurrent_clients=2),
+      models={'fedcka_cnn': dict(
+          examples_per_client=500, local_epochs=5, peak_mb=1500.0,
+          methods={'fedavg': dict(median=2.0, ratio=1.0),
+                   'fedcka': dict(median=2.6, ratio=1.3)},
+          fedcka_extra=dict(reference_passes_seconds=0.03,
+                            grams_seconds=0.02, extra_seconds=0.05))})
+  text = benchmark.report_markdown(results)
+  assert ("reference passes 30 ms and the Gram products 20 ms, against "
+          "FedAvg's 200 ms per client: FedCKA cannot go below 1.25 of "
+          "FedAvg here.") in text
+  del results['models']['fedcka_cnn']['fedcka_extra']
+  assert "FedCKA's floor" not in benchmark.report_markdown(results)
+
+
+def test_fedcka_extra_work_is_timed_on_the_models_shapes():
+  # 6 examples in batches of 4: one full step, then one of 2 rows.
+  figures = benchmark.fedcka_extra_seconds(
+      'fedcka_cnn', 10, (32, 32, 3), examples_per_client=6, batch_size=4,
+      local_epochs=1, repeats=1)
+  assert figures['reference_passes_seconds'] > 0
+  assert figures['grams_seconds'] > 0
+  assert np.isclose(figures['extra_seconds'],
+                    figures['reference_passes_seconds'] +
+                    figures['grams_seconds'])
+  # The CNN has two conv blocks, layer_1 and layer_2: a third is refused.
+  with pytest.raises(ValueError, match='layer_3'):
+    benchmark.fedcka_extra_seconds('fedcka_cnn', 10, (32, 32, 3), 6, 4, 1,
+                                   num_layers=3, repeats=1)
+
+
 def test_fed2_is_timed_only_on_groupable_models():
   assert 'fed2' in benchmark.applicable_methods('fedcka_cnn')
   assert 'fed2' not in benchmark.applicable_methods('resnet18')

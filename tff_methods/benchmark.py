@@ -22,6 +22,7 @@ fixed seed (`tasks.datasets.generated_like`), every client taking part:
 import dataclasses
 import os
 import statistics
+import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -30,6 +31,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
+from tff_methods import local_training
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
 from tff_methods import pytorch_loop
@@ -155,6 +157,107 @@ def time_methods(model_name: str,
     for timing in timings.values():
       timing['ratio_to_tff_fedavg'] = timing['median'] / tff_fedavg
   return timings
+
+
+def fedcka_extra_seconds(model_name: str, num_classes: int,
+                         input_shape: Sequence[int], examples_per_client: int,
+                         batch_size: int, local_epochs: int,
+                         num_layers: int = 2, repeats: int = 5,
+                         concurrent_clients: int = 2,
+                         seed: int = 0) -> dict[str, float]:
+  """The work FedCKA adds to one client's round, timed on its own.
+
+  Whatever the implementation, FedCKA computes beyond FedAvg's training:
+  the first `num_layers` layers of the global and the previous model over
+  each of the client's examples once (the reference passes), and at each
+  local step, for each regularized layer of D values, the B x B Gram
+  matrices of the local, global and previous activations and the B x B by
+  B x D product of the local activations' gradient. This times those alone
+  (each a `tf.function` on random data of the benchmark's shapes, median
+  of `repeats` after a warm-up), so `1 + extra_seconds / (FedAvg's seconds
+  per client)` is the ratio to FedAvg that FedCKA cannot go below on this
+  machine (`report_markdown` prints it as FedCKA's floor).
+
+  Returns:
+    `reference_passes_seconds`, `grams_seconds` and their sum,
+    `extra_seconds`.
+  """
+  model_fn = methods_lib.model_fn_for('fedcka', model_name, num_classes,
+                                      tuple(input_shape),
+                                      methods_lib.Hyperparameters(),
+                                      **model_kwargs(model_name))
+  layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
+  views = [local_training.ReferenceView(model_fn, layers) for _ in range(2)]
+  rng = np.random.default_rng(seed)
+  examples = tf.constant(rng.standard_normal(
+      (examples_per_client,) + tuple(input_shape)).astype(np.float32))
+  # The round's batches: full ones, then the rest of the last pass.
+  full_steps, last_rows = divmod(local_epochs * examples_per_client,
+                                 batch_size)
+  sizes = [int(np.prod(s)) for s in views[0].output_shapes().values()]
+  # Two different batches per layer, alternated, so no step repeats the
+  # previous one's inputs.
+  activations = [tf.constant(rng.standard_normal(
+      (2, 3, batch_size, size)).astype(np.float32)) for size in sizes]
+
+  @tf.function
+  def reference_passes():
+    total = tf.constant(0.0)
+    for view in views:
+      for start in range(0, examples_per_client, batch_size):
+        outputs = view(examples[start:start + batch_size])
+        total += tf.add_n([tf.reduce_sum(t) for t in outputs.values()])
+    return total
+
+  def gram_step(batch_index, rows, total):
+    for stacked in activations:
+      local, global_, previous = tf.unstack(stacked[batch_index, :, :rows])
+      gram = lambda a: tf.matmul(a, a, transpose_b=True)
+      upstream = gram(local) + gram(global_) + gram(previous)
+      total += tf.reduce_sum(tf.matmul(upstream, local)[0])
+    return total
+
+  @tf.function
+  def grams():
+    _, total = tf.while_loop(
+        lambda i, _: i < full_steps,
+        lambda i, total: (i + 1, gram_step(i % 2, batch_size, total)),
+        (tf.constant(0), tf.constant(0.0)))
+    return gram_step(0, last_rows, total) if last_rows else total
+
+  def share_of_one_call(fn):
+    # As the TFF worker runs clients: `concurrent_clients` at a time, so a
+    # client's share of the machine is the wall time over the calls.
+    def calls():
+      for _ in range(repeats):
+        fn().numpy()
+    threads = [threading.Thread(target=calls)
+               for _ in range(concurrent_clients)]
+    start = time.perf_counter()
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    return (time.perf_counter() - start) / (repeats * concurrent_clients)
+
+  figures = {}
+  for name, fn in (('reference_passes_seconds', reference_passes),
+                   ('grams_seconds', grams)):
+    fn()  # Warm-up: tracing.
+    figures[name] = min(share_of_one_call(fn) for _ in range(3))
+  figures['extra_seconds'] = (figures['reference_passes_seconds'] +
+                              figures['grams_seconds'])
+  return figures
+
+
+def fedcka_floor_ratio(extra_seconds: float, fedavg_round_seconds: float,
+                       num_clients: int) -> float:
+  """FedCKA's lowest possible ratio to FedAvg: 1 + extra / FedAvg's share.
+
+  A round of `num_clients` clients is FedAvg's training of each; FedCKA's
+  round adds at least `extra_seconds` per client (`fedcka_extra_seconds`).
+  """
+  return 1.0 + extra_seconds * num_clients / fedavg_round_seconds
 
 
 def loopback_worker_throughput(
@@ -403,6 +506,17 @@ def report_markdown(results: dict) -> str:
           f"{'' if target is None else _mark(_judged_ratio(timing), target)}"
           f" | {paper.get(name, '')} |")
     fedavg = model['methods']['fedavg']['median']
+    extra = model.get('fedcka_extra')
+    if extra:
+      floor_ratio = fedcka_floor_ratio(extra['extra_seconds'], fedavg,
+                                       results['settings']['num_clients'])
+      lines += ['', "FedCKA's floor: what it computes beyond FedAvg, timed "
+                "alone, per client: the global and previous models' "
+                f"reference passes {1000 * extra['reference_passes_seconds']:.0f}"
+                f" ms and the Gram products {1000 * extra['grams_seconds']:.0f}"
+                f" ms, against FedAvg's {1000 * fedavg / results['settings']['num_clients']:.0f}"
+                f" ms per client: FedCKA cannot go below {floor_ratio:.2f} of "
+                'FedAvg here.']
     lines += ['', "FedAvg is the project's `fedavg`, the local-training "
               'loop every other method shares, with no regularizer: the '
               "ratio to it is what a method's own computation costs. "
