@@ -172,11 +172,14 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
   each of the client's examples once (the reference passes), and at each
   local step, for each regularized layer of D values, the B x B Gram
   matrices of the local, global and previous activations and the B x B by
-  B x D product of the local activations' gradient. This times those alone
-  (each a `tf.function` on random data of the benchmark's shapes, median
-  of `repeats` after a warm-up), so `1 + extra_seconds / (FedAvg's seconds
-  per client)` is the ratio to FedAvg that FedCKA cannot go below on this
-  machine (`report_markdown` prints it as FedCKA's floor).
+  B x D product of the local activations' gradient. This times those alone,
+  each a `tf.function` on random data of the benchmark's shapes called
+  `repeats` times by each of `concurrent_clients` threads (as the TFF
+  worker runs clients): a call's share is the wall time over the calls,
+  the least of three such runs after a warm-up. So `1 + extra_seconds /
+  (FedAvg's seconds per client)` is the ratio to FedAvg that FedCKA cannot
+  go below on this machine (`report_markdown` prints it as FedCKA's
+  floor).
 
   Returns:
     `reference_passes_seconds`, `grams_seconds` and their sum,
