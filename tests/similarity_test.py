@@ -153,7 +153,6 @@ def test_similarity_to_each_equals_one_at_a_time(name):
                      atol=1e-6)
 
 
-
 def test_linear_cka_to_each_gradient_with_respect_to_each_y():
   # The written-out gradient against autodiff of the one-at-a-time form.
   y = tf.constant(Y)
@@ -169,6 +168,7 @@ def test_linear_cka_to_each_gradient_with_respect_to_each_y():
     np.testing.assert_allclose(tape.gradient(shared, t).numpy(),
                                tape.gradient(separate, t).numpy(),
                                rtol=1e-4, atol=1e-6)
+
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

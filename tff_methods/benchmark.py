@@ -212,10 +212,12 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
         total += tf.add_n([tf.reduce_sum(t) for t in outputs.values()])
     return total
 
+  def gram(a):
+    return tf.matmul(a, a, transpose_b=True)
+
   def gram_step(batch_index, rows, total):
     for stacked in activations:
       local, global_, previous = tf.unstack(stacked[batch_index, :, :rows])
-      gram = lambda a: tf.matmul(a, a, transpose_b=True)
       upstream = gram(local) + gram(global_) + gram(previous)
       total += tf.reduce_sum(tf.matmul(upstream, local)[0])
     return total
@@ -511,15 +513,18 @@ def report_markdown(results: dict) -> str:
     fedavg = model['methods']['fedavg']['median']
     extra = model.get('fedcka_extra')
     if extra:
+      num_clients = results['settings']['num_clients']
       floor_ratio = fedcka_floor_ratio(extra['extra_seconds'], fedavg,
-                                       results['settings']['num_clients'])
+                                       num_clients)
+      passes_ms = 1000 * extra['reference_passes_seconds']
+      grams_ms = 1000 * extra['grams_seconds']
+      fedavg_ms = 1000 * fedavg / num_clients
       lines += ['', "FedCKA's floor: what it computes beyond FedAvg, timed "
                 "alone, per client: the global and previous models' "
-                f"reference passes {1000 * extra['reference_passes_seconds']:.0f}"
-                f" ms and the Gram products {1000 * extra['grams_seconds']:.0f}"
-                f" ms, against FedAvg's {1000 * fedavg / results['settings']['num_clients']:.0f}"
-                f" ms per client: FedCKA cannot go below {floor_ratio:.2f} of "
-                'FedAvg here.']
+                f'reference passes {passes_ms:.0f} ms and the Gram products '
+                f"{grams_ms:.0f} ms, against FedAvg's {fedavg_ms:.0f} ms per "
+                f'client: FedCKA cannot go below {floor_ratio:.2f} of FedAvg '
+                'here.']
     lines += ['', "FedAvg is the project's `fedavg`, the local-training "
               'loop every other method shares, with no regularizer: the '
               "ratio to it is what a method's own computation costs. "

@@ -75,7 +75,7 @@ def linear_cka_to_each(x: tf.Tensor, ys: Sequence[tf.Tensor]
 
 def _centered_gram_and_norm(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """`(Kc, ||Kc||_F)` of the rows of B x D `x`."""
-  gram = _center_gram(tf.matmul(x, x, transpose_b=True))
+  gram = _center_gram(_gram(x))
   return gram, tf.norm(gram)
 
 
