@@ -49,6 +49,9 @@ flags.DEFINE_integer('local_epochs', 1, 'Local epochs per round.')
 flags.DEFINE_integer('local_steps', None,
                      'Local steps per round (instead of epochs).')
 flags.DEFINE_integer('batch_size', 32, 'Local batch size.')
+flags.DEFINE_bool('drop_last', False, "Drop each pass's last batch when it "
+                  'is partial (the MOON repo); by default it is kept, as '
+                  "PyTorch's DataLoader does.")
 flags.DEFINE_float('client_learning_rate', 0.05, 'Client SGD learning rate.')
 flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum (not used by '
                    'scaffold, which trains with plain SGD).')
@@ -69,7 +72,9 @@ flags.DEFINE_float('temperature', 0.5, "moon: the contrastive temperature.")
 flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
                      'regularized.')
 flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
-                    'kernel_cka, cosine or frobenius.')
+                    'kernel_cka, frobenius (||a1 - a2||^2), cosine (the '
+                    'inner product), normalized_cosine or '
+                    'normalized_frobenius.')
 flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: the '
                     'directory of the client state files (default: a '
                     'temporary one); TFF workers must see it.')

@@ -15,20 +15,21 @@ central test split as arrays. Two kinds of source:
 - Natural splits from `tff.simulation.datasets`: EMNIST/FEMNIST and
   Shakespeare.
 
-Every element is an `OrderedDict(x=..., y=...)`; `preprocess_fn` batches it
-for local training.
+Every element is an `OrderedDict(x=..., y=...)`. `LocalBatches` says what a
+client trains on in a round (fresh permutations per pass, as the reference
+code's data loaders); `round_dataset_computation` serves it to the TFF
+worker by (client id, round).
 """
 
 import collections
 import dataclasses
-import functools
 import hashlib
 import json
 import os
 import shutil
 import socket
 import tempfile
-from typing import Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -573,57 +574,132 @@ def load_task(name: str,
                      mean=mean, std=std)
 
 
-# With `local_steps`, how many passes over a client's data have an order of
-# their own (later passes repeat them).
-MAX_DISTINCT_PASSES = 16
+# The key of one client's data in one round: the argument of the dataset
+# computation `round_dataset_computation` builds, and of the `next` of a
+# process composed with it.
+CLIENT_ROUND_TYPE = tff.StructWithPythonType(
+    [('client_id', tff.TensorType(np.str_)),
+     ('round_num', tff.TensorType(np.int64))], collections.OrderedDict)
 
 
-def preprocess_fn(batch_size: int,
-                  local_epochs: int = 1,
-                  local_steps: Optional[int] = None,
-                  shuffle_buffer: int = 10000,
-                  seed: int = 0,
-                  with_index: bool = False) -> Callable[[tf.data.Dataset],
-                                             tf.data.Dataset]:
-  """Turns a client's examples into the batches of one round's local work.
+def client_round(client_id: str, round_num: int) -> collections.OrderedDict:
+  """The `CLIENT_ROUND_TYPE` key of `client_id`'s data in `round_num`."""
+  return collections.OrderedDict(client_id=client_id,
+                                 round_num=np.int64(round_num))
 
-  Either `local_epochs` passes over the data, or exactly `local_steps`
-  batches (the data repeated as needed). Every pass is shuffled with its own
-  seed, (seed, pass): a client's batches depend on nothing else, so runs
-  repeat exactly on one worker or several (CHOICE: a client gets the same
-  batches in every round it takes part in). `reshuffle_each_iteration`
-  would instead draw from a seed generator that TFF's worker keeps across
-  calls of a computation, so a round's order would depend on which worker
-  session served it. With `local_steps`, passes after the
-  `MAX_DISTINCT_PASSES`-th repeat the earlier orders. `with_index` adds
-  each example's position in the client's data as `index` (int64), for
-  `local_training.ReferenceOutputs`. With more than one pass, the
-  decoded examples are kept in memory for the round (`Dataset.cache`).
+
+@dataclasses.dataclass(frozen=True)
+class LocalBatches:
+  """What a client trains on in one round, as the reference code batches it.
+
+  Every pass over a client's data is a fresh permutation (PyTorch's
+  `DataLoader(shuffle=True)`), and batches never span two passes; the last,
+  partial batch of a pass is kept unless `drop_last` (the MOON repo's
+  setting). The passes of a client are numbered across rounds: round r
+  trains passes r*E .. r*E+E-1 with `local_epochs` E, or, with
+  `local_steps` K, the batches r*K .. r*K+K-1 of the client's endless
+  stream of passes, so that consecutive rounds carry on through the data
+  (as the FedCos code's iterator does) and every example is used within
+  ceil(n / (K*B)) rounds. Pass p's order is a stateless function of
+  (`seed`, the client id, p): reruns repeat it exactly, on any TFF worker.
+
+  Attributes:
+    batch_size: Examples per batch, B.
+    local_epochs: Passes per round (when `local_steps` is None).
+    local_steps: Batches per round instead of whole passes.
+    drop_last: Drop each pass's last batch when it is partial.
+    seed: The experiment's seed.
+    with_index: Add each example's position in the client's data as
+      `index` (int64), for `local_training.ReferenceOutputs`.
   """
-  if local_steps is not None and local_steps < 1:
-    raise ValueError(f'local_steps must be >= 1, got {local_steps}.')
-  if local_steps is None and local_epochs < 1:
-    raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
-  num_passes = (local_epochs if local_steps is None else
-                min(local_steps, MAX_DISTINCT_PASSES))
+  batch_size: int
+  local_epochs: int = 1
+  local_steps: Optional[int] = None
+  drop_last: bool = False
+  seed: int = 0
+  with_index: bool = False
 
-  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    if num_passes > 1:
-      # Read and decode the client's examples once per round, not once per
-      # pass (measured: a third of the data pipeline's time at 5 passes).
-      dataset = dataset.cache()
-    if with_index:
-      dataset = dataset.enumerate().map(
-          lambda i, example: collections.OrderedDict(
-              list(example.items()) + [('index', i)]))
-    # Python-int seeds: a tensor seed breaks tf.data's seed handling when
-    # the graph-level seed is 0.
-    passes = [dataset.shuffle(shuffle_buffer, seed=seed * 1_000_003 + i,
-                              reshuffle_each_iteration=False)
-              for i in range(num_passes)]
-    data = functools.reduce(lambda a, b: a.concatenate(b), passes)
-    if local_steps is not None:
-      return data.repeat().batch(batch_size).take(local_steps)
-    return data.batch(batch_size)
+  def __post_init__(self):
+    if self.batch_size < 1:
+      raise ValueError(f'batch_size must be >= 1, got {self.batch_size}.')
+    if self.local_steps is not None and self.local_steps < 1:
+      raise ValueError(f'local_steps must be >= 1, got {self.local_steps}.')
+    if self.local_steps is None and self.local_epochs < 1:
+      raise ValueError(
+          f'local_epochs must be >= 1, got {self.local_epochs}.')
 
-  return preprocess
+  def element_spec(self, example_spec: Any) -> collections.OrderedDict:
+    """The spec of one batch, given that of one example."""
+    spec = collections.OrderedDict(
+        (k, tf.TensorSpec([None] + list(s.shape), s.dtype))
+        for k, s in example_spec.items())
+    if self.with_index:
+      spec['index'] = tf.TensorSpec([None], tf.int64)
+    return spec
+
+  def __call__(self, dataset: tf.data.Dataset, client_id: Any = '',
+               round_num: Any = 0) -> tf.data.Dataset:
+    """The batches `client_id` trains on in `round_num` (eager or graph)."""
+    # The client's examples, decoded once per round and gathered by batch.
+    examples = dataset.batch(_ALL).get_single_element()
+    size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
+    batch = tf.constant(self.batch_size, tf.int64)
+    per_pass = size // batch if self.drop_last else -(-size // batch)
+    client_seed = tf.stack([
+        tf.constant(self.seed, tf.int64),
+        tf.strings.to_hash_bucket_fast(client_id, _HASH_BUCKETS)])
+    round_num = tf.cast(round_num, tf.int64)
+    if self.local_steps is None:
+      first_pass = round_num * self.local_epochs
+      num_passes = tf.constant(self.local_epochs, tf.int64)
+    else:
+      start = round_num * self.local_steps
+      first_pass = start // tf.maximum(per_pass, 1)
+      skip = start % tf.maximum(per_pass, 1)
+      num_passes = tf.where(per_pass > 0,
+                            -(-(skip + self.local_steps) // tf.maximum(
+                                per_pass, 1)), 0)
+
+    def batches_of_pass(pass_num):
+      pass_seed = tf.random.experimental.stateless_fold_in(client_seed,
+                                                           pass_num)
+      order = tf.random.experimental.stateless_shuffle(
+          tf.range(size), pass_seed)
+      return tf.data.Dataset.from_tensor_slices(order).batch(
+          self.batch_size, drop_remainder=self.drop_last)
+
+    indices = tf.data.Dataset.range(first_pass, first_pass + num_passes
+                                    ).flat_map(batches_of_pass)
+    if self.local_steps is not None:
+      indices = indices.skip(skip).take(self.local_steps)
+
+    def gather(index):
+      out = collections.OrderedDict(
+          (k, tf.gather(v, index)) for k, v in examples.items())
+      if self.with_index:
+        out['index'] = index
+      return out
+
+    return indices.map(gather)
+
+
+# Larger than any client's number of examples: one batch holds them all.
+_ALL = 2**31 - 1
+_HASH_BUCKETS = 2**62
+
+
+def round_dataset_computation(client_data: tff.simulation.datasets.ClientData,
+                              batches: LocalBatches) -> tff.Computation:
+  """Client and round -> that client's batches of that round, in TFF.
+
+  The TFF worker reads the client's examples by its id
+  (`ClientData.serializable_dataset_fn`) and batches them as `batches`
+  says: nothing but the `CLIENT_ROUND_TYPE` key is shipped.
+  """
+
+  @tff.tensorflow.computation(CLIENT_ROUND_TYPE)
+  def dataset_for_client_round(key):
+    return batches(client_data.serializable_dataset_fn(key['client_id']),
+                   key['client_id'], key['round_num'])
+
+  return dataset_for_client_round

@@ -5,7 +5,9 @@ Every model here is a functional `tf.keras.Model` whose output is a dict:
 - `layer_1`, `layer_2`, ...: each block's activation, nearest the input first
   (conv blocks for CNNs, hidden layers for the MLP, the stem and the residual
   stages for ResNets). FedCKA regularizes the first M of them.
-- `features`: the input of the last dense layer (FedMAX's activation vector).
+- `features`: FedMAX's activation vector: the last post-ReLU hidden vector
+  (the input of the classifier, or of the projection head where the model
+  has one).
 - `z`: the projection head's output, where the model has one (MOON).
 - `logits`: the unnormalized class scores.
 
@@ -72,9 +74,12 @@ def fedcka_cnn(num_classes: int, input_shape=(32, 32, 3),
                padding: Optional[str] = None) -> tf.keras.Model:
   """FedCKA's and MOON's CNN.
 
-  conv5x5(16) -> pool -> conv5x5(32) -> pool -> FC 120 -> 84, then MOON's
-  projection head 84 -> 256 (`z`), then the classifier. `layer_1`/`layer_2`
-  are the two conv blocks (pooled outputs), the layers FedCKA regularizes.
+  conv5x5(16) -> pool -> conv5x5(32) -> pool -> FC 120 -> 84 -> 84, then
+  the projection 84 -> 256 (`z`, MOON's), then the classifier. Its seven
+  layers are `layer_1`..`layer_7`, as FedCKA's Fig. 5 counts them: the two
+  conv blocks (pooled outputs; M = 2 regularizes these), FC 120, FC 84,
+  FC 84, `z` and the logits. `features` (FedMAX) is the second 84-d
+  post-ReLU vector, the input of the projection.
 
   Args:
     num_classes: Number of classes.
@@ -91,13 +96,14 @@ def fedcka_cnn(num_classes: int, input_shape=(32, 32, 3),
   x = tf.keras.layers.Conv2D(32, 5, padding=padding, activation='relu')(x)
   block2 = x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
   x = tf.keras.layers.Flatten()(x)
-  x = tf.keras.layers.Dense(120, activation='relu')(x)
-  x = tf.keras.layers.Dense(84, activation='relu')(x)
-  x = tf.keras.layers.Dense(84, activation='relu')(x)
-  z = tf.keras.layers.Dense(256)(x)
+  fc1 = tf.keras.layers.Dense(120, activation='relu')(x)
+  fc2 = tf.keras.layers.Dense(84, activation='relu')(fc1)
+  fc3 = tf.keras.layers.Dense(84, activation='relu')(fc2)
+  z = tf.keras.layers.Dense(256)(fc3)
   logits = tf.keras.layers.Dense(num_classes)(z)
-  return tf.keras.Model(inputs, _outputs([block1, block2], z, logits, z),
-                        name='fedcka_cnn')
+  return tf.keras.Model(
+      inputs, _outputs([block1, block2, fc1, fc2, fc3, z, logits], fc3,
+                       logits, z), name='fedcka_cnn')
 
 
 def fedmax_cnn(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
@@ -219,7 +225,8 @@ def _resnet(name, block_fn, blocks_per_stage, num_classes, input_shape,
 
   `layer_1` is the stem, `layer_2`..`layer_5` the four residual stages; with
   a projection head (`projection_dim` > 0), pooled features -> dense -> ReLU
-  -> dense(projection_dim) = `z` -> classifier, as in MOON.
+  -> dense(projection_dim) = `z` -> classifier, as in MOON. `features`
+  (FedMAX) is the pooled vector, post-ReLU, with or without the head.
   """
   x = inputs = tf.keras.Input(input_shape)
   x = tf.keras.layers.Conv2D(width, 3, 1, 'same', use_bias=False)(x)
@@ -233,12 +240,12 @@ def _resnet(name, block_fn, blocks_per_stage, num_classes, input_shape,
     blocks.append(x)
   pooled = tf.keras.layers.GlobalAveragePooling2D()(x)
   z = None
-  features = pooled
+  head_input = pooled
   if projection_dim:
     h = tf.keras.layers.Dense(pooled.shape[-1], activation='relu')(pooled)
-    z = features = tf.keras.layers.Dense(projection_dim)(h)
-  logits = tf.keras.layers.Dense(num_classes)(features)
-  return tf.keras.Model(inputs, _outputs(blocks, features, logits, z),
+    z = head_input = tf.keras.layers.Dense(projection_dim)(h)
+  logits = tf.keras.layers.Dense(num_classes)(head_input)
+  return tf.keras.Model(inputs, _outputs(blocks, pooled, logits, z),
                         name=name)
 
 

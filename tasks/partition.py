@@ -8,7 +8,8 @@ the papers this project ports:
 - `iid`: a uniform random split into near-equal parts.
 - `dirichlet`: per class, client shares drawn from Dir(alpha) (MOON,
   NIID-Bench, FedCKA), redrawn until every client holds `min_size` examples.
-- `pathological`: k classes per client ("N x C" in FedMAX and Fed2).
+- `pathological`: k classes per client, NIID-Bench's `#C=k` ("N x C" in
+  Fed2).
 - `shards`: label-sorted shards, s per client (FedAvg; FedCos "totally
   non-IID" is one shard per client).
 - `mixed`: shards whose given fraction is replaced by an IID slice (FedCos
@@ -127,11 +128,12 @@ def pathological(labels: np.ndarray,
                  num_clients: int,
                  classes_per_client: int,
                  seed: int = 0) -> list[np.ndarray]:
-  """Gives each client `classes_per_client` classes ("N x C").
+  """Gives each client k classes: NIID-Bench's `noniid-#label{k}` ("#C=k").
 
-  Client i takes classes (i*k, i*k+1, ..., i*k+k-1) mod C of a seeded class
-  permutation, so every class is used about equally often; each class's
-  examples are split evenly among the clients that hold it.
+  Client i holds class `i mod C` (of the sorted classes) and k-1 other
+  distinct classes drawn at random; each class's examples are shuffled and
+  split evenly among the clients that hold it. A class no client drew is
+  left out, as in NIID-Bench. Fed2's "N x C" splits are this partition.
   """
   labels = _check_labels(labels)
   _check_num_clients(num_clients, labels.size)
@@ -141,11 +143,13 @@ def pathological(labels: np.ndarray,
         f'classes_per_client must be in [1, {classes.size}] (the number of '
         f'classes), got {classes_per_client!r}.')
   rng = np.random.default_rng(seed)
-  order = rng.permutation(classes)
-  owned = [[order[(i * classes_per_client + j) % classes.size]
-            for j in range(classes_per_client)] for i in range(num_clients)]
-  owners = {c: [i for i in range(num_clients) if c in owned[i]]
-            for c in classes}
+  owners = {c: [] for c in classes}
+  for i in range(num_clients):
+    own = classes[i % classes.size]
+    others = rng.choice(np.delete(classes, i % classes.size),
+                        classes_per_client - 1, replace=False)
+    for c in (own, *others):
+      owners[c].append(i)
   parts = [[] for _ in range(num_clients)]
   for c in classes:
     if not owners[c]:

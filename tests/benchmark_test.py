@@ -32,9 +32,10 @@ def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
   model_fn = methods.model_fn_for('fedavg', 'fedcka_cnn', 10, (32, 32, 3),
                                   hparams)
   initial = model_lib.initial_weights(model_fn, 0)
+  client_data = tiny_cifar.client_data.preprocess(datasets.LocalBatches(64, 1))
   process = methods.build_method_for_client_ids(
-      'fedavg', model_fn, tiny_cifar.client_data.preprocess(
-          datasets.preprocess_fn(64, 1)), hparams)
+      'fedavg', model_fn, client_data.dataset_computation,
+      client_data.element_type_structure, hparams)
   state = process.set_model_weights(process.initialize(), initial)
   state = process.next(state, tiny_cifar.client_data.client_ids).state
   tff_weights = process.get_model_weights(state).trainable
@@ -212,10 +213,10 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
   assert np.isclose(figures['extra_seconds'],
                     figures['reference_passes_seconds'] +
                     figures['grams_seconds'])
-  # The CNN has two conv blocks, layer_1 and layer_2: a third is refused.
-  with pytest.raises(ValueError, match='layer_3'):
+  # The CNN has seven layers, layer_1 .. layer_7: an eighth is refused.
+  with pytest.raises(ValueError, match='layer_8'):
     benchmark.fedcka_extra_seconds('fedcka_cnn', 10, (32, 32, 3), 6, 4, 1,
-                                   num_layers=3, repeats=1)
+                                   num_layers=8, repeats=1)
 
 
 def test_fed2_is_timed_only_on_groupable_models():

@@ -49,28 +49,79 @@ def test_same_seed_same_cache_files(digits, tmp_path):
                                                   again.train_labels))
 
 
-def test_preprocess_epochs_and_steps():
-  ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=np.zeros((10, 2), np.float32), y=np.zeros(10, np.int32)))
-  epochs = datasets.preprocess_fn(4, local_epochs=3)(ds)
-  assert [int(b['y'].shape[0]) for b in epochs] == [4, 4, 4, 4, 4, 4, 4, 2]
-  steps = datasets.preprocess_fn(4, local_steps=5)(ds)
-  assert sum(1 for _ in steps) == 5
+def _labelled(n):
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=np.zeros((n, 2), np.float32), y=np.arange(n, dtype=np.int32)))
 
 
-def test_preprocess_shuffles_each_pass_by_its_own_seed_only():
-  ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=np.zeros((20, 1), np.float32), y=np.arange(20, dtype=np.int32)))
-  preprocessed = datasets.preprocess_fn(20, local_epochs=3, seed=7)(ds)
-  order = lambda d: [b['y'].numpy().tolist() for b in d]
-  first = order(preprocessed)
-  # Each pass is a permutation of the data, in an order of its own.
+def _rows(batches):
+  return [b['y'].numpy().tolist() for b in batches]
+
+
+def test_batches_stay_within_a_pass_and_keep_the_partial_one():
+  # 40 examples, 2 epochs, batch 16: 3 batches a pass, as DataLoader gives.
+  rows = _rows(datasets.LocalBatches(16, local_epochs=2)(_labelled(40)))
+  assert [len(r) for r in rows] == [16, 16, 8, 16, 16, 8]
+  for p in range(2):
+    assert sorted(sum(rows[3 * p:3 * p + 3], [])) == list(range(40))
+  dropped = _rows(datasets.LocalBatches(16, local_epochs=2, drop_last=True)(
+      _labelled(40)))
+  assert [len(r) for r in dropped] == [16, 16, 16, 16]
+  assert all(len(set(r)) == len(r) for r in dropped)
+
+
+def test_every_pass_and_every_round_has_its_own_order():
+  batches = datasets.LocalBatches(20, local_epochs=3, seed=7)
+  first = _rows(batches(_labelled(20), 'client_1', 1))
   assert all(sorted(p) == list(range(20)) for p in first)
   assert first[0] != first[1] and first[1] != first[2]
-  # Iterating again (another round, another worker session) repeats it;
-  # another seed gives another order.
-  assert order(preprocessed) == first
-  assert order(datasets.preprocess_fn(20, local_epochs=3, seed=8)(ds)) != first
+  # Another round of the same client: other batches.
+  second = _rows(batches(_labelled(20), 'client_1', 2))
+  assert second != first and not set(map(tuple, second)) & set(
+      map(tuple, first))
+  # The same (seed, client, round) repeats exactly; another client or seed
+  # does not.
+  assert _rows(batches(_labelled(20), 'client_1', 1)) == first
+  assert _rows(batches(_labelled(20), 'client_2', 1)) != first
+  assert _rows(datasets.LocalBatches(20, local_epochs=3, seed=8)(
+      _labelled(20), 'client_1', 1)) != first
+
+
+def test_local_steps_carry_on_through_the_data_across_rounds():
+  # 20 examples, 3 steps of 4: every example within ceil(20 / 12) = 2 rounds.
+  batches = datasets.LocalBatches(4, local_steps=3, seed=1)
+  seen = [sum(_rows(batches(_labelled(20), 'c', r)), []) for r in (5, 6)]
+  assert len(seen[0]) == len(seen[1]) == 12
+  assert set(seen[0]) | set(seen[1]) == set(range(20))
+  # 5 batches a pass: round 5 (batches 15-17) and round 6's first two
+  # batches make up pass 3, each example once.
+  assert sorted(seen[0] + seen[1][:8]) == list(range(20))
+  # Batches within a pass: 10 examples, batch 4, steps cross pass ends.
+  rows = _rows(datasets.LocalBatches(4, local_steps=4)(_labelled(10), 'c', 0))
+  assert [len(r) for r in rows] == [4, 4, 2, 4]
+
+
+def test_dataset_computation_takes_a_client_and_a_round(digits):
+  batches = datasets.LocalBatches(8, local_epochs=1, with_index=True)
+  computation = datasets.round_dataset_computation(digits.client_data,
+                                                   batches)
+  client = digits.client_data.client_ids[1]
+  rounds = [[b['index'].numpy().tolist() for b in computation(
+      datasets.client_round(client, r))] for r in (1, 2)]
+  assert rounds[0] != rounds[1]
+  assert sorted(sum(rounds[0], [])) == list(range(len(
+      digits.train_labels[1])))
+  # The TFF worker's batches are the ones computed here in Python.
+  eager = batches(digits.client_data.create_tf_dataset_for_client(client),
+                  client, 1)
+  assert [b['index'].numpy().tolist() for b in eager] == rounds[0]
+
+
+def test_local_batches_refuse_bad_settings():
+  with pytest.raises(ValueError, match='batch_size'):
+    datasets.LocalBatches(0)
+  with pytest.raises(ValueError, match='local_steps'):
+    datasets.LocalBatches(4, local_steps=0)
 
 
 def test_synthetic_clients_differ_and_label_from_their_own_model(tmp_path):

@@ -23,7 +23,7 @@ HPARAMS = dict(client_learning_rate=0.1, client_momentum=0.9,
 @pytest.fixture(scope='module')
 def setup(digits_task, small_model_fn):
   client_data = digits_task.client_data.preprocess(
-      datasets.preprocess_fn(batch_size=16, local_epochs=2, seed=0))
+      datasets.LocalBatches(batch_size=16, local_epochs=2, seed=0))
   return dict(client_data=client_data,
               spec=client_data.element_type_structure,
               ids=client_data.client_ids[:3],

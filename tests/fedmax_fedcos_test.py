@@ -78,7 +78,7 @@ def test_server_broadcasts_the_last_global_move():
 @pytest.fixture(scope='module')
 def setup(digits_task, small_model_fn):
   client_data = digits_task.client_data.preprocess(
-      datasets.preprocess_fn(batch_size=32, local_epochs=1, seed=0))
+      datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0))
   return dict(client_data=client_data, model_fn=small_model_fn,
               spec=client_data.element_type_structure,
               ids=client_data.client_ids[:3],

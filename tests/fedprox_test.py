@@ -22,7 +22,7 @@ from tff_methods import regularizers
 @pytest.fixture(scope='module')
 def setup(digits_task, small_model_fn):
   client_data = digits_task.client_data.preprocess(
-      datasets.preprocess_fn(batch_size=16, local_epochs=2, seed=0))
+      datasets.LocalBatches(batch_size=16, local_epochs=2, seed=0))
   spec = client_data.element_type_structure
   optimizer = optimizers.build_client_sgd(0.1, momentum=0.9,
                                           weight_decay=1e-3)

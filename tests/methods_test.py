@@ -16,7 +16,7 @@ from tff_methods import model_lib
 @pytest.fixture(scope='module')
 def client_data(digits_task):
   return digits_task.client_data.preprocess(
-      datasets.preprocess_fn(batch_size=32, local_epochs=1, seed=0))
+      datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0))
 
 
 @pytest.mark.parametrize('name', methods.STATELESS_METHODS)

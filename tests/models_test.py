@@ -37,10 +37,37 @@ def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
   assert out['logits'].shape[-1] == num_classes
   np.testing.assert_allclose(wrapped(x).numpy(), out['logits'].numpy(),
                              rtol=1e-5)
-  # `features` is the input of the last dense layer.
+  # The classifier reads `z` where the model has a projection head, else
+  # `features`.
   last = model.layers[-1]
-  np.testing.assert_allclose(last(out['features']).numpy(),
+  np.testing.assert_allclose(last(out.get('z', out['features'])).numpy(),
                              out['logits'].numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('name, kwargs', [
+    (name, SMALL[name][1]) for name in models.MODEL_NAMES
+    if not name.startswith('shakespeare')])
+def test_fedmax_activation_is_the_last_post_relu_hidden_vector(name, kwargs):
+  input_shape = SMALL[name][0]
+  model = models.get_model(name, 7, input_shape, **kwargs)
+  x = np.random.default_rng(0).normal(size=(4,) + input_shape)
+  features = model(x.astype(np.float32))['features'].numpy()
+  # Post-ReLU: never negative, and some units off (a linear output such as
+  # MOON's `z` has negative entries).
+  assert features.min() >= 0.0 and (features == 0).any()
+  if 'z' in model.output:
+    assert model(x.astype(np.float32))['z'].numpy().min() < 0.0
+
+
+def test_fedcka_cnn_exposes_its_seven_layers():
+  model = models.get_model('fedcka_cnn', 10, (32, 32, 3))
+  names = models.layer_names(model)
+  assert names == [f'layer_{k}' for k in range(1, 8)]
+  widths = [int(np.prod(model.output[k].shape[1:])) for k in names]
+  # Two pooled conv blocks, then FC 120, 84, 84, the projection 256 and the
+  # logits: FedCKA's Fig. 5 counts these seven.
+  assert widths == [14 * 14 * 16, 5 * 5 * 32, 120, 84, 84, 256, 10]
+  assert model.output['features'].shape[-1] == 84
 
 
 def test_fedcka_cnn_has_the_papers_shapes():

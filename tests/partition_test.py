@@ -47,6 +47,15 @@ def test_dirichlet_skew_grows_as_alpha_falls():
   assert mean_classes_held(0.1) < 5
 
 
+def test_dirichlet_caps_clients_at_an_equal_share_as_niid_bench():
+  # A client that holds N / num_clients = 100 examples takes no more, so no
+  # client ends above 100 + one class (100). Without the cap, alpha=0.1
+  # gives clients of 219, 243 and 249 examples at these seeds.
+  for seed in range(10):
+    parts = partition.dirichlet(LABELS, 10, alpha=0.1, min_size=1, seed=seed)
+    assert max(len(p) for p in parts) <= 200, seed
+
+
 def test_dirichlet_meets_min_size_and_finishes_at_tiny_alpha():
   parts = partition.dirichlet(LABELS, 10, alpha=0.01, min_size=10, seed=0)
   assert min(len(p) for p in parts) >= 10
@@ -62,14 +71,30 @@ def test_dirichlet_errors_name_the_bad_value():
     partition.dirichlet(np.zeros(1000, int), 10, alpha=0.001, min_size=5)
 
 
-def test_pathological_gives_each_client_k_classes():
+def test_pathological_is_niid_benchs_k_classes_per_client():
   parts = partition.pathological(LABELS, 20, classes_per_client=2, seed=1)
   counts = partition.class_counts(LABELS, parts, 10)
   assert np.all((counts > 0).sum(1) == 2)
-  # 20 clients x 2 classes: every class is held by 4 clients.
-  assert np.all((counts > 0).sum(0) == 4)
+  # Client i holds class i mod C.
+  assert all(counts[i, i % 10] > 0 for i in range(20))
+  # Each class is split evenly among the clients that hold it.
+  for c in range(10):
+    held = counts[:, c][counts[:, c] > 0]
+    assert held.sum() == 100 and held.max() - held.min() <= 1
   with pytest.raises(ValueError, match=r'classes_per_client must be in \[1, 10\]'):
     partition.pathological(LABELS, 10, classes_per_client=11)
+
+
+@pytest.mark.parametrize('num_clients, k, num_classes, fewest_sets', [
+    (100, 2, 10, 25), (10, 2, 10, 8), (100, 20, 100, 90)])
+def test_pathological_clients_are_not_blocks_of_identical_clients(
+    num_clients, k, num_classes, fewest_sets):
+  labels = np.repeat(np.arange(num_classes), 20 * k)
+  parts = partition.pathological(labels, num_clients, k, seed=0)
+  held = partition.class_counts(labels, parts, num_classes) > 0
+  class_sets = {tuple(np.flatnonzero(row)) for row in held}
+  assert len(class_sets) >= fewest_sets
+  assert held.any(0).all()  # Every class is used.
 
 
 def test_shards_are_label_sorted_slices():

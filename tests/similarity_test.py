@@ -84,7 +84,21 @@ def test_kernel_cka_matches_kornbliths_formula():
                     _numpy_kernel_cka(X, Y), rtol=1e-4)
 
 
-def test_cosine_and_frobenius_by_hand():
+def test_table3_similarities_are_the_papers_forms_by_hand():
+  a = np.array([[1., 0.], [0., 1.]], np.float32)
+  b = np.array([[2., 1.], [0., 3.]], np.float32)
+  # ||a - b||_F^2 = 1 + 1 + 0 + 4; <vec a, vec b> = 2 + 3.
+  frobenius = similarity.get_similarity('frobenius')
+  cosine = similarity.get_similarity('cosine')
+  assert np.isclose(frobenius(a, b).numpy(), 6.0)
+  assert np.isclose(cosine(a, b).numpy(), 5.0)
+  # = ||vec a|| ||vec b|| cos(theta), with the normalized cosine's theta.
+  normalized = similarity.get_similarity('normalized_cosine')(a, b).numpy()
+  assert np.isclose(cosine(a, b).numpy(),
+                    np.sqrt(2.0) * np.sqrt(14.0) * normalized)
+
+
+def test_normalized_cosine_and_frobenius_by_hand():
   a = np.array([[1., 0.], [0., 1.]], np.float32)
   b = np.array([[1., 1.], [0., 0.]], np.float32)
   # vec(a) . vec(b) = 1, |vec(a)| = sqrt(2), |vec(b)| = sqrt(2).
@@ -130,8 +144,7 @@ def test_linear_cka_gradient_matches_the_feature_space_formula():
                       atol=1e-6)
 
 
-@pytest.mark.parametrize('name', ['linear_cka', 'kernel_cka', 'cosine',
-                                  'frobenius'])
+@pytest.mark.parametrize('name', list(similarity.SIMILARITIES))
 def test_similarity_to_each_equals_one_at_a_time(name):
   # Same shapes as X (the cosine compares flattened batches).
   y = (X @ RNG.normal(size=(7, 7)) + RNG.normal(size=X.shape)).astype(

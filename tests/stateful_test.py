@@ -111,6 +111,17 @@ def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
                                atol=1e-6)
 
 
+@pytest.mark.parametrize('m, tensors', [(1, 2), (3, 6), (7, 14)])
+def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
+  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
+                               (32, 32, 3))
+  term = fedcka.CKAContrastiveTerm(1.0, num_layers=m)
+  view = local_training._reference_view(model_fn, term.global_outputs)  # pylint: disable=protected-access
+  # Kernel and bias of each of the first m layers; M = 7 is the whole CNN.
+  assert len(view.model.trainable_variables) == tensors
+  assert sorted(view.model.output) == [f'layer_{k}' for k in range(1, m + 1)]
+
+
 def test_reference_view_up_to_moons_projection_computes_the_models_z():
   model_fn = functools.partial(models.get_model, 'resnet18', 10, (8, 8, 3),
                                projection_dim=4)
@@ -130,7 +141,7 @@ def _indexed_digits_like(epochs, batch_size=4):
   x = np.random.default_rng(2).normal(size=(10, 8, 8, 1)).astype(np.float32)
   dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
       x=x, y=np.zeros(10, np.int32)))
-  return datasets.preprocess_fn(batch_size, local_epochs=epochs,
+  return datasets.LocalBatches(batch_size, local_epochs=epochs,
                                 with_index=True)(dataset)
 
 
@@ -201,10 +212,11 @@ def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):
                                         config.hyperparameters(3))
   weights = []
   for with_index in (True, False):
-    client_data = data.client_data.preprocess(datasets.preprocess_fn(
+    client_data = data.client_data.preprocess(datasets.LocalBatches(
         64, local_epochs=2, with_index=with_index))
     process = methods.build_method_for_client_ids(
-        'fedcka', keras_model_fn, client_data, config.hyperparameters(3))
+        'fedcka', keras_model_fn, client_data.dataset_computation,
+        client_data.element_type_structure, config.hyperparameters(3))
     state = process.set_model_weights(
         process.initialize(), model_lib.initial_weights(keras_model_fn, 0))
     for _ in range(2):  # Round 2 reads the previous models too.
@@ -303,7 +315,7 @@ def test_store_rejects_states_of_another_shape():
 @pytest.fixture(scope='module')
 def setup(digits_task):
   client_data = digits_task.client_data.preprocess(
-      datasets.preprocess_fn(batch_size=32, local_epochs=1, seed=0))
+      datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0))
   model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10, (8, 8, 1))
   return dict(client_data=client_data, model_fn=model_fn,
               spec=client_data.element_type_structure,
@@ -423,10 +435,12 @@ def test_moon_without_a_projection_head_is_refused(tmp_path):
                      'and is for --model=resnet18/resnet50 only'):
     experiment.validate(dataclasses.replace(config, model='fedcka_cnn',
                                             projection_dim=32))
-  with pytest.raises(ValueError, match="--cka_layers=3 is more than "
-                     "--model=fedcka_cnn's 2 layers"):
+  with pytest.raises(ValueError, match="--cka_layers=8 is more than "
+                     "--model=fedcka_cnn's 7 layers"):
     experiment.validate(dataclasses.replace(config, method='fedcka',
-                                            model='fedcka_cnn', cka_layers=3))
+                                            model='fedcka_cnn', cka_layers=8))
+  experiment.validate(dataclasses.replace(config, method='fedcka',
+                                          model='fedcka_cnn', cka_layers=7))
 
 
 def test_regularizers_reading_previous_models_need_a_stateful_process(setup):

@@ -121,12 +121,8 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
   data = experiment.load_data(config)
   process, keras_model_fn = experiment.build_process(config, data)
   hparams = config.hyperparameters(len(data.client_data.client_ids))
-  preprocess = datasets.preprocess_fn(config.batch_size, config.local_epochs,
-                                      config.local_steps, seed=config.seed)
+  batches = config.local_batches()
   probed = list(data.client_data.client_ids[:max_clients])
-  client_datasets = [
-      preprocess(data.client_data.create_tf_dataset_for_client(c))
-      for c in probed]
   local_update = local_training.build_client_update_fn(
       keras_model_fn, hparams.client_optimizer(),
       _local_regularizers(config, hparams),
@@ -149,7 +145,9 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
     global_weights = process.get_model_weights(state)
     global_flat = _flat(global_weights)
     tensors = tf.nest.map_structure(tf.constant, global_weights)
-    local_weights = [local_update(tensors, ds)[2] for ds in client_datasets]
+    local_weights = [local_update(tensors, batches(
+        data.client_data.create_tf_dataset_for_client(c), c, round_num))[2]
+                     for c in probed]
     updates = [_flat(w) - global_flat for w in local_weights]
     global_out = outputs_of(global_weights)
     local_out = [outputs_of(w) for w in local_weights]
@@ -171,9 +169,11 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
       cka_rows.append([round_num, layer, float(with_global),
                        float(np.mean(between)) if between else np.nan])
     previous_global = global_flat
-    state = process.next(state, training_loop.sample_clients(
-        data.client_data.client_ids, config.clients_per_round, round_num,
-        config.seed)).state
+    state = process.next(state, [datasets.client_round(c, round_num) for c in
+                                 training_loop.sample_clients(
+                                     data.client_data.client_ids,
+                                     config.clients_per_round, round_num,
+                                     config.seed)]).state
 
   paths = {}
   path = os.path.join(output_dir, 'activation_divergence')

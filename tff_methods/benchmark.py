@@ -119,28 +119,30 @@ def time_methods(model_name: str,
   runs = {}
   for name in method_names:
     start = time.perf_counter()
-    client_data = data.client_data.preprocess(datasets.preprocess_fn(
+    batches = datasets.LocalBatches(
         batch_size, local_epochs, seed=seed,
-        with_index=methods_lib.wants_example_index(name, local_epochs)))
+        with_index=methods_lib.wants_example_index(name, local_epochs))
     model_fn = methods_lib.model_fn_for(name, model_name, data.num_classes,
                                         data.input_shape, hparams,
                                         **model_kwargs(model_name))
-    process = methods_lib.build_method_for_client_ids(name, model_fn,
-                                                      client_data, hparams)
+    process = methods_lib.build_method_for_client_ids(
+        name, model_fn, *_round_datasets(data, batches), hparams)
     state = process.initialize()
     state = process.set_model_weights(
         state, model_lib.initial_weights(model_fn, seed))
     build = time.perf_counter() - start
     start = time.perf_counter()
-    state = process.next(state, client_ids).state  # Warm-up: not timed.
+    # Warm-up: not timed.
+    state = process.next(state, _keys(client_ids, 0)).state
     first = time.perf_counter() - start
     runs[name] = dict(process=process, state=state, seconds=[],
                       build_seconds=build, first_round_seconds=first)
-  for _ in range(repeats):
+  for round_num in range(1, repeats + 1):
     for name in method_names:
       run = runs[name]
       start = time.perf_counter()
-      run['state'] = run['process'].next(run['state'], client_ids).state
+      run['state'] = run['process'].next(
+          run['state'], _keys(client_ids, round_num)).state
       seconds = time.perf_counter() - start
       run['seconds'].append(seconds)
       if on_round:
@@ -194,9 +196,10 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
   rng = np.random.default_rng(seed)
   examples = tf.constant(rng.standard_normal(
       (examples_per_client,) + tuple(input_shape)).astype(np.float32))
-  # The round's batches: full ones, then the rest of the last pass.
-  full_steps, last_rows = divmod(local_epochs * examples_per_client,
-                                 batch_size)
+  # The round's batches (`tasks.datasets.LocalBatches`): each pass has its
+  # full batches, then one of the rest.
+  full_per_pass, last_rows = divmod(examples_per_client, batch_size)
+  full_steps = local_epochs * full_per_pass
   sizes = [int(np.prod(s)) for s in views[0].output_shapes().values()]
   # Two different batches per layer, alternated, so no step repeats the
   # previous one's inputs.
@@ -228,7 +231,9 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
         lambda i, _: i < full_steps,
         lambda i, total: (i + 1, gram_step(i % 2, batch_size, total)),
         (tf.constant(0), tf.constant(0.0)))
-    return gram_step(0, last_rows, total) if last_rows else total
+    for _ in range(local_epochs if last_rows else 0):
+      total = gram_step(0, last_rows, total)
+    return total
 
   def share_of_one_call(fn):
     # As the TFF worker runs clients: `concurrent_clients` at a time, so a
@@ -281,14 +286,13 @@ def loopback_worker_throughput(
     `clients_per_second`.
   """
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
-  client_data = data.client_data.preprocess(datasets.preprocess_fn(
-      batch_size, local_epochs, seed=seed))
+  batches = datasets.LocalBatches(batch_size, local_epochs, seed=seed)
   client_ids = list(data.client_data.client_ids)
   model_fn = methods_lib.model_fn_for('fedavg', model_name, data.num_classes,
                                       data.input_shape, hparams,
                                       **model_kwargs(model_name))
-  process = methods_lib.build_method_for_client_ids('fedavg', model_fn,
-                                                    client_data, hparams)
+  process = methods_lib.build_method_for_client_ids(
+      'fedavg', model_fn, *_round_datasets(data, batches), hparams)
   results = {}
   for count in worker_counts:
     workers = [runtime.start_worker(
@@ -300,11 +304,11 @@ def loopback_worker_throughput(
       with context_stack_impl.context_stack.install(context):
         state = process.set_model_weights(
             process.initialize(), model_lib.initial_weights(model_fn, seed))
-        state = process.next(state, client_ids).state  # Warm-up.
+        state = process.next(state, _keys(client_ids, 0)).state  # Warm-up.
         seconds = []
-        for _ in range(repeats):
+        for round_num in range(1, repeats + 1):
           start = time.perf_counter()
-          state = process.next(state, client_ids).state
+          state = process.next(state, _keys(client_ids, round_num)).state
           seconds.append(time.perf_counter() - start)
     finally:
       for worker, _ in workers:
@@ -445,16 +449,15 @@ def memory_growth(data: datasets.FederatedData, model_name: str,
   model_fn = methods_lib.model_fn_for('fedavg', model_name, data.num_classes,
                                       data.input_shape, hparams,
                                       **(model_options or {}))
-  client_data = data.client_data.preprocess(datasets.preprocess_fn(
-      batch_size, 1))
-  process = methods_lib.build_method_for_client_ids('fedavg', model_fn,
-                                                    client_data, hparams)
+  process = methods_lib.build_method_for_client_ids(
+      'fedavg', model_fn,
+      *_round_datasets(data, datasets.LocalBatches(batch_size)), hparams)
   state = process.set_model_weights(process.initialize(),
                                     model_lib.initial_weights(model_fn, 0))
   client_ids = list(data.client_data.client_ids)
   rss = []
-  for _ in range(rounds):
-    state = process.next(state, client_ids).state
+  for round_num in range(rounds):
+    state = process.next(state, _keys(client_ids, round_num)).state
     rss.append(resident_mb()['total_rss_mb'])
   base = rss[min(after_round, rounds) - 1]
   return dict(rss_mb=rss, after_round=after_round,
@@ -590,3 +593,14 @@ def report_markdown(results: dict) -> str:
               f"{100 * TARGET_MEMORY_GROWTH:.0f}%: "
               f"{_mark(memory['growth'], TARGET_MEMORY_GROWTH)}).", '']
   return '\n'.join(lines)
+
+
+def _round_datasets(data: datasets.FederatedData,
+                    batches: datasets.LocalBatches):
+  """The dataset computation and batch spec of `data` batched as `batches`."""
+  return (datasets.round_dataset_computation(data.client_data, batches),
+          batches.element_spec(data.client_data.element_type_structure))
+
+
+def _keys(client_ids, round_num):
+  return [datasets.client_round(c, round_num) for c in client_ids]

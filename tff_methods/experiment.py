@@ -45,7 +45,7 @@ DEFAULT_MODELS = {
 MODELS_WITH_PROJECTION = ('fedcka_cnn',)
 RESNETS = ('resnet18', 'resnet50')
 # How many `layer_k` outputs each model has (FedCKA's M at most).
-MODEL_LAYERS = {'fedcka_cnn': 2, 'fedmax_cnn': 5, 'lenet': 2, 'mlp': 2,
+MODEL_LAYERS = {'fedcka_cnn': 7, 'fedmax_cnn': 5, 'lenet': 2, 'mlp': 2,
                 'mlp1': 1, 'resnet18': 5, 'resnet50': 5, 'vgg9': 6,
                 'mobilenet': 14, 'shakespeare_lstm': 2,
                 'shakespeare_lstm100': 2}
@@ -73,6 +73,7 @@ class ExperimentConfig:
   local_epochs: int = 1
   local_steps: Optional[int] = None
   batch_size: int = 32
+  drop_last: bool = False
   client_learning_rate: float = 0.05
   client_momentum: float = 0.9
   weight_decay: float = 0.0
@@ -98,6 +99,14 @@ class ExperimentConfig:
 
   def model_name(self) -> str:
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
+
+  def local_batches(self) -> datasets.LocalBatches:
+    """What a client trains on in a round (`tasks.datasets.LocalBatches`)."""
+    return datasets.LocalBatches(
+        self.batch_size, self.local_epochs, self.local_steps,
+        drop_last=self.drop_last, seed=self.seed,
+        with_index=methods.wants_example_index(
+            self.method, self.local_epochs, self.local_steps))
 
   def hyperparameters(self, num_clients: Optional[int] = None
                       ) -> methods.Hyperparameters:
@@ -229,16 +238,15 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   keras_model_fn = methods.model_fn_for(config.method, config.model_name(),
                                         data.num_classes, data.input_shape,
                                         hparams, **model_kwargs)
-  client_data = data.client_data.preprocess(datasets.preprocess_fn(
-      config.batch_size, config.local_epochs, config.local_steps,
-      seed=config.seed, with_index=methods.wants_example_index(
-          config.method, config.local_epochs, config.local_steps)))
+  batches = config.local_batches()
   if config.method == 'scaffold' and config.client_momentum:
     logging.warning('SCAFFOLD trains clients with plain SGD (its control '
                     'variate update assumes it): --client_momentum=%s is '
                     'not used.', config.client_momentum)
   process = methods.build_method_for_client_ids(
-      config.method, keras_model_fn, client_data, hparams)
+      config.method, keras_model_fn,
+      datasets.round_dataset_computation(data.client_data, batches),
+      batches.element_spec(data.client_data.element_type_structure), hparams)
   return process, keras_model_fn
 
 
@@ -306,7 +314,8 @@ def run(config: ExperimentConfig,
                                        data.test_y),
       rounds_per_eval=config.rounds_per_eval,
       rounds_per_checkpoint=config.rounds_per_checkpoint,
-      progress=progress, round_hook=round_hook)
+      progress=progress, round_hook=round_hook,
+      client_key_fn=datasets.client_round)
   summary = dict(method=config.method, task=config.task,
                  rounds=results['rounds'], final_eval=results['final_eval'],
                  rejected_rounds=results['rejected_rounds'],

@@ -90,8 +90,9 @@ def build_fedcka(
     client_optimizer: The client optimizer.
     mu: The strength, >= 0; 0 is FedAvg (paper: 3, 5 or 10).
     num_layers: M, the number of layers regularized (default 2).
-    similarity: 'linear_cka' (default), 'kernel_cka', 'cosine' or
-      'frobenius' (the paper's Table 3).
+    similarity: A name in `similarity.SIMILARITIES`: 'linear_cka'
+      (default), 'kernel_cka', or the paper's Table 3 forms 'frobenius'
+      (||a1 - a2||_F^2) and 'cosine' (the inner product).
     server_optimizer: SGD with learning rate 1 by default.
     client_state_dir: Keep the previous models in files here
       (default: a temporary directory).

@@ -227,7 +227,7 @@ class ReferenceOutputs:
   branch a step, on whether the tables are used, instead of on which
   examples are cached). Needs the
   batches to carry each example's position in the client's data,
-  `batch['index']` (`datasets.preprocess_fn(..., with_index=True)`), no data
+  `batch['index']` (`datasets.LocalBatches(..., with_index=True)`), no data
   augmentation (the project has none), every batch in memory
   (`BatchesInMemory`) and the tables within `max_mb`; otherwise the outputs
   are computed at every step.

@@ -69,8 +69,8 @@ class Hyperparameters:
     beta: FedMAX's strength (default 1000, the paper's CIFAR value).
     temperature: MOON's temperature tau.
     cka_layers: FedCKA's M, the number of layers regularized.
-    similarity: FedCKA's similarity ('linear_cka', 'kernel_cka', 'cosine',
-      'frobenius').
+    similarity: FedCKA's similarity, a name in
+      `similarity.SIMILARITIES`.
     num_clients: All clients, N (SCAFFOLD's |S|/N update).
     client_state_dir: Where methods with per-client state keep its files
       (None: a temporary directory).
@@ -263,23 +263,23 @@ def model_fn_for(name: str, model_name: str, num_classes: int,
 
 def build_method_for_client_ids(
     name: str, keras_model_fn: model_lib.KerasModelFn,
-    client_data: tff.simulation.datasets.ClientData,
+    datasets_by_id: tff.Computation, spec: Any,
     hparams: Hyperparameters):
-  """Builds method `name` as a process whose `next` takes client ids.
+  """Builds method `name` as a process whose `next` takes client keys.
 
   Args:
     name: Any method (see the module docstring).
     keras_model_fn: Builds one of the project's multi-output Keras models.
-    client_data: The clients' preprocessed (batched) data.
+    datasets_by_id: A client's key (its id, or its id and the round, as
+      `tasks.datasets.round_dataset_computation` takes) -> its batches.
+    spec: The spec of one batch.
     hparams: Optimizer settings and strengths.
 
   Returns:
     A `LearningProcess` or a `stateful.StatefulLearningProcess`, either
-    driven as `next(state, client_ids)`.
+    driven as `next(state, client_keys)`.
   """
   parts = parse_method(name)
-  spec = client_data.element_type_structure
-  datasets_by_id = client_data.dataset_computation
   if parts == ['scaffold']:
     return scaffold.build_scaffold(
         keras_model_fn, spec, datasets_by_id, hparams.client_learning_rate,

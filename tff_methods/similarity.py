@@ -10,11 +10,18 @@ scalar. FedCKA's contrastive loss uses one of them (its Table 3 ablation):
   ||Yc^T Yc||_F)` but costs O(B^2 D) instead of O(B D^2).
 - `kernel_cka`: CKA with RBF kernels whose bandwidth is `threshold` times the
   median pairwise distance (Kornblith's `gram_rbf`; 0.5 in FedCKA).
-- `cosine_similarity`: the cosine of the two flattened (vectorized) batches.
-- `frobenius_similarity`: the squared Frobenius norm of the cross-product,
-  `||Y^T X||_F^2`, normalized by `||X||_F^2 ||Y||_F^2` so that it lies in
-  [0, 1] like the others (the paper's text gives the squared norm without
-  saying how it is scaled; unscaled, `exp` of it overflows).
+- `squared_frobenius_distance` ('frobenius'): the paper's "squared
+  Frobenius norm (`||a1 - a2||_F^2`)", as written.
+- `vectorized_inner_product` ('cosine'): the paper's "vectorized cosine
+  similarity (`||vec(a1)|| ||vec(a2)|| cos(theta)`)", i.e. the inner product
+  of the flattened batches, as written.
+- `cosine_similarity` ('normalized_cosine'): the plain cosine of the two
+  flattened batches, in [-1, 1].
+- `frobenius_similarity` ('normalized_frobenius'): `||Y^T X||_F^2 /
+  (||X||_F^2 ||Y||_F^2)`, uncentred, in [0, 1].
+
+The paper's two forms are unbounded; FedCKA's loss takes them through a
+log-sum-exp, which stays finite for any finite value.
 """
 
 from typing import Callable, Sequence
@@ -159,6 +166,16 @@ def cosine_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(x * y) / (tf.norm(x) * tf.norm(y) + _EPSILON)
 
 
+def squared_frobenius_distance(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """`||x - y||_F^2` (FedCKA's Table 3 "squared Frobenius norm")."""
+  return tf.reduce_sum(tf.square(_flatten(x) - _flatten(y)))
+
+
+def vectorized_inner_product(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """`<vec x, vec y>` = `||vec x|| ||vec y|| cos(theta)` (FedCKA Table 3)."""
+  return tf.reduce_sum(_flatten(x) * _flatten(y))
+
+
 def frobenius_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   """`||Y^T X||_F^2 / (||X||_F^2 ||Y||_F^2)`, uncentred, in [0, 1]."""
   x, y = _flatten(x), _flatten(y)
@@ -171,8 +188,10 @@ def frobenius_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 SIMILARITIES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
     'linear_cka': linear_cka,
     'kernel_cka': kernel_cka,
-    'cosine': cosine_similarity,
-    'frobenius': frobenius_similarity,
+    'frobenius': squared_frobenius_distance,
+    'cosine': vectorized_inner_product,
+    'normalized_cosine': cosine_similarity,
+    'normalized_frobenius': frobenius_similarity,
 }
 
 

@@ -288,15 +288,22 @@ class StatefulLearningProcess:
   def initialize(self):
     return self._initialize_fn()
 
-  def next(self, state, client_ids: Sequence[str]
+  def next(self, state, client_keys: Sequence[Any]
            ) -> tff.learning.templates.LearningProcessOutput:
-    """Runs one round for `client_ids`, reading and writing their states."""
-    client_ids = list(client_ids)
+    """Runs one round for the clients, reading and writing their states.
+
+    Args:
+      state: The server state.
+      client_keys: What the dataset computation takes for each client: its
+        id, or a mapping with its `client_id` (and e.g. the round).
+    """
+    client_keys = list(client_keys)
+    client_ids = [_client_id(k) for k in client_keys]
     store = self.client_states
     files = [collections.OrderedDict(
         read=store.read_file(c), write=store.write_file(c, self._round + 1))
              for c in client_ids]
-    new_state, written, metrics = self._next_fn(state, files, client_ids)
+    new_state, written, metrics = self._next_fn(state, files, client_keys)
     self._round += 1
     for client_id, num_bytes in zip(client_ids, written):
       if num_bytes <= 0:
@@ -324,6 +331,12 @@ class StatefulLearningProcess:
   def set_round(self, round_num: int) -> None:
     """The round the next call to `next` follows (for versioning states)."""
     self._round = round_num
+
+
+def _client_id(key: Any) -> str:
+  if isinstance(key, (str, bytes)):
+    return key.decode() if isinstance(key, bytes) else key
+  return str(key['client_id'])
 
 
 def from_computations(initialize_fn: tff.Computation,

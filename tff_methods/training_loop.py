@@ -120,6 +120,7 @@ def run_training(
     rounds_per_checkpoint: int = 1,
     progress: bool = True,
     round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
+    client_key_fn: Optional[Callable[[str, int], Any]] = None,
 ) -> dict:
   """Runs (or resumes) federated training and returns the final results.
 
@@ -138,6 +139,9 @@ def run_training(
     progress: Show a progress bar.
     round_hook: Called after every round with its number and metrics;
       an exception raised there stops the run (as an interruption would).
+    client_key_fn: (client id, round) -> what `process.next` takes for that
+      client (e.g. `tasks.datasets.client_round`, for data that depends on
+      the round); by default the client id itself.
 
   Returns:
     A dict with `rounds`, `final_weights`, `final_eval`, `rejected_rounds`
@@ -194,7 +198,9 @@ def run_training(
     for round_num in range(start_round + 1, total_rounds + 1):
       cohort = sample_clients(client_ids, clients_per_round, round_num, seed)
       started = time.monotonic()
-      output = process.next(state, cohort)
+      keys = (cohort if client_key_fn is None else
+              [client_key_fn(c, round_num) for c in cohort])
+      output = process.next(state, keys)
       seconds = time.monotonic() - started
       durations.append(seconds)
       metrics = collections.OrderedDict(output.metrics)
