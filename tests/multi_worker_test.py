@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tasks import datasets
 from tff_methods import experiment
 from tff_methods import model_lib
 from tff_methods import runtime
@@ -74,8 +75,10 @@ def _run_rounds(process, keras_model_fn, client_ids):
   state = process.initialize()
   state = process.set_model_weights(
       state, model_lib.initial_weights(keras_model_fn, seed=0))
-  for _ in range(ROUNDS):
-    state = process.next(state, client_ids).state
+  for round_num in range(1, ROUNDS + 1):
+    # Every round its own batches: the same on one worker or two.
+    state = process.next(state, [datasets.client_round(c, round_num)
+                                 for c in client_ids]).state
   return process.get_model_weights(state).trainable
 
 

@@ -46,7 +46,8 @@ def problem():
   # Full-batch local gradient descent, LOCAL_STEPS steps a round.
   client_data = tff.simulation.datasets.TestClientData(data).preprocess(
       lambda ds: ds.batch(EXAMPLES).repeat(LOCAL_STEPS))
-  return dict(client_data=client_data, optimum=np.linalg.solve(gram, moment),
+  return dict(data=data, client_data=client_data,
+              optimum=np.linalg.solve(gram, moment),
               spec=client_data.element_type_structure,
               initial=model_lib.initial_weights(_linear_model, 0))
 
@@ -100,6 +101,31 @@ def test_control_variates_follow_option_two_with_partial_participation(
                              atol=1e-6)
   # Clients not sampled keep the zero initial state.
   assert problem['client_data'].client_ids[0] not in process.client_states
+
+
+def test_a_client_with_a_non_finite_update_is_not_counted_in_s(problem):
+  # client_2 and a client whose data make its update NaN: |S| counts only
+  # client_2, so c moves by 1/4 of client_2's change (not 2/4 of it).
+  bad = collections.OrderedDict(
+      x=np.full((EXAMPLES, DIM), np.nan, np.float32),
+      y=np.zeros((EXAMPLES, 1), np.float32))
+  client_data = tff.simulation.datasets.TestClientData(
+      dict(problem['data'], client_bad=bad)).preprocess(
+          lambda ds: ds.batch(EXAMPLES).repeat(LOCAL_STEPS))
+  process = scaffold.build_scaffold(
+      _linear_model, problem['spec'], client_data.dataset_computation, LR,
+      num_clients=4, loss_fn=local_training.squared_error)
+  state = process.set_model_weights(process.initialize(), problem['initial'])
+  output = process.next(state, ['client_2', 'client_bad'])
+  weights = model_lib.flat_trainable(process.get_model_weights(output.state))
+  expected = (model_lib.flat_trainable(problem['initial']) - weights) / (
+      LOCAL_STEPS * LR)
+  server_control = np.ravel(output.state.client_work['control_variate'][0])
+  np.testing.assert_allclose(server_control, expected / 4, rtol=1e-4,
+                             atol=1e-6)
+  # The diverged client keeps its (zero) control variate.
+  np.testing.assert_array_equal(
+      process.client_states.get('client_bad')[0], 0.0)
 
 
 def test_bad_client_count_is_named(problem):

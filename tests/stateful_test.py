@@ -25,6 +25,7 @@ from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import regularizers
 from tff_methods import similarity
+from tff_methods import training_loop
 from tff_methods import stateful
 
 # ---------------------------------------------------------------------------
@@ -374,10 +375,61 @@ def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
   assert not np.allclose(states[0]['model'].trainable[0],
                          states[1]['model'].trainable[0])
   assert setup['client_data'].client_ids[3] not in store
-  # The client computations wrote the states; only the latest version of
-  # each is kept (no checkpoint refers to older ones).
+  # The client computations wrote the states. The version a round replaced
+  # is kept until the round is accepted (the next round, or a checkpoint);
+  # then only the latest is kept (no checkpoint refers to older ones).
+  assert sorted(os.listdir(os.path.join(store.directory, ids[0]))) == [
+      '1.state', '2.state']
+  store.commit()
   assert sorted(os.listdir(os.path.join(store.directory, ids[0]))) == [
       '2.state']
+
+
+def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
+  process = moon.build_moon(setup['model_fn'], setup['spec'],
+                            setup['client_data'].dataset_computation,
+                            setup['optimizer'], 1.0)
+  ids = setup['client_data'].client_ids[:2]
+
+  class NonFiniteInRound2:
+    """The process, with round 2's global model made NaN after training."""
+
+    def __init__(self):
+      self.rounds = 0
+
+    def __getattr__(self, name):
+      return getattr(process, name)
+
+    def next(self, state, keys):
+      output = process.next(state, keys)
+      self.rounds += 1
+      if self.rounds == 2:
+        nan = tf.nest.map_structure(lambda a: np.full_like(a, np.nan),
+                                    process.get_model_weights(output.state))
+        output = output._replace(
+            state=process.set_model_weights(output.state, nan))
+      return output
+
+  after_round_1 = {}
+
+  def remember(round_num, metrics):
+    del metrics
+    if round_num == 1:
+      after_round_1.update({c: process.client_states.get(c) for c in ids})
+
+  results = training_loop.run_training(
+      NonFiniteInRound2(), ids, 2, 2, str(tmp_path / 'run'),
+      setup['initial'], progress=False, round_hook=remember)
+  assert results['rejected_rounds'] == 1
+  for c in ids:
+    state = process.client_states.get(c)
+    assert state['has_previous'] == 1
+    for got, kept in zip(tf.nest.flatten(state),
+                         tf.nest.flatten(after_round_1[c])):
+      np.testing.assert_array_equal(got, kept)
+  # The rejected round's files are gone: round 1's are the clients' states.
+  assert os.listdir(os.path.join(process.client_states.directory,
+                                 ids[0])) == ['1.state']
 
 
 def test_stateful_run_resumes_exactly_with_client_states(tmp_path):

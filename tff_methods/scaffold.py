@@ -111,7 +111,9 @@ def build_scaffold(
                           lambda: [tf.identity(ci) for ci in client_control])
     control_delta = [n - o for n, o in zip(new_control, client_control)]
     written = stateful.write_client_state(state_files, new_control)
-    return result, sums, written, control_delta, tf.constant(1.0)
+    # Only clients with a finite update count in |S|.
+    counted = tf.cast(result.update_weight > 0, tf.float32)
+    return result, sums, written, control_delta, counted
 
   server_state_type = initial_control_fn.type_signature.result
 
@@ -147,7 +149,7 @@ def build_scaffold(
                                    state.global_model_weights)
     server_control = tff.federated_broadcast(
         state.client_work.control_variate)
-    result, sums, written, deltas, ones = tff.federated_map(
+    result, sums, written, deltas, counted = tff.federated_map(
         client_update_computation,
         (distributed.result, server_control, state_files, client_data))
     aggregated = aggregator.next(state.aggregator, result.update,
@@ -157,7 +159,7 @@ def build_scaffold(
     mean_delta = tff.federated_mean(deltas, weight=result.update_weight)
     new_control = tff.federated_map(
         update_server_control,
-        (state.client_work, mean_delta, tff.federated_sum(ones)))
+        (state.client_work, mean_delta, tff.federated_sum(counted)))
     new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
         finalized.result, distributed.state, new_control, aggregated.state,
         finalized.state))

@@ -106,6 +106,9 @@ class ClientStateStore:
     self._directory = os.path.abspath(directory)
     os.makedirs(self._directory, exist_ok=True)
     self._latest_round: dict[str, int] = {}
+    # The versions the last round replaced (None: the client had none),
+    # kept until the round is accepted (`commit`) or rejected (`rollback`).
+    self._replaced: dict[str, Optional[int]] = {}
     # (client id, round) of the versions the kept checkpoints refer to.
     self._pinned: set[tuple[str, int]] = set()
     self._initial_file = os.path.join(self._directory, 'initial.state')
@@ -146,12 +149,33 @@ class ClientStateStore:
     return self._file(client_id, round_num)
 
   def written(self, client_id: str, round_num: int) -> None:
-    """Records that `write_file(client_id, round_num)` holds its state."""
+    """Records that `write_file(client_id, round_num)` holds its state.
+
+    The version it replaces is kept until `commit` (or `rollback`).
+    """
     old = self._latest_round.get(client_id)
     self._latest_round[client_id] = round_num
-    if old is not None and old != round_num and (
-        (client_id, old) not in self._pinned):
-      _remove(self._file(client_id, old))
+    if old != round_num:
+      self._replaced.setdefault(client_id, old)
+
+  def commit(self) -> None:
+    """Accepts the states written since the last commit or rollback."""
+    for client_id, old in self._replaced.items():
+      if old is not None and (client_id, old) not in self._pinned:
+        _remove(self._file(client_id, old))
+    self._replaced = {}
+
+  def rollback(self) -> None:
+    """Restores every client's state as of the last commit."""
+    for client_id, old in self._replaced.items():
+      new = self._latest_round[client_id]
+      if (client_id, new) not in self._pinned:
+        _remove(self._file(client_id, new))
+      if old is None:
+        del self._latest_round[client_id]
+      else:
+        self._latest_round[client_id] = old
+    self._replaced = {}
 
   def get(self, client_id: str):
     """The client's latest state, or the initial state if it has none."""
@@ -160,7 +184,7 @@ class ClientStateStore:
     return tf.nest.map_structure(lambda t: t.numpy(), state)
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
-    """Stores the client's state as of the end of `round_num`."""
+    """Stores the client's state as of the end of `round_num` (committed)."""
     flat = [np.asarray(a) for a in tf.nest.flatten(state)]
     template = tf.nest.flatten(self._initial)
     if len(flat) != len(template):
@@ -169,9 +193,11 @@ class ClientStateStore:
     flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
     self._write(self.write_file(client_id, round_num), flat)
     self.written(client_id, round_num)
+    self.commit()
 
   def save(self, checkpoint_dir: str, round_num: int, keep: int = 2) -> None:
-    """Saves the store as of `round_num` beside the program state."""
+    """Commits, and saves the store as of `round_num` beside the program state."""
+    self.commit()
     os.makedirs(checkpoint_dir, exist_ok=True)
     path = os.path.join(checkpoint_dir, f'client_states_{round_num}')
     if self._temporary:
@@ -229,6 +255,7 @@ class ClientStateStore:
     Raises:
       FileNotFoundError: if no client states were saved for that round.
     """
+    self._replaced = {}
     if not self._temporary:
       self._latest_round = self._load_index(checkpoint_dir, round_num)
       self._pinned |= set(self._latest_round.items())
@@ -300,6 +327,8 @@ class StatefulLearningProcess:
     client_keys = list(client_keys)
     client_ids = [_client_id(k) for k in client_keys]
     store = self.client_states
+    # Not rejected (`reject_round`): the last round's states stand.
+    store.commit()
     files = [collections.OrderedDict(
         read=store.read_file(c), write=store.write_file(c, self._round + 1))
              for c in client_ids]
@@ -327,6 +356,10 @@ class StatefulLearningProcess:
                             ) -> None:
     self.client_states.restore(checkpoint_dir, round_num)
     self._round = round_num
+
+  def reject_round(self) -> None:
+    """Undoes the last round's client states (its server state is dropped)."""
+    self.client_states.rollback()
 
   def set_round(self, round_num: int) -> None:
     """The round the next call to `next` follows (for versioning states)."""

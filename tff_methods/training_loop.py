@@ -14,7 +14,8 @@ compose_dataset_computation_with_learning_process`), the way
 - Metrics go through TFF's release managers: a CSV file
   (`metrics.csv`, rows past the resumed round are replaced) and TensorBoard.
 - A round whose new global weights are not all finite is rejected: the
-  state stays as it was, and the round is reported (`rejected_rounds`).
+  state stays as it was (the clients' states too), and the round is
+  reported (`rejected_rounds`).
 - A process with per-client state (`tff_methods.stateful`) has its client
   states saved and restored with the program state.
 - `experiment.json` records the experiment's settings; an output directory
@@ -216,6 +217,9 @@ def run_training(
       else:
         rejected_rounds += 1
         metrics['rejected'] = 1
+        if has_client_states:
+          # The clients' new states belong to the rejected model.
+          process.reject_round()
         logging.warning(
             'Round %d: the averaged update is not finite (a diverged '
             'update); the round is rejected and the model kept.', round_num)
