@@ -154,14 +154,24 @@ def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
 
 
 def test_fedadam_plus_fedcos_uses_adam_at_the_server(setup):
+  # Round 1: d = 0, so the clients train as FedAvg's; the server then takes
+  # one Adam step on the mean update. With TFF's bias correction, step 1 is
+  # w0 + lr * delta / (|delta| + eps) (beta_2 = 0.99: sqrt(1 - beta_2) |delta|
+  # over sqrt(1 - beta_2), so eps enters as eps / 0.1). FedAvgM's first
+  # step would be w0 + lr * delta.
+  lr = 0.01
   process = methods.build_method(
       'fedadam+fedcos', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, mu=0.02))
-  state_type = str(process.initialize.type_signature.result)
-  # Adam keeps two moment accumulators in the finalizer's state.
-  assert 'preconditioner' in state_type or 'accumulator' in state_type
-  weights, _ = _run(setup, process, rounds=2)
-  assert np.all(np.isfinite(weights))
+      methods.Hyperparameters(**HPARAMS, mu=0.02, server_learning_rate=lr))
+  weights, _ = _run(setup, process, rounds=1)
+  averaged, _ = _run(setup, methods.build_method(
+      'fedavg', setup['model_fn'], setup['spec'],
+      methods.Hyperparameters(**HPARAMS)), rounds=1)
+  start = model_lib.flat_trainable(setup['initial'])
+  delta = averaged - start
+  expected = start + lr * 0.1 * delta / (0.1 * np.abs(delta) + 1e-3)
+  np.testing.assert_allclose(weights, expected, rtol=1e-4, atol=1e-7)
+  assert not np.allclose(weights, start + lr * delta, atol=1e-5)
 
 
 if __name__ == '__main__':

@@ -22,9 +22,13 @@ def client_data(digits_task):
 @pytest.mark.parametrize('name', methods.STATELESS_METHODS)
 def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
                                            tmp_path):
-  process = methods.build_method(
-      name, small_model_fn, client_data.element_type_structure,
-      methods.Hyperparameters(client_learning_rate=0.05, mu=0.1))
+  hparams = methods.Hyperparameters(client_learning_rate=0.05, mu=0.1,
+                                    fed2_groups=2)
+  # Fed2 trains its grouped form of a model it can group.
+  model_fn = (methods.model_fn_for(name, 'fedcka_cnn', 10, (8, 8, 1), hparams)
+              if name == 'fed2' else small_model_fn)
+  process = methods.build_method(name, model_fn,
+                                 client_data.element_type_structure, hparams)
   assert isinstance(process, tff.learning.templates.LearningProcess)
   by_id = tff.simulation.compose_dataset_computation_with_learning_process(
       client_data.dataset_computation, process)
@@ -41,6 +45,13 @@ def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
   trained = model_lib.flat_trainable(weights)
   assert trained.shape == initial.shape
   assert np.all(np.isfinite(trained))
+
+
+def test_fed2_refuses_a_model_without_groups(client_data, small_model_fn):
+  with pytest.raises(ValueError, match='needs its grouped model'):
+    methods.build_method('fed2', small_model_fn,
+                         client_data.element_type_structure,
+                         methods.Hyperparameters(fed2_groups=2))
 
 
 def test_unknown_method_is_named():

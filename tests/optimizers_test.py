@@ -23,9 +23,51 @@ def test_sgd_with_momentum_and_weight_decay_by_hand():
                              rtol=1e-6)
 
 
-def test_server_optimizers_by_name():
-  for name in optimizers.SERVER_OPTIMIZERS:
-    assert optimizers.build_server_optimizer(name, 0.1) is not None
+def _server_steps_by_hand(name, w, gradients, lr=0.1, momentum=0.9,
+                          beta_1=0.9, beta_2=0.99, epsilon=1e-3):
+  """Each rule's weights after each step, from its formula (TFF's forms)."""
+  accumulator, preconditioner = 0.0, (1e-6 if name == 'yogi' else 0.0)
+  out = []
+  for t, g in enumerate(gradients, start=1):
+    if name == 'sgd':
+      w = w - lr * g
+    elif name == 'sgdm':  # Heavy ball: m = beta m + g.
+      accumulator = momentum * accumulator + g
+      w = w - lr * accumulator
+    else:
+      accumulator += (g - accumulator) * (1 - beta_1)
+      if name == 'adam':
+        preconditioner += (g * g - preconditioner) * (1 - beta_2)
+      else:  # Yogi: v -= (1 - beta_2) sign(v - g^2) g^2.
+        preconditioner += (1 - beta_2) * np.sign(g * g - preconditioner) * g * g
+      corrected = lr * np.sqrt(1 - beta_2**t) / (1 - beta_1**t)
+      w = w - corrected * accumulator / (np.sqrt(preconditioner) + epsilon)
+    out.append(w)
+  return out
+
+
+@pytest.mark.parametrize('name', optimizers.SERVER_OPTIMIZERS)
+def test_server_optimizers_follow_their_formulas(name):
+  gradients = [np.array([0.5, -0.02]), np.array([0.1, 0.3]),
+               np.array([-0.4, 0.3])]
+  optimizer = optimizers.build_server_optimizer(name, 0.1)
+  weights = (tf.constant([1.0, -1.0]),)
+  state = optimizer.initialize((tf.TensorSpec([2], tf.float32),))
+  got = []
+  for g in gradients:
+    state, weights = optimizer.next(state, weights,
+                                    (tf.constant(g, tf.float32),))
+    got.append(weights[0].numpy())
+  expected = _server_steps_by_hand(name, np.array([1.0, -1.0]), gradients)
+  np.testing.assert_allclose(got, expected, rtol=1e-5)
+  # No other rule gives the same weights: the names are not swapped.
+  for other in set(optimizers.SERVER_OPTIMIZERS) - {name}:
+    assert not np.allclose(
+        _server_steps_by_hand(other, np.array([1.0, -1.0]), gradients),
+        expected, rtol=1e-4)
+
+
+def test_unknown_server_optimizer_is_named():
   with pytest.raises(ValueError, match="Unknown server optimizer 'sgdd'"):
     optimizers.build_server_optimizer('sgdd')
 

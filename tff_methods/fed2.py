@@ -452,7 +452,8 @@ def build_fed2(
 
   Args:
     keras_model_fn: Builds the grouped model (`grouped_model_fn(...)`) with
-      the same `num_groups` and `seed`.
+      the same `num_groups` and `seed`; a model without grouped layers is
+      refused.
     element_spec: The spec of one batch of client data.
     client_optimizer: The client optimizer.
     num_groups: G.
@@ -465,14 +466,18 @@ def build_fed2(
     raise ValueError(f'Unknown Fed2 pairing {pairing!r}; choose one of '
                      f'{", ".join(PAIRINGS)}.')
   num_classes = int(keras_model_fn().output['logits'].shape[-1])
+  groups_of_tensors = tensor_groups(keras_model_fn)
+  if num_groups > 1 and all(g == -1 for g in groups_of_tensors):
+    raise ValueError(
+        f'Fed2 with num_groups={num_groups} needs its grouped model '
+        '(fed2.grouped_model_fn); the given model has no grouped layers.')
   if pairing == 'uniform':
     return local_training.build_local_training_process(
         keras_model_fn, element_spec, client_optimizer, server_optimizer)
   groups = class_groups(num_classes, num_groups, seed)
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
-      model_aggregator=FeaturePairedMeanFactory(tensor_groups(
-          keras_model_fn)),
+      model_aggregator=FeaturePairedMeanFactory(groups_of_tensors),
       client_weight_fn=group_weight_fn(groups, num_classes))
 
 
