@@ -60,6 +60,15 @@ flags.DEFINE_float('server_learning_rate', None,
                    'Server learning rate (default: 1.0 for averaging, 0.01 '
                    'for fedadam/fedyogi).')
 flags.DEFINE_float('server_momentum', 0.9, 'fedavgm: server momentum.')
+flags.DEFINE_string('server_momentum_form', 'heavy_ball', 'fedavgm: '
+                    'heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
+                    'code: m = beta m + (1 - beta) delta).')
+flags.DEFINE_string('scaffold_weighting', 'uniform', 'scaffold: the model '
+                    'average, uniform (the paper) or num_examples '
+                    '(NIID-Bench).')
+flags.DEFINE_bool('scaffold_momentum', False, 'scaffold: clients use '
+                  '--client_momentum (NIID-Bench, the MOON repo); by '
+                  'default plain SGD (the paper).')
 flags.DEFINE_float('mu', None, "The strength of the method's term(s) "
                    '(default: fedprox 0.01, moon 1, fedcka 3, fedcos 0.02).')
 flags.DEFINE_float('fedprox_mu', None, "FedProx's mu in a combination "

@@ -34,6 +34,9 @@ def _server_steps_by_hand(name, w, gradients, lr=0.1, momentum=0.9,
     elif name == 'sgdm':  # Heavy ball: m = beta m + g.
       accumulator = momentum * accumulator + g
       w = w - lr * accumulator
+    elif name == 'sgdm_ema':  # The FedCos code: m = beta m + (1 - beta) g.
+      accumulator = momentum * accumulator + (1 - momentum) * g
+      w = w - lr * accumulator
     else:
       accumulator += (g - accumulator) * (1 - beta_1)
       if name == 'adam':
@@ -61,10 +64,29 @@ def test_server_optimizers_follow_their_formulas(name):
   expected = _server_steps_by_hand(name, np.array([1.0, -1.0]), gradients)
   np.testing.assert_allclose(got, expected, rtol=1e-5)
   # No other rule gives the same weights: the names are not swapped.
-  for other in set(optimizers.SERVER_OPTIMIZERS) - {name}:
+  for other in set(optimizers.SERVER_OPTIMIZERS + ('sgdm_ema',)) - {name}:
     assert not np.allclose(
         _server_steps_by_hand(other, np.array([1.0, -1.0]), gradients),
         expected, rtol=1e-4)
+
+
+def test_fedavgm_in_the_fedcos_codes_form():
+  gradients = [np.array([0.5, -0.02]), np.array([0.1, 0.3]),
+               np.array([-0.4, 0.3])]
+  optimizer = optimizers.build_server_optimizer('sgdm', 0.1,
+                                                momentum_form='ema')
+  weights = (tf.constant([1.0, -1.0]),)
+  state = optimizer.initialize((tf.TensorSpec([2], tf.float32),))
+  got = []
+  for g in gradients:
+    state, weights = optimizer.next(state, weights,
+                                    (tf.constant(g, tf.float32),))
+    got.append(weights[0].numpy())
+  np.testing.assert_allclose(
+      got, _server_steps_by_hand('sgdm_ema', np.array([1.0, -1.0]),
+                                 gradients), rtol=1e-5)
+  with pytest.raises(ValueError, match="momentum form 'nesterov'"):
+    optimizers.build_server_optimizer('sgdm', momentum_form='nesterov')
 
 
 def test_unknown_server_optimizer_is_named():

@@ -128,6 +128,43 @@ def test_a_client_with_a_non_finite_update_is_not_counted_in_s(problem):
       process.client_states.get('client_bad')[0], 0.0)
 
 
+def test_niid_benchs_variant_averages_by_examples_and_keeps_option_two(
+    problem):
+  # client_0 with 40 examples, client_2 with 10. Round 1 (c = c_i = 0) is
+  # local training alone; the model average weighs client_0 by 40 / 50.
+  data = dict(problem['data'])
+  data['client_2'] = collections.OrderedDict(
+      (k, v[:10]) for k, v in data['client_2'].items())
+  client_data = tff.simulation.datasets.TestClientData(data).preprocess(
+      lambda ds: ds.batch(EXAMPLES).repeat(LOCAL_STEPS))
+
+  def one_round(cohort, weighting):
+    process = scaffold.build_scaffold(
+        _linear_model, problem['spec'], client_data.dataset_computation, LR,
+        4, loss_fn=local_training.squared_error, client_momentum=0.5,
+        client_weighting=weighting)
+    state = process.set_model_weights(process.initialize(),
+                                      problem['initial'])
+    state = process.next(state, cohort).state
+    return process, model_lib.flat_trainable(process.get_model_weights(state))
+
+  _, alone_0 = one_round(['client_0'], tff.learning.ClientWeighting.UNIFORM)
+  _, alone_2 = one_round(['client_2'], tff.learning.ClientWeighting.UNIFORM)
+  process, weighted = one_round(['client_0', 'client_2'],
+                                tff.learning.ClientWeighting.NUM_EXAMPLES)
+  np.testing.assert_allclose(weighted, 0.8 * alone_0 + 0.2 * alone_2,
+                             rtol=1e-5, atol=1e-6)
+  _, uniform = one_round(['client_0', 'client_2'],
+                         tff.learning.ClientWeighting.UNIFORM)
+  np.testing.assert_allclose(uniform, 0.5 * (alone_0 + alone_2), rtol=1e-5,
+                             atol=1e-6)
+  # With momentum the control variate still follows option II.
+  start = model_lib.flat_trainable(problem['initial'])
+  np.testing.assert_allclose(
+      np.ravel(process.client_states.get('client_0')[0]),
+      (start - alone_0) / (LOCAL_STEPS * LR), rtol=1e-4, atol=1e-6)
+
+
 def test_bad_client_count_is_named(problem):
   with pytest.raises(ValueError, match='num_clients must be >= 1, got 0'):
     _build_scaffold(problem, num_clients=0)

@@ -493,6 +493,13 @@ def test_moon_without_a_projection_head_is_refused(tmp_path):
                                             model='fedcka_cnn', cka_layers=8))
   experiment.validate(dataclasses.replace(config, method='fedcka',
                                           model='fedcka_cnn', cka_layers=7))
+  with pytest.raises(ValueError, match="--scaffold_weighting='examples' is "
+                     'unknown; choose one of uniform, num_examples'):
+    experiment.validate(dataclasses.replace(config, method='scaffold',
+                                            scaffold_weighting='examples'))
+  with pytest.raises(ValueError, match="--server_momentum_form='nag' is "
+                     'unknown; choose one of heavy_ball, ema'):
+    experiment.validate(dataclasses.replace(config, server_momentum_form='nag'))
 
 
 def test_regularizers_reading_previous_models_need_a_stateful_process(setup):

@@ -29,6 +29,7 @@ from tff_methods import evaluation
 from tff_methods import fed2
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
 from tff_methods import training_loop
 
@@ -90,6 +91,9 @@ class ExperimentConfig:
   fed2_groups: int = 10
   fed2_decouple_depth: Optional[int] = None
   fed2_pairing: str = 'class_weighted'
+  server_momentum_form: str = 'heavy_ball'
+  scaffold_weighting: str = 'uniform'
+  scaffold_momentum: bool = False
   seed: int = 0
   rounds_per_eval: int = 1
   rounds_per_checkpoint: int = 1
@@ -125,7 +129,10 @@ class ExperimentConfig:
         similarity=self.similarity, client_state_dir=self.client_state_dir,
         fed2_groups=self.fed2_groups,
         fed2_decouple_depth=self.fed2_decouple_depth,
-        fed2_pairing=self.fed2_pairing, seed=self.seed)
+        fed2_pairing=self.fed2_pairing, seed=self.seed,
+        server_momentum_form=self.server_momentum_form,
+        scaffold_weighting=self.scaffold_weighting,
+        scaffold_momentum=self.scaffold_momentum)
 
 
 def validate(config: ExperimentConfig) -> None:
@@ -181,6 +188,12 @@ def validate(config: ExperimentConfig) -> None:
        f'--server_learning_rate={config.server_learning_rate} must be > 0')
   need(0 <= config.server_momentum < 1,
        f'--server_momentum={config.server_momentum} must be in [0, 1)')
+  need(config.server_momentum_form in optimizers.MOMENTUM_FORMS,
+       f'--server_momentum_form={config.server_momentum_form!r} is unknown; '
+       f'choose one of {", ".join(optimizers.MOMENTUM_FORMS)}')
+  need(config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
+       f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
+       f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}')
   for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
     value = getattr(config, flag)
     need(value is None or value >= 0,
@@ -239,10 +252,12 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
                                         data.num_classes, data.input_shape,
                                         hparams, **model_kwargs)
   batches = config.local_batches()
-  if config.method == 'scaffold' and config.client_momentum:
-    logging.warning('SCAFFOLD trains clients with plain SGD (its control '
-                    'variate update assumes it): --client_momentum=%s is '
-                    'not used.', config.client_momentum)
+  if (config.method == 'scaffold' and config.client_momentum and
+      not config.scaffold_momentum):
+    logging.warning('SCAFFOLD trains clients with plain SGD, as the paper '
+                    'does: --client_momentum=%s is not used (--scaffold_'
+                    'momentum uses it, as NIID-Bench does).',
+                    config.client_momentum)
   process = methods.build_method_for_client_ids(
       config.method, keras_model_fn,
       datasets.round_dataset_computation(data.client_data, batches),

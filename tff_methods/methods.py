@@ -79,6 +79,12 @@ class Hyperparameters:
       model's default, 6 for VGG).
     fed2_pairing: 'class_weighted' or 'uniform'.
     seed: Fixes Fed2's class -> group assignment.
+    server_momentum_form: FedAvgM's 'heavy_ball' (TFF, default) or 'ema'
+      (the FedCos code).
+    scaffold_weighting: SCAFFOLD's model average, 'uniform' (the paper,
+      default) or 'num_examples' (NIID-Bench).
+    scaffold_momentum: SCAFFOLD's clients use `client_momentum` (NIID-Bench,
+      the MOON repo); by default plain SGD (the paper).
   """
   client_learning_rate: float = 0.01
   client_momentum: float = 0.0
@@ -97,6 +103,9 @@ class Hyperparameters:
   fed2_decouple_depth: Optional[int] = None
   fed2_pairing: str = 'class_weighted'
   seed: int = 0
+  server_momentum_form: str = 'heavy_ball'
+  scaffold_weighting: str = 'uniform'
+  scaffold_momentum: bool = False
 
   def strength(self, component: str) -> float:
     own = dict(self.strengths)
@@ -113,7 +122,8 @@ class Hyperparameters:
     default = 0.01 if name in ('adam', 'yogi') else 1.0
     lr = self.server_learning_rate
     return optimizers.build_server_optimizer(
-        name, default if lr is None else lr, momentum=self.server_momentum)
+        name, default if lr is None else lr, momentum=self.server_momentum,
+        momentum_form=self.server_momentum_form)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +151,11 @@ COMPONENTS = {
         h.strength('fedcka'), h.cka_layers, h.similarity)),
 }
 STANDALONE = ('scaffold', 'fed2', 'tff_fedavg')
+# SCAFFOLD's model average: the paper's, or NIID-Bench's by data size.
+SCAFFOLD_WEIGHTINGS = {
+    'uniform': tff.learning.ClientWeighting.UNIFORM,
+    'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
+}
 SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = SINGLE_METHODS + (
@@ -286,7 +301,10 @@ def build_method_for_client_ids(
         hparams.num_clients,
         1.0 if hparams.server_learning_rate is None
         else hparams.server_learning_rate, hparams.weight_decay,
-        hparams.client_state_dir)
+        hparams.client_state_dir,
+        client_momentum=(hparams.client_momentum
+                         if hparams.scaffold_momentum else 0.0),
+        client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting])
   if is_stateful(name):
     regularizers, server_optimizer = _pieces(parts, hparams)
     return stateful.build_stateful_local_training_process(

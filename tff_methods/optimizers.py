@@ -63,9 +63,13 @@ def build_client_sgd(learning_rate: float,
   return _WeightDecay(base, weight_decay)
 
 
+MOMENTUM_FORMS = ('heavy_ball', 'ema')
+
+
 def build_server_optimizer(name: str,
                            learning_rate: float = 1.0,
                            momentum: float = 0.9,
+                           momentum_form: str = 'heavy_ball',
                            beta_1: float = 0.9,
                            beta_2: float = 0.99,
                            epsilon: float = 1e-3
@@ -76,7 +80,11 @@ def build_server_optimizer(name: str,
     name: 'sgd' (FedAvg with learning rate 1 is plain averaging), 'sgdm'
       (FedAvgM), 'adam' (FedAdam) or 'yogi' (FedYogi).
     learning_rate: The server learning rate.
-    momentum: FedAvgM's momentum.
+    momentum: FedAvgM's momentum, beta.
+    momentum_form: FedAvgM's form: 'heavy_ball' (TFF's SGDM, Hsu et al.:
+      m = beta m + delta) or 'ema' (the FedCos code's: m = beta m +
+      (1 - beta) delta). Both step w += lr m; from m = 0, 'ema' is
+      heavy-ball with learning rate lr (1 - beta).
     beta_1, beta_2, epsilon: FedAdam's / FedYogi's parameters (Reddi et al.
       use epsilon 1e-3).
   """
@@ -84,8 +92,13 @@ def build_server_optimizer(name: str,
     raise ValueError(f'server learning rate must be > 0, got {learning_rate}.')
   if name == 'sgd':
     return tff.learning.optimizers.build_sgdm(learning_rate)
+  if momentum_form not in MOMENTUM_FORMS:
+    raise ValueError(f'Unknown server momentum form {momentum_form!r}; '
+                     f'choose one of {", ".join(MOMENTUM_FORMS)}.')
   if name == 'sgdm':
-    return tff.learning.optimizers.build_sgdm(learning_rate, momentum)
+    scale = 1.0 - momentum if momentum_form == 'ema' else 1.0
+    return tff.learning.optimizers.build_sgdm(learning_rate * scale,
+                                              momentum)
   if name == 'adam':
     return tff.learning.optimizers.build_adam(learning_rate, beta_1, beta_2,
                                               epsilon)

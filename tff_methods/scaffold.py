@@ -14,9 +14,12 @@ Server rule, over the sampled clients S of N in all:
   w_g += eta_g * mean(w - w_g),
   c   += (|S| / N) * mean(c_i_new - c_i).
 
-Client updates are averaged uniformly, as in the paper. Local training is
-plain SGD with learning rate eta, which the `c_i` formula assumes. Needs
-per-client state (`tff_methods.stateful`).
+By default client updates are averaged uniformly and clients train with
+plain SGD, as in the paper; `client_weighting=NUM_EXAMPLES` and
+`client_momentum` give NIID-Bench's variant (models averaged by data size,
+local SGD with momentum, the same `c_i` formula with K the steps taken).
+Either way `c` moves by the unweighted mean over the clients with a finite
+update. Needs per-client state (`tff_methods.stateful`).
 """
 
 import collections
@@ -55,6 +58,10 @@ def build_scaffold(
     weight_decay: float = 0.0,
     client_state_dir: Optional[str] = None,
     loss_fn: Optional[local_training.LossFn] = None,
+    *,
+    client_momentum: float = 0.0,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
 ) -> stateful.StatefulLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
@@ -69,12 +76,16 @@ def build_scaffold(
     client_state_dir: Keep the control variates in files here
       (default: a temporary directory).
     loss_fn: The data term; cross-entropy by default.
+    client_momentum: Local SGD momentum (0, plain SGD, is the paper's).
+    client_weighting: How client models are averaged: UNIFORM (the paper)
+      or NUM_EXAMPLES (NIID-Bench).
   """
   if not isinstance(num_clients, int) or num_clients < 1:
     raise ValueError(f'SCAFFOLD num_clients must be >= 1, got '
                      f'{num_clients!r}.')
-  client_optimizer = optimizers.build_client_sgd(client_learning_rate,
-                                                 weight_decay=weight_decay)
+  client_optimizer = optimizers.build_client_sgd(
+      client_learning_rate, momentum=client_momentum,
+      weight_decay=weight_decay)
   server_optimizer = optimizers.build_server_optimizer('sgd',
                                                        server_learning_rate)
   correction = ControlVariateCorrection()
@@ -98,8 +109,8 @@ def build_scaffold(
                                 dataset):
     client_control = stateful.read_client_state(state_files, zeros)
     client_update = local_training.build_client_update_fn(
-        keras_model_fn, client_optimizer, [correction],
-        tff.learning.ClientWeighting.UNIFORM, loss_fn)
+        keras_model_fn, client_optimizer, [correction], client_weighting,
+        loss_fn)
     result, sums, _ = client_update(
         weights, dataset, broadcast={correction.name: server_control},
         client_state=client_control)
@@ -156,7 +167,7 @@ def build_scaffold(
                                  result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
                                aggregated.result)
-    mean_delta = tff.federated_mean(deltas, weight=result.update_weight)
+    mean_delta = tff.federated_mean(deltas, weight=counted)
     new_control = tff.federated_map(
         update_server_control,
         (state.client_work, mean_delta, tff.federated_sum(counted)))
