@@ -313,20 +313,24 @@ _FEDCOS_SCENES = (  # column name, partition settings
 )
 _FEDCOS_NOTES = (
     '"x% non-IID" is --partition=mixed --non_iid_fraction=x/100: one '
-    'label-sorted shard per client with the rest replaced by an IID slice.',)
+    'label-sorted shard per client with the rest replaced by an IID slice.',
+    'FedAvgM rows use the FedCos code\'s form, m = beta m + (1 - beta) delta '
+    '(--server_momentum_form=ema), not TFF\'s heavy ball.')
 # Rows of Tables I and II: FedProx 0.1, FedAvgM momentum 0.5, FedOpt server
 # learning rate 1.5, FedCos 0.01 / 0.02, and each baseline + FedCos(0.02).
 _FEDCOS_SILO_ROWS = (
     ('fedavg', 'FedAvg', 'fedavg', {}),
     ('fedprox0.1', 'FedProx(0.1)', 'fedprox', {'fedprox_mu': 0.1}),
-    ('fedavgm0.5', 'FedAvgM(0.5)', 'fedavgm', {'server_momentum': 0.5}),
+    ('fedavgm0.5', 'FedAvgM(0.5)', 'fedavgm',
+     {'server_momentum': 0.5, 'server_momentum_form': 'ema'}),
     ('fedopt1.5', 'FedOpt(1.5)', 'fedavg', {'server_learning_rate': 1.5}),
     ('fedcos0.01', 'FedCos(0.01)', 'fedcos', {'fedcos_mu': 0.01}),
     ('fedcos0.02', 'FedCos(0.02)', 'fedcos', {'fedcos_mu': 0.02}),
     ('fedprox0.1+fedcos0.02', 'FedProx(0.1)+FedCos(0.02)', 'fedprox+fedcos',
      {'fedprox_mu': 0.1, 'fedcos_mu': 0.02}),
     ('fedavgm0.5+fedcos0.02', 'FedAvgM(0.5)+FedCos(0.02)', 'fedavgm+fedcos',
-     {'server_momentum': 0.5, 'fedcos_mu': 0.02}),
+     {'server_momentum': 0.5, 'server_momentum_form': 'ema',
+      'fedcos_mu': 0.02}),
     ('fedopt1.5+fedcos0.02', 'FedOpt(1.5)+FedCos(0.02)', 'fedcos',
      {'server_learning_rate': 1.5, 'fedcos_mu': 0.02}),
 )
