@@ -49,5 +49,16 @@ def test_analysis_writes_every_figure(tmp_path):
   assert os.path.exists(tmp_path / 'out' / 'total_variance.csv')
 
 
+def test_layer_wise_cka_covers_every_layer_of_the_fedcka_cnn(tmp_path):
+  config = experiment.ExperimentConfig(
+      method='fedavg', task='digits', model='fedcka_cnn', num_clients=3,
+      clients_per_round=3, rounds=1, output_dir=str(tmp_path / 'out'),
+      cache_dir=str(tmp_path / 'cache'))
+  analysis.analyze(config, str(tmp_path / 'out'), max_clients=2)
+  with open(tmp_path / 'out' / 'cka_layers.csv') as f:
+    layers = [r['layer'] for r in csv.DictReader(f)]
+  assert layers == [f'layer_{k}' for k in range(1, 8)]
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

@@ -75,13 +75,15 @@ def _write_csv(path, header, rows):
     writer.writerows(rows)
 
 
-def _plot(path, title, xlabel, ylabel, series):
+def _plot(path, title, xlabel, ylabel, series, xticks=None):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(6, 3.8))
   for label, (xs, ys) in series.items():
     ax.plot(xs, ys, 'o-', label=label)
+  if xticks is not None:
+    ax.set_xticks(range(1, len(xticks) + 1), xticks)
   ax.set_title(title)
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
@@ -197,13 +199,13 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
   _write_csv(path + '.csv', ['round', 'layer', 'cka_local_global',
                              'cka_between_locals'], cka_rows)
   last = [r for r in cka_rows if r[0] == config.rounds]
+  positions = list(range(1, len(last) + 1))
   paths['cka_layers'] = _plot(
       path + '.png', f'{config.method}: layer-wise CKA (round '
-      f'{config.rounds})', 'layer', 'linear CKA',
-      {'local vs global': (list(range(1, len(last) + 1)),
-                           [r[2] for r in last]),
-       'local vs local': (list(range(1, len(last) + 1)),
-                          [r[3] for r in last])})
+      f'{config.rounds})', 'layer (from the input)', 'linear CKA',
+      {'local vs global': (positions, [r[2] for r in last]),
+       'local vs local': (positions, [r[3] for r in last])},
+      xticks=[str(p) for p in positions])
   if data.train_labels is not None:
     paths['partition'] = report.write_partition_report(
         data.class_counts(), output_dir)[1]
