@@ -75,9 +75,17 @@ flags.DEFINE_float('fedprox_mu', None, "FedProx's mu in a combination "
                    '(overrides --mu).')
 flags.DEFINE_float('fedcos_mu', None, "FedCos's mu in a combination "
                    '(overrides --mu).')
+flags.DEFINE_string('fedcos_direction', 'global_move', "fedcos: d, the "
+                    "global model's last move (global_move, the paper) or "
+                    'the mean client update before the server optimizer '
+                    '(mean_client_update, the FedCos code).')
 flags.DEFINE_float('beta', None, "fedmax: the prior's strength (default "
                    '1000, the paper\'s CIFAR value).')
 flags.DEFINE_float('temperature', 0.5, "moon: the contrastive temperature.")
+flags.DEFINE_string('moon_first_round', 'skip', 'moon: a client first taking '
+                    'part after round 1 skips the term (skip, the paper) or '
+                    'contrasts against its own initial model (initial_model, '
+                    'the MOON repo).')
 flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
                      'regularized.')
 flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '

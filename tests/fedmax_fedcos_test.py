@@ -75,6 +75,23 @@ def test_server_broadcasts_the_last_global_move():
   np.testing.assert_allclose(d2[0].numpy(), [0.5, -1.0])
 
 
+def test_the_fedcos_codes_direction_is_the_last_mean_client_move():
+  term = fedcos.DirectionPenalty(0.1, direction='mean_client_update')
+  assert term.reads_mean_update
+  state = term.initial_server_state([np.zeros(2, np.float32)])
+  state, d1 = term.server_broadcast(state, [tf.constant([1.0, 2.0])])
+  np.testing.assert_array_equal(d1[0].numpy(), [0.0, 0.0])  # round 1
+  # TFF's mean update is w_g - w; d is the clients' mean move, w - w_g.
+  state = term.record_mean_update(state, [tf.constant([0.5, -1.0])])
+  _, d2 = term.server_broadcast(state, [tf.constant([9.0, 9.0])])
+  np.testing.assert_allclose(d2[0].numpy(), [-0.5, 1.0])
+  # A non-finite mean leaves d as it was.
+  kept = term.record_mean_update(state, [tf.constant([np.nan, 1.0])])
+  np.testing.assert_allclose(kept['previous'][0].numpy(), [0.5, -1.0])
+  with pytest.raises(ValueError, match="Unknown FedCos direction 'last'"):
+    fedcos.DirectionPenalty(0.1, direction='last')
+
+
 @pytest.fixture(scope='module')
 def setup(digits_task, small_model_fn):
   client_data = digits_task.client_data.preprocess(
@@ -151,6 +168,25 @@ def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
       methods.Hyperparameters(**HPARAMS, strengths=(('fedprox', 1.0),
                                                     ('fedcos', 1.0)))))
   assert not np.allclose(with_cos, prox, atol=1e-4)
+
+
+@pytest.mark.parametrize('server, same', [('fedavg', True),
+                                          ('fedavgm', False)])
+def test_fedcos_directions_agree_under_fedavg_only(setup, server, same):
+  def weights(direction):
+    return _run(setup, methods.build_method(
+        f'{server}+fedcos', setup['model_fn'], setup['spec'],
+        methods.Hyperparameters(**HPARAMS, mu=0.5,
+                                fedcos_direction=direction)))[0]
+
+  paper, code = weights('global_move'), weights('mean_client_update')
+  # Under FedAvg the two d differ by float rounding only (w_t - w_{t-1}
+  # against the mean update itself), which training then carries on.
+  relative = np.linalg.norm(code - paper) / np.linalg.norm(paper)
+  if same:
+    assert relative < 1e-4
+  else:
+    assert relative > 1e-2
 
 
 def test_fedadam_plus_fedcos_uses_adam_at_the_server(setup):

@@ -385,6 +385,32 @@ def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
       '2.state']
 
 
+@pytest.mark.parametrize('first_round', ['skip', 'initial_model'])
+def test_moon_client_taking_part_late(setup, first_round):
+  # Round 1: clients 0, 1 (no previous model anywhere, no term). Round 2:
+  # clients 2, 3 take part for the first time.
+  process = moon.build_moon(setup['model_fn'], setup['spec'],
+                            setup['client_data'].dataset_computation,
+                            setup['optimizer'], 1.0, first_round=first_round,
+                            seed=3)
+  ids = setup['client_data'].client_ids
+  _, outputs = _rounds(process, setup['initial'], [ids[:2], ids[2:4]])
+  first, second = [o.metrics['client_work']['train'] for o in outputs]
+  assert np.isclose(first['objective'], first['loss'])
+  if first_round == 'skip':
+    assert np.isclose(second['objective'], second['loss'])
+  else:
+    # The MOON repo: contrasted against the client's own initial model.
+    assert second['objective'] > second['loss'] + 1e-3
+  own = moon.own_initial_model_state_fn(setup['model_fn'], 3)
+  a, again, b = own(ids[2]), own(ids[2]), own(ids[3])
+  np.testing.assert_array_equal(a['model'].trainable[0],
+                                again['model'].trainable[0])
+  assert not np.allclose(a['model'].trainable[0], b['model'].trainable[0])
+  with pytest.raises(ValueError, match="Unknown MOON first_round 'late'"):
+    moon.late_client_state_fn('late', setup['model_fn'], 0)
+
+
 def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
   process = moon.build_moon(setup['model_fn'], setup['spec'],
                             setup['client_data'].dataset_computation,

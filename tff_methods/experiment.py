@@ -27,8 +27,10 @@ from tasks import partition as partition_lib
 from tasks import report
 from tff_methods import evaluation
 from tff_methods import fed2
+from tff_methods import fedcos
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
 from tff_methods import training_loop
@@ -94,6 +96,8 @@ class ExperimentConfig:
   server_momentum_form: str = 'heavy_ball'
   scaffold_weighting: str = 'uniform'
   scaffold_momentum: bool = False
+  moon_first_round: str = 'skip'
+  fedcos_direction: str = 'global_move'
   seed: int = 0
   rounds_per_eval: int = 1
   rounds_per_checkpoint: int = 1
@@ -132,7 +136,9 @@ class ExperimentConfig:
         fed2_pairing=self.fed2_pairing, seed=self.seed,
         server_momentum_form=self.server_momentum_form,
         scaffold_weighting=self.scaffold_weighting,
-        scaffold_momentum=self.scaffold_momentum)
+        scaffold_momentum=self.scaffold_momentum,
+        moon_first_round=self.moon_first_round,
+        fedcos_direction=self.fedcos_direction)
 
 
 def validate(config: ExperimentConfig) -> None:
@@ -191,6 +197,12 @@ def validate(config: ExperimentConfig) -> None:
   need(config.server_momentum_form in optimizers.MOMENTUM_FORMS,
        f'--server_momentum_form={config.server_momentum_form!r} is unknown; '
        f'choose one of {", ".join(optimizers.MOMENTUM_FORMS)}')
+  need(config.fedcos_direction in fedcos.DIRECTIONS,
+       f'--fedcos_direction={config.fedcos_direction!r} is unknown; choose '
+       f'one of {", ".join(fedcos.DIRECTIONS)}')
+  need(config.moon_first_round in moon.FIRST_ROUNDS,
+       f'--moon_first_round={config.moon_first_round!r} is unknown; choose '
+       f'one of {", ".join(moon.FIRST_ROUNDS)}')
   need(config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
        f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
        f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}')

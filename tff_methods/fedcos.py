@@ -13,6 +13,11 @@ any method's (FedAvg, FedProx + FedCos, FedAvgM + FedCos, FedOpt + FedCos in
 the paper's Tables I-II). It is a `Regularizer` with server state: the
 previous global weights live in the distributor's state, and every round
 the distributor broadcasts `d` beside the global model.
+
+`direction='mean_client_update'` takes `d` as the FedCos code does: the
+last round's mean client update `mean(w - w_g)`, before the server
+optimizer. Under FedAvg (server SGD, learning rate 1) both are the same;
+under FedAvgM or FedAdam they differ.
 """
 
 import collections
@@ -27,6 +32,8 @@ from tff_methods import model_lib
 from tff_methods import regularizers
 
 _EPSILON = 1e-4
+# What `d` is: the paper's global move, or the FedCos code's mean update.
+DIRECTIONS = ('global_move', 'mean_client_update')
 
 
 def _flat(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -49,22 +56,44 @@ class DirectionPenalty(regularizers.Regularizer):
   name = 'fedcos'
   keeps_server_state = True
 
-  def __init__(self, mu: float):
+  def __init__(self, mu: float, direction: str = 'global_move'):
     self.mu = regularizers.check_strength('FedCos mu', mu)
+    if direction not in DIRECTIONS:
+      raise ValueError(f'Unknown FedCos direction {direction!r}; choose one '
+                       f'of {", ".join(DIRECTIONS)}.')
+    self.direction = direction
+    self.reads_mean_update = direction == 'mean_client_update'
 
   def initial_server_state(self, trainable_zeros):
+    # `previous`: the last global weights, or the last mean update.
     return collections.OrderedDict(
-        previous_global=[np.asarray(z) for z in trainable_zeros],
+        previous=[np.asarray(z) for z in trainable_zeros],
         has_previous=np.int32(0))
 
   def server_broadcast(self, server_state, global_weights):
     seen = tf.cast(server_state['has_previous'], tf.float32)
+    if self.reads_mean_update:
+      # TFF's update is w_g - w: the clients' mean move is its negative.
+      return server_state, [-seen * u for u in server_state['previous']]
     direction = [seen * (w - p) for w, p in
-                 zip(global_weights, server_state['previous_global'])]
+                 zip(global_weights, server_state['previous'])]
     new_state = collections.OrderedDict(
-        previous_global=[tf.identity(w) for w in global_weights],
+        previous=[tf.identity(w) for w in global_weights],
         has_previous=tf.constant(1, tf.int32))
     return new_state, direction
+
+  def record_mean_update(self, server_state, mean_update):
+    # A round whose mean is not finite leaves `d` as it was.
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(u))
+                            for u in mean_update])
+    return tf.cond(
+        finite,
+        lambda: collections.OrderedDict(
+            previous=[tf.identity(u) for u in mean_update],
+            has_previous=tf.constant(1, tf.int32)),
+        lambda: collections.OrderedDict(
+            previous=[tf.identity(u) for u in server_state['previous']],
+            has_previous=tf.identity(server_state['has_previous'])))
 
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
     delta = [w - wg for w, wg in zip(step.weights, step.global_weights)]
@@ -78,6 +107,8 @@ def build_fedcos(
     mu: float,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
+    *,
+    direction: str = 'global_move',
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedCos over FedAvg (or over another method's pieces).
 
@@ -92,7 +123,10 @@ def build_fedcos(
       Adam for FedAdam + FedCos.
     base_regularizers: The base method's own terms, e.g.
       `[fedprox.ProximalTerm(mu_prox)]` for FedProx + FedCos.
+    direction: `d`, 'global_move' (the paper, default) or
+      'mean_client_update' (the FedCos code).
   """
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
-      regularizers=list(base_regularizers) + [DirectionPenalty(mu)])
+      regularizers=list(base_regularizers) + [DirectionPenalty(mu,
+                                                               direction)])

@@ -704,6 +704,90 @@ def build_local_training_process(
       weights_type.trainable, weight_type)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
-  return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn, distributor, client_work, aggregator,
-      finalizer)
+  recorder = build_mean_update_recorder(distributor, regularizers,
+                                        weights_type.trainable)
+  if recorder is None:
+    return tff.learning.templates.compose_learning_process(
+        initial_model_weights_fn, distributor, client_work, aggregator,
+        finalizer)
+  return _compose_with_mean_update(initial_model_weights_fn, distributor,
+                                   client_work, aggregator, finalizer,
+                                   recorder)
+
+
+def build_mean_update_recorder(
+    distributor: tff.learning.templates.DistributionProcess,
+    regularizers: Sequence[regularizers_lib.Regularizer],
+    trainable_type: tff.Type) -> Optional[tff.Computation]:
+  """(distributor state, mean update) -> the state that has learnt it.
+
+  None when no regularizer reads the mean update (`reads_mean_update`).
+  """
+  if not regularizers_lib.reads_mean_update(regularizers):
+    return None
+  state_type = distributor.initialize.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, trainable_type)
+  def record_mean_update(state, mean_update):
+    new_state = collections.OrderedDict()
+    for name in state:
+      r = next(r for r in regularizers if r.name == name)
+      new_state[name] = (r.record_mean_update(state[name], list(mean_update))
+                         if r.reads_mean_update else
+                         tf.nest.map_structure(tf.identity, state[name]))
+    return new_state
+
+  return record_mean_update
+
+
+def _compose_with_mean_update(initial_model_weights_fn, distributor,
+                              client_work, aggregator, finalizer, recorder
+                              ) -> tff.learning.templates.LearningProcess:
+  """TFF's `compose_learning_process`, plus the recorder after aggregation."""
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+        distributor.initialize(), client_work.initialize(),
+        aggregator.initialize(), finalizer.initialize()))
+
+  state_type = init_fn.type_signature.result
+  data_type = client_work.next.type_signature.parameter[2]
+
+  @tff.federated_computation(state_type, data_type)
+  def next_fn(state, client_data):
+    distributed = distributor.next(state.distributor,
+                                   state.global_model_weights)
+    worked = client_work.next(state.client_work, distributed.result,
+                              client_data)
+    aggregated = aggregator.next(state.aggregator, worked.result.update,
+                                 worked.result.update_weight)
+    finalized = finalizer.next(state.finalizer, state.global_model_weights,
+                               aggregated.result)
+    distributor_state = tff.federated_map(
+        recorder, (distributed.state, aggregated.result))
+    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        finalized.result, distributor_state, worked.state, aggregated.state,
+        finalized.state))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        distributor=distributed.measurements,
+        client_work=worked.measurements,
+        aggregator=aggregated.measurements,
+        finalizer=finalized.measurements))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+  member = state_type.member
+
+  @tff.tensorflow.computation(member)
+  def get_model_weights(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(member, member.global_model_weights)
+  def set_model_weights(state, weights):
+    return tff.learning.templates.LearningAlgorithmState(
+        weights, state.distributor, state.client_work, state.aggregator,
+        state.finalizer)
+
+  return tff.learning.templates.LearningProcess(
+      init_fn, next_fn, get_model_weights, set_model_weights)

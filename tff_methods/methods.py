@@ -85,6 +85,11 @@ class Hyperparameters:
       default) or 'num_examples' (NIID-Bench).
     scaffold_momentum: SCAFFOLD's clients use `client_momentum` (NIID-Bench,
       the MOON repo); by default plain SGD (the paper).
+    moon_first_round: MOON for a client first taking part after the first
+      round: 'skip' its term (default) or contrast against its own
+      'initial_model' (the MOON repo).
+    fedcos_direction: FedCos's `d`, 'global_move' (the paper, default) or
+      'mean_client_update' (the FedCos code).
   """
   client_learning_rate: float = 0.01
   client_momentum: float = 0.0
@@ -106,6 +111,8 @@ class Hyperparameters:
   server_momentum_form: str = 'heavy_ball'
   scaffold_weighting: str = 'uniform'
   scaffold_momentum: bool = False
+  moon_first_round: str = 'skip'
+  fedcos_direction: str = 'global_move'
 
   def strength(self, component: str) -> float:
     own = dict(self.strengths)
@@ -144,7 +151,7 @@ COMPONENTS = {
     'fedmax': Component(regularizer=lambda h: fedmax.ActivationEntropyTerm(
         DEFAULT_BETA if h.beta is None else h.beta)),
     'fedcos': Component(regularizer=lambda h: fedcos.DirectionPenalty(
-        h.strength('fedcos'))),
+        h.strength('fedcos'), h.fedcos_direction)),
     'moon': Component(regularizer=lambda h: moon.ModelContrastiveTerm(
         h.strength('moon'), h.temperature)),
     'fedcka': Component(regularizer=lambda h: fedcka.CKAContrastiveTerm(
@@ -309,6 +316,9 @@ def build_method_for_client_ids(
     regularizers, server_optimizer = _pieces(parts, hparams)
     return stateful.build_stateful_local_training_process(
         keras_model_fn, spec, datasets_by_id, hparams.client_optimizer(),
-        server_optimizer, regularizers, hparams.client_state_dir)
+        server_optimizer, regularizers, hparams.client_state_dir,
+        late_client_state_fn=moon.late_client_state_fn(
+            hparams.moon_first_round if 'moon' in parts else 'skip',
+            keras_model_fn, hparams.seed))
   return tff.simulation.compose_dataset_computation_with_learning_process(
       datasets_by_id, build_method(name, keras_model_fn, spec, hparams))

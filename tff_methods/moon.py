@@ -8,14 +8,22 @@ model on the same example (the last two in inference mode, no gradient):
                 / (exp(cos(z, z_glob) / tau) + exp(cos(z, z_prev) / tau)) ),
   loss = CE + mu * mean over the batch of l_con.
 
-In a client's first round there is no previous model and, as in the
-reference code, the term is 0. Needs per-client state (the previous model).
+In the first round there is no previous model and, as in the reference
+code, the term is 0. A client that first takes part in a later round has
+no previous model either: by default its term is 0 too (the paper's
+reading); `first_round='initial_model'` contrasts it against its own
+randomly initialised model, as the MOON repo does (every party has its own
+initialisation, and the pool of previous models holds every party's net).
+Needs per-client state (the previous model).
 
 Server rule: FedAvg's example-weighted mean of the updates.
 """
 
-from typing import Any, Optional
+import collections
+import zlib
+from typing import Any, Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -59,6 +67,26 @@ class ModelContrastiveTerm(regularizers.Regularizer):
     return self.mu * tf.cast(step.has_previous, tf.float32) * term
 
 
+FIRST_ROUNDS = ('skip', 'initial_model')
+
+
+def own_initial_model_state_fn(keras_model_fn: model_lib.KerasModelFn,
+                               seed: int) -> Callable[[str], Any]:
+  """client id -> a state whose previous model is the client's own init.
+
+  The MOON repo gives every party its own randomly initialised net; here
+  the initialisation is seeded by (seed, client id), so reruns repeat it.
+  """
+
+  def state_of(client_id: str):
+    client_seed = zlib.crc32(f'{seed}/{client_id}'.encode())
+    return collections.OrderedDict(
+        has_previous=np.int32(1),
+        model=model_lib.initial_weights(keras_model_fn, client_seed))
+
+  return state_of
+
+
 def build_moon(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
@@ -68,6 +96,9 @@ def build_moon(
     temperature: float = 0.5,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     client_state_dir: Optional[str] = None,
+    *,
+    first_round: str = 'skip',
+    seed: int = 0,
 ) -> stateful.StatefulLearningProcess:
   """Builds MOON as a stateful-client learning process.
 
@@ -82,8 +113,26 @@ def build_moon(
     server_optimizer: SGD with learning rate 1 by default.
     client_state_dir: Keep the previous models in files here
       (default: a temporary directory).
+    first_round: A client first taking part after the first round: 'skip'
+      its term (default) or contrast it against its own 'initial_model'
+      (the MOON repo).
+    seed: Seeds the clients' own initial models.
   """
   return stateful.build_stateful_local_training_process(
       keras_model_fn, element_spec, dataset_computation, client_optimizer,
       server_optimizer, [ModelContrastiveTerm(mu, temperature)],
-      client_state_dir)
+      client_state_dir,
+      late_client_state_fn=late_client_state_fn(first_round, keras_model_fn,
+                                                seed))
+
+
+def late_client_state_fn(first_round: str,
+                         keras_model_fn: model_lib.KerasModelFn, seed: int
+                         ) -> Optional[Callable[[str], Any]]:
+  """The `late_client_state_fn` of MOON's `first_round` setting."""
+  if first_round not in FIRST_ROUNDS:
+    raise ValueError(f'Unknown MOON first_round {first_round!r}; choose one '
+                     f'of {", ".join(FIRST_ROUNDS)}.')
+  if first_round == 'skip':
+    return None
+  return own_initial_model_state_fn(keras_model_fn, seed)

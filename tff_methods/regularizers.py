@@ -70,6 +70,10 @@ class Regularizer(abc.ABC):
   previous_outputs: tuple[str, ...] = ()
   # Whether it keeps server state broadcast every round (see below).
   keeps_server_state: bool = False
+  # Whether that state also learns the round's mean client update
+  # (`record_mean_update`), after aggregation and before the server
+  # optimizer.
+  reads_mean_update: bool = False
 
   def initial_server_state(self, trainable_zeros: Sequence[Any]) -> Any:
     """Server state this regularizer keeps across rounds, or None.
@@ -91,6 +95,14 @@ class Regularizer(abc.ABC):
     Runs at the server in TensorFlow, with the round's global weights.
     """
     raise NotImplementedError(f'{self.name} keeps no server state.')
+
+  def record_mean_update(self, server_state: Any,
+                         mean_update: Sequence[tf.Tensor]) -> Any:
+    """The server state after the round's mean client update (w_g - w).
+
+    Runs at the server in TensorFlow, when `reads_mean_update`.
+    """
+    raise NotImplementedError(f'{self.name} does not read the mean update.')
 
   @abc.abstractmethod
   def __call__(self, step: LocalStep) -> tf.Tensor:
@@ -126,3 +138,8 @@ def with_server_state(regularizers: Sequence[Regularizer],
 def keeps_server_state(regularizers: Sequence[Regularizer]) -> bool:
   """Whether any regularizer keeps server state to broadcast."""
   return any(r.keeps_server_state for r in regularizers)
+
+
+def reads_mean_update(regularizers: Sequence[Regularizer]) -> bool:
+  """Whether any regularizer's server state learns the mean update."""
+  return any(r.reads_mean_update for r in regularizers)

@@ -19,7 +19,7 @@ client_ids)` (the ids select both the data and the states),
 `get_model_weights(state)`, `set_model_weights`.
 
 A client taking part for the first time reads the process's initial client
-state. The files live under a given directory, or a temporary one removed
+state (or, after the first round, `late_client_state_fn`'s). The files live under a given directory, or a temporary one removed
 at exit; either way the store is saved with the program state at each
 checkpoint, so a resumed run continues exactly. TFF workers on other
 machines must see the directory at the same path (as they see the data).
@@ -32,7 +32,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -299,12 +299,14 @@ class StatefulLearningProcess:
                next_fn: tff.Computation,
                get_model_weights_fn: tff.Computation,
                set_model_weights_fn: tff.Computation,
-               client_states: ClientStateStore):
+               client_states: ClientStateStore,
+               late_client_state_fn: Optional[Callable[[str], Any]] = None):
     self._initialize_fn = initialize_fn
     self._next_fn = next_fn
     self._get_model_weights_fn = get_model_weights_fn
     self._set_model_weights_fn = set_model_weights_fn
     self.client_states = client_states
+    self._late_client_state_fn = late_client_state_fn
     self._round = 0
 
   @property
@@ -329,6 +331,11 @@ class StatefulLearningProcess:
     store = self.client_states
     # Not rejected (`reject_round`): the last round's states stand.
     store.commit()
+    if self._late_client_state_fn is not None and self._round > 0:
+      for client_id in client_ids:
+        if client_id not in store:
+          store.put(client_id, self._late_client_state_fn(client_id),
+                    self._round)
     files = [collections.OrderedDict(
         read=store.read_file(c), write=store.write_file(c, self._round + 1))
              for c in client_ids]
@@ -375,7 +382,9 @@ def _client_id(key: Any) -> str:
 def from_computations(initialize_fn: tff.Computation,
                       next_fn: tff.Computation,
                       dataset_computation: tff.Computation,
-                      store: ClientStateStore) -> StatefulLearningProcess:
+                      store: ClientStateStore,
+                      late_client_state_fn: Optional[Callable[[str], Any]] = (
+                          None)) -> StatefulLearningProcess:
   """A `StatefulLearningProcess` from a round's TFF computations.
 
   Args:
@@ -388,6 +397,9 @@ def from_computations(initialize_fn: tff.Computation,
     dataset_computation: Client id -> that client's dataset; composed with
       `next_fn` so that the process takes client ids.
     store: Holds the client states.
+    late_client_state_fn: client id -> the state of a client that first
+      takes part after the first round (by default the store's initial
+      state, as for every new client).
   """
   next_by_id = tff.simulation.compose_dataset_computation_with_computation(
       dataset_computation, next_fn)
@@ -405,7 +417,7 @@ def from_computations(initialize_fn: tff.Computation,
 
   return StatefulLearningProcess(initialize_fn, next_by_id,
                                  get_model_weights_fn, set_model_weights_fn,
-                                 store)
+                                 store, late_client_state_fn)
 
 
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
@@ -425,6 +437,7 @@ def build_stateful_local_training_process(
     client_state_dir: Optional[str] = None,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
+    late_client_state_fn: Optional[Callable[[str], Any]] = None,
 ) -> StatefulLearningProcess:
   """Local training whose regularizers read each client's previous model.
 
@@ -446,6 +459,9 @@ def build_stateful_local_training_process(
     client_state_dir: Where the clients' state files live (default: a
       temporary directory).
     client_weighting: How client updates are weighted.
+    late_client_state_fn: client id -> the state of a client first taking
+      part after the first round (e.g. `moon.own_initial_model_state_fn`);
+      by default it has no previous model.
   """
   regularizers = tuple(regularizers)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
@@ -456,6 +472,8 @@ def build_stateful_local_training_process(
   distributor = local_training.build_distributor(weights_type, regularizers,
                                                  zero_weights.trainable)
   received_type = distributor.next.type_signature.result.result.member
+  recorder = local_training.build_mean_update_recorder(
+      distributor, regularizers, weights_type.trainable)
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
@@ -506,8 +524,12 @@ def build_stateful_local_training_process(
                                  client_result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
                                aggregated.result)
+    distributor_state = distributed.state
+    if recorder is not None:
+      distributor_state = tff.federated_map(
+          recorder, (distributor_state, aggregated.result))
     new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        finalized.result, distributed.state, state.client_work,
+        finalized.result, distributor_state, state.client_work,
         aggregated.state, finalized.state))
     metrics = tff.federated_zip(collections.OrderedDict(
         distributor=distributed.measurements,
@@ -518,4 +540,5 @@ def build_stateful_local_training_process(
 
   return from_computations(
       initialize_fn, next_fn, dataset_computation,
-      ClientStateStore(initial_client_state, client_state_dir))
+      ClientStateStore(initial_client_state, client_state_dir),
+      late_client_state_fn)
