@@ -576,16 +576,21 @@ def load_task(name: str,
 
 # The key of one client's data in one round: the argument of the dataset
 # computation `round_dataset_computation` builds, and of the `next` of a
-# process composed with it.
-CLIENT_ROUND_TYPE = tff.StructWithPythonType(
-    [('client_id', tff.TensorType(np.str_)),
-     ('round_num', tff.TensorType(np.int64))], collections.OrderedDict)
+# process composed with it. Two strings, [client id, round in decimal]: a
+# tensor, not a structure, so that TFF's program platform passes a list of
+# keys as CLIENTS-placed values (it would read a list of structures as one
+# structure). `tff_methods.stateful` reads the same layout.
+CLIENT_ROUND_TYPE = tff.TensorType(np.str_, [2])
 
 
-def client_round(client_id: str, round_num: int) -> collections.OrderedDict:
+def client_round(client_id: str, round_num: int) -> np.ndarray:
   """The `CLIENT_ROUND_TYPE` key of `client_id`'s data in `round_num`."""
-  return collections.OrderedDict(client_id=client_id,
-                                 round_num=np.int64(round_num))
+  return np.array([client_id.encode(), str(int(round_num)).encode()])
+
+
+def split_client_round(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(client id, round as int64) of a `CLIENT_ROUND_TYPE` key, in TF."""
+  return key[0], tf.strings.to_number(key[1], tf.int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -699,7 +704,78 @@ def round_dataset_computation(client_data: tff.simulation.datasets.ClientData,
 
   @tff.tensorflow.computation(CLIENT_ROUND_TYPE)
   def dataset_for_client_round(key):
-    return batches(client_data.serializable_dataset_fn(key['client_id']),
-                   key['client_id'], key['round_num'])
+    client_id, round_num = split_client_round(key)
+    return batches(client_data.serializable_dataset_fn(client_id), client_id,
+                   round_num)
 
   return dataset_for_client_round
+
+
+def sample_clients(client_ids: Sequence[str], clients_per_round: int,
+                   round_num: int, seed: int) -> list[str]:
+  """The round's cohort: a seeded sample without replacement, sorted.
+
+  It depends on (seed, round) only, so a resumed run samples as the
+  uninterrupted one.
+  """
+  rng = np.random.default_rng([seed, round_num])
+  chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
+  return [client_ids[i] for i in sorted(chosen)]
+
+
+class ClientRoundDataSource(tff.program.FederatedDataSource):
+  """The clients' data for TFF's program logic, as `(client, round)` keys.
+
+  A `tff.program.FederatedDataSource` for `tff.learning.programs.
+  train_model` and its kin: each `select(k)` is the next round's seeded
+  cohort of k clients (`sample_clients`), as `CLIENT_ROUND_TYPE` keys for a
+  process composed with `round_dataset_computation`. Its iterator is saved
+  with the program state, so a resumed program samples as the
+  uninterrupted one.
+  """
+
+  def __init__(self, client_ids: Sequence[str], seed: int = 0):
+    self._client_ids = list(client_ids)
+    self._seed = seed
+
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    return tff.FederatedType(CLIENT_ROUND_TYPE, tff.CLIENTS)
+
+  def iterator(self) -> 'ClientRoundIterator':
+    return ClientRoundIterator(self._client_ids, self._seed)
+
+
+class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
+  """`ClientRoundDataSource`'s iterator: the rounds selected so far."""
+
+  def __init__(self, client_ids: Sequence[str], seed: int,
+               round_num: int = 0):
+    self._client_ids = list(client_ids)
+    self._seed = seed
+    self.round_num = round_num
+
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    return tff.FederatedType(CLIENT_ROUND_TYPE, tff.CLIENTS)
+
+  def select(self, k: Optional[int] = None) -> list[np.ndarray]:
+    if k is None or not 1 <= k <= len(self._client_ids):
+      raise ValueError(f'select takes k in [1, {len(self._client_ids)}] '
+                       f'(the number of clients), got {k!r}.')
+    self.round_num += 1
+    return [client_round(c, self.round_num) for c in sample_clients(
+        self._client_ids, k, self.round_num, self._seed)]
+
+  def to_bytes(self) -> bytes:
+    return json.dumps(dict(client_ids=self._client_ids, seed=self._seed,
+                           round_num=self.round_num)).encode()
+
+  @classmethod
+  def from_bytes(cls, buffer: bytes) -> 'ClientRoundIterator':
+    saved = json.loads(buffer.decode())
+    return cls(saved['client_ids'], saved['seed'], saved['round_num'])
+
+  def __eq__(self, other) -> bool:
+    return (isinstance(other, ClientRoundIterator) and
+            self.to_bytes() == other.to_bytes())

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import datasets
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
@@ -52,25 +53,38 @@ def problem():
               initial=model_lib.initial_weights(_linear_model, 0))
 
 
+def _by_key(client_data):
+  """The clients' data by (client_id, round_num) key (the same each round)."""
+
+  @tff.tensorflow.computation(datasets.CLIENT_ROUND_TYPE)
+  def dataset_for(key):
+    return client_data.serializable_dataset_fn(key[0])
+
+  return dataset_for
+
+
+def _keys(client_ids, round_num):
+  return [datasets.client_round(c, round_num) for c in client_ids]
+
+
 def _build_scaffold(problem, num_clients=4):
   return scaffold.build_scaffold(
-      _linear_model, problem['spec'],
-      problem['client_data'].dataset_computation, LR, num_clients,
-      loss_fn=local_training.squared_error)
+      _linear_model, problem['spec'], _by_key(problem['client_data']), LR,
+      num_clients, loss_fn=local_training.squared_error)
 
 
 def _train(process, problem, rounds, cohort=None):
   state = process.set_model_weights(process.initialize(), problem['initial'])
-  for _ in range(rounds):
-    state = process.next(state, cohort or problem['client_data'].client_ids
-                         ).state
+  for round_num in range(1, rounds + 1):
+    state = process.next(state, _keys(
+        cohort or problem['client_data'].client_ids, round_num)).state
   return state, model_lib.flat_trainable(process.get_model_weights(state))
 
 
 def test_scaffold_reaches_the_global_optimum_and_fedavg_does_not(problem):
   _, scaffold_weights = _train(_build_scaffold(problem), problem, rounds=60)
   fedavg = tff.simulation.compose_dataset_computation_with_learning_process(
-      problem['client_data'].dataset_computation,
+      _by_key(problem['client_data']),
       local_training.build_local_training_process(
           _linear_model, problem['spec'], optimizers.build_client_sgd(LR),
           client_weighting=tff.learning.ClientWeighting.UNIFORM,
@@ -113,10 +127,10 @@ def test_a_client_with_a_non_finite_update_is_not_counted_in_s(problem):
       dict(problem['data'], client_bad=bad)).preprocess(
           lambda ds: ds.batch(EXAMPLES).repeat(LOCAL_STEPS))
   process = scaffold.build_scaffold(
-      _linear_model, problem['spec'], client_data.dataset_computation, LR,
+      _linear_model, problem['spec'], _by_key(client_data), LR,
       num_clients=4, loss_fn=local_training.squared_error)
   state = process.set_model_weights(process.initialize(), problem['initial'])
-  output = process.next(state, ['client_2', 'client_bad'])
+  output = process.next(state, _keys(['client_2', 'client_bad'], 1))
   weights = model_lib.flat_trainable(process.get_model_weights(output.state))
   expected = (model_lib.flat_trainable(problem['initial']) - weights) / (
       LOCAL_STEPS * LR)
@@ -140,12 +154,12 @@ def test_niid_benchs_variant_averages_by_examples_and_keeps_option_two(
 
   def one_round(cohort, weighting):
     process = scaffold.build_scaffold(
-        _linear_model, problem['spec'], client_data.dataset_computation, LR,
+        _linear_model, problem['spec'], _by_key(client_data), LR,
         4, loss_fn=local_training.squared_error, client_momentum=0.5,
         client_weighting=weighting)
     state = process.set_model_weights(process.initialize(),
                                       problem['initial'])
-    state = process.next(state, cohort).state
+    state = process.next(state, _keys(cohort, 1)).state
     return process, model_lib.flat_trainable(process.get_model_weights(state))
 
   _, alone_0 = one_round(['client_0'], tff.learning.ClientWeighting.UNIFORM)

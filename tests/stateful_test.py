@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tasks import datasets
 from tasks import models
@@ -213,15 +214,18 @@ def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):
                                         config.hyperparameters(3))
   weights = []
   for with_index in (True, False):
-    client_data = data.client_data.preprocess(datasets.LocalBatches(
-        64, local_epochs=2, with_index=with_index))
+    batches = datasets.LocalBatches(64, local_epochs=2, with_index=with_index)
     process = methods.build_method_for_client_ids(
-        'fedcka', keras_model_fn, client_data.dataset_computation,
-        client_data.element_type_structure, config.hyperparameters(3))
+        'fedcka', keras_model_fn,
+        datasets.round_dataset_computation(data.client_data, batches),
+        batches.element_spec(data.client_data.element_type_structure),
+        config.hyperparameters(3))
     state = process.set_model_weights(
         process.initialize(), model_lib.initial_weights(keras_model_fn, 0))
-    for _ in range(2):  # Round 2 reads the previous models too.
-      state = process.next(state, data.client_data.client_ids).state
+    for round_num in (1, 2):  # Round 2 reads the previous models too.
+      state = process.next(state, [
+          datasets.client_round(c, round_num)
+          for c in data.client_data.client_ids]).state
     weights.append(model_lib.flat_trainable(process.get_model_weights(state)))
   # The experiment indexes FedCKA's examples when they are passed twice.
   assert methods.wants_example_index('fedcka', local_epochs=2)
@@ -242,7 +246,7 @@ def test_bad_strengths_and_options_are_named():
 
 
 # ---------------------------------------------------------------------------
-# The client-state store.
+# The client state files.
 
 INITIAL = dict(flag=np.int32(0), w=[np.zeros(2), np.zeros((1, 2))])
 
@@ -251,62 +255,64 @@ def _state(value):
   return dict(flag=np.int32(1), w=[np.full(2, value), np.full((1, 2), value)])
 
 
-@pytest.mark.parametrize('on_disk', [False, True])
-def test_store_keeps_clients_apart_and_round_trips(on_disk, tmp_path):
-  store = stateful.ClientStateStore(
-      INITIAL, str(tmp_path / 'states') if on_disk else None)
-  # A client never seen gets the initial state.
-  assert store.get('new')['flag'] == 0
-  store.put('a', _state(1.0), round_num=1)
-  store.put('b', _state(2.0), round_num=1)
-  assert store.get('a')['w'][0][0] == 1.0
-  assert store.get('b')['w'][1][0, 0] == 2.0
-  store.save(str(tmp_path / 'ckpt'), 1)
-  store.put('a', _state(3.0), round_num=2)
-  store.save(str(tmp_path / 'ckpt'), 2)
-  store.put('b', _state(4.0), round_num=3)  # not checkpointed
+def test_a_client_reads_its_newest_version_written_before_the_round(
+    tmp_path):
+  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a', _state(1.0), round_num=1)
+  files.put('a', _state(3.0), round_num=3)
+  files.put('b', _state(2.0), round_num=2)
 
-  restored = stateful.ClientStateStore(
-      INITIAL, str(tmp_path / 'states') if on_disk else None)
-  restored.restore(str(tmp_path / 'ckpt'), 2)
-  assert restored.get('a')['w'][0][0] == 3.0
-  assert restored.get('b')['w'][0][0] == 2.0  # round 3 was not saved
-  assert 'c' not in restored and len(restored) == 2
-  restored.restore(str(tmp_path / 'ckpt'), 1)
-  assert restored.get('a')['w'][0][0] == 1.0
+  @tf.function
+  def read(client_id, round_num):
+    return files.read(tf.constant(client_id), tf.constant(round_num,
+                                                          tf.int64))
 
-
-def test_store_keeps_only_the_versions_in_use(tmp_path):
-  store = stateful.ClientStateStore(INITIAL, str(tmp_path / 'states'))
-  client_dir = tmp_path / 'states' / 'a'
-  store.put('a', _state(1.0), round_num=1)
-  store.put('a', _state(2.0), round_num=2)
-  assert sorted(os.listdir(client_dir)) == ['2.state']
-  store.save(str(tmp_path / 'ckpt'), 2)
-  store.put('a', _state(3.0), round_num=3)
-  # Round 2's version stays while a kept checkpoint refers to it.
-  assert sorted(os.listdir(client_dir)) == ['2.state', '3.state']
-  store.put('a', _state(4.0), round_num=4)
-  assert sorted(os.listdir(client_dir)) == ['2.state', '4.state']
-  store.save(str(tmp_path / 'ckpt'), 4, keep=1)
-  assert sorted(os.listdir(client_dir)) == ['4.state']
+  # In TensorFlow, as the client computation reads it.
+  assert read('a', 1)['flag'].numpy() == 0  # nothing before round 1
+  assert read('a', 2)['w'][0].numpy()[0] == 1.0
+  assert read('a', 3)['w'][0].numpy()[0] == 1.0  # round 3's own: not read
+  assert read('a', 9)['w'][0].numpy()[0] == 3.0
+  assert read('b', 3)['w'][1].numpy()[0, 0] == 2.0
+  assert read('new', 5)['flag'].numpy() == 0
+  # Python sees the same.
+  assert files.get('a', before_round=3)['w'][0][0] == 1.0
+  assert files.get('a')['w'][0][0] == 3.0
+  assert 'a' in files and 'new' not in files
 
 
-def test_temporary_store_checkpoints_copies_of_the_states(tmp_path):
-  store = stateful.ClientStateStore(INITIAL)
-  store.put('a', _state(1.0), round_num=1)
-  store.save(str(tmp_path / 'ckpt'), 1)
-  # Another process (another temporary directory) resumes from the copy.
-  restored = stateful.ClientStateStore(INITIAL)
-  assert restored.directory != store.directory
-  restored.restore(str(tmp_path / 'ckpt'), 1)
-  assert restored.get('a')['w'][1][0, 1] == 1.0
+def test_written_versions_are_discarded_and_pruned_by_round(tmp_path):
+  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  for r in (1, 2, 4, 5):
+    files.put('a', _state(float(r)), round_num=r)
+  files.discard(['a'], 5)  # a rejected round
+  assert files.versions('a') == [1, 2, 4]
+  # A resumption from round 3 reads version 2; from round 4 on, version 4.
+  files.prune(['a'], checkpoint_round=3)
+  assert files.versions('a') == [2, 4]
+  files.prune(['a'], checkpoint_round=4)
+  assert files.versions('a') == [4]
 
 
-def test_store_rejects_states_of_another_shape():
-  store = stateful.ClientStateStore(INITIAL)
+def test_own_initial_state_is_read_from_the_second_round_on(tmp_path):
+  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a', _state(7.0), stateful.OWN_INITIAL_VERSION)
+  read = lambda r: files.read(tf.constant('a'), tf.constant(r, tf.int64))
+  assert read(1)['flag'].numpy() == 0
+  assert read(2)['w'][0].numpy()[0] == 7.0
+
+
+def test_clients_never_share_a_directory(tmp_path):
+  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a/b', _state(1.0), 1)
+  files.put('a_b', _state(2.0), 1)
+  assert files.get('a/b')['w'][0][0] == 1.0
+  assert files.get('a_b')['w'][0][0] == 2.0
+
+
+def test_files_reject_states_of_another_shape():
+  files = stateful.ClientStateFiles(INITIAL)
   with pytest.raises(ValueError, match="State of client 'a' has 1 tensors"):
-    store.put('a', dict(flag=np.int32(1)), 1)
+    files.put('a', dict(flag=np.int32(1)), 1)
 
 
 # ---------------------------------------------------------------------------
@@ -315,11 +321,13 @@ def test_store_rejects_states_of_another_shape():
 
 @pytest.fixture(scope='module')
 def setup(digits_task):
-  client_data = digits_task.client_data.preprocess(
-      datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0))
+  batches = datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0)
   model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10, (8, 8, 1))
-  return dict(client_data=client_data, model_fn=model_fn,
-              spec=client_data.element_type_structure,
+  return dict(client_data=digits_task.client_data, model_fn=model_fn,
+              datasets_by_key=datasets.round_dataset_computation(
+                  digits_task.client_data, batches),
+              spec=batches.element_spec(
+                  digits_task.client_data.element_type_structure),
               optimizer=optimizers.build_client_sgd(0.05, 0.9),
               initial=model_lib.initial_weights(model_fn, seed=0))
 
@@ -327,8 +335,9 @@ def setup(digits_task):
 def _rounds(process, initial, cohorts):
   state = process.set_model_weights(process.initialize(), initial)
   outputs = []
-  for cohort in cohorts:
-    output = process.next(state, cohort)
+  for round_num, cohort in enumerate(cohorts, start=1):
+    output = process.next(state, [datasets.client_round(c, round_num)
+                                  for c in cohort])
     state = output.state
     outputs.append(output)
   return process.get_model_weights(state), outputs
@@ -338,7 +347,7 @@ def _rounds(process, initial, cohorts):
 def fedavg_two_rounds(setup):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   process = tff.simulation.compose_dataset_computation_with_learning_process(
-      setup['client_data'].dataset_computation,
+      setup['datasets_by_key'],
       fedavg.build_tff_fedavg(setup['model_fn'], setup['spec'],
                           setup['optimizer']))
   ids = setup['client_data'].client_ids[:2]
@@ -347,11 +356,10 @@ def fedavg_two_rounds(setup):
 
 @pytest.mark.parametrize('build', [
     lambda s, mu: moon.build_moon(s['model_fn'], s['spec'],
-                                  s['client_data'].dataset_computation,
-                                  s['optimizer'], mu),
+                                  s['datasets_by_key'], s['optimizer'], mu),
     lambda s, mu: fedcka.build_fedcka(s['model_fn'], s['spec'],
-                                      s['client_data'].dataset_computation,
-                                      s['optimizer'], mu),
+                                      s['datasets_by_key'], s['optimizer'],
+                                      mu),
 ], ids=['moon', 'fedcka'])
 def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
                                                       fedavg_two_rounds):
@@ -375,14 +383,10 @@ def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
   assert not np.allclose(states[0]['model'].trainable[0],
                          states[1]['model'].trainable[0])
   assert setup['client_data'].client_ids[3] not in store
-  # The client computations wrote the states. The version a round replaced
-  # is kept until the round is accepted (the next round, or a checkpoint);
-  # then only the latest is kept (no checkpoint refers to older ones).
-  assert sorted(os.listdir(os.path.join(store.directory, ids[0]))) == [
-      '1.state', '2.state']
-  store.commit()
-  assert sorted(os.listdir(os.path.join(store.directory, ids[0]))) == [
-      '2.state']
+  # The client computations wrote one version a round.
+  assert store.versions(ids[0]) == [1, 2]
+  assert isinstance(process, tff.learning.templates.LearningProcess)
+  assert outputs[1].metrics['client_states']['written'] == 2
 
 
 @pytest.mark.parametrize('first_round', ['skip', 'initial_model'])
@@ -390,10 +394,11 @@ def test_moon_client_taking_part_late(setup, first_round):
   # Round 1: clients 0, 1 (no previous model anywhere, no term). Round 2:
   # clients 2, 3 take part for the first time.
   process = moon.build_moon(setup['model_fn'], setup['spec'],
-                            setup['client_data'].dataset_computation,
-                            setup['optimizer'], 1.0, first_round=first_round,
-                            seed=3)
+                            setup['datasets_by_key'], setup['optimizer'], 1.0)
   ids = setup['client_data'].client_ids
+  if first_round == 'initial_model':
+    moon.write_own_initial_models(process.client_states, ids,
+                                  setup['model_fn'], seed=3)
   _, outputs = _rounds(process, setup['initial'], [ids[:2], ids[2:4]])
   first, second = [o.metrics['client_work']['train'] for o in outputs]
   assert np.isclose(first['objective'], first['loss'])
@@ -402,19 +407,20 @@ def test_moon_client_taking_part_late(setup, first_round):
   else:
     # The MOON repo: contrasted against the client's own initial model.
     assert second['objective'] > second['loss'] + 1e-3
-  own = moon.own_initial_model_state_fn(setup['model_fn'], 3)
-  a, again, b = own(ids[2]), own(ids[2]), own(ids[3])
-  np.testing.assert_array_equal(a['model'].trainable[0],
-                                again['model'].trainable[0])
-  assert not np.allclose(a['model'].trainable[0], b['model'].trainable[0])
-  with pytest.raises(ValueError, match="Unknown MOON first_round 'late'"):
-    moon.late_client_state_fn('late', setup['model_fn'], 0)
+    # Each client its own model, seeded: the same again, another for another.
+    files = process.client_states
+    own = [files.get(c, before_round=1)['model'].trainable[0]
+           for c in ids[2:4]]
+    assert not np.allclose(own[0], own[1])
+    again = stateful.ClientStateFiles(files.initial_state)
+    moon.write_own_initial_models(again, ids[2:3], setup['model_fn'], seed=3)
+    np.testing.assert_array_equal(
+        again.get(ids[2])['model'].trainable[0], own[0])
 
 
 def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
   process = moon.build_moon(setup['model_fn'], setup['spec'],
-                            setup['client_data'].dataset_computation,
-                            setup['optimizer'], 1.0)
+                            setup['datasets_by_key'], setup['optimizer'], 1.0)
   ids = setup['client_data'].client_ids[:2]
 
   class NonFiniteInRound2:
@@ -445,7 +451,8 @@ def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
 
   results = training_loop.run_training(
       NonFiniteInRound2(), ids, 2, 2, str(tmp_path / 'run'),
-      setup['initial'], progress=False, round_hook=remember)
+      setup['initial'], progress=False, round_hook=remember,
+      client_key_fn=datasets.client_round)
   assert results['rejected_rounds'] == 1
   for c in ids:
     state = process.client_states.get(c)
@@ -454,8 +461,7 @@ def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
                          tf.nest.flatten(after_round_1[c])):
       np.testing.assert_array_equal(got, kept)
   # The rejected round's files are gone: round 1's are the clients' states.
-  assert os.listdir(os.path.join(process.client_states.directory,
-                                 ids[0])) == ['1.state']
+  assert process.client_states.versions(ids[0]) == [1]
 
 
 def test_stateful_run_resumes_exactly_with_client_states(tmp_path):
@@ -482,11 +488,12 @@ def test_stateful_run_resumes_exactly_with_client_states(tmp_path):
   np.testing.assert_allclose(
       model_lib.flat_trainable(resumed['final_weights']),
       model_lib.flat_trainable(whole['final_weights']), rtol=1e-5, atol=1e-6)
-  saved = sorted(os.listdir(tmp_path / 'resumed' / 'client_states'))
-  assert saved == ['client_states_3.npz', 'client_states_4.npz']
+  # The states live with the run, beside its program state.
+  assert os.path.exists(tmp_path / 'resumed' / 'client_states' /
+                        'initial.state')
 
 
-def test_disk_store_run_equals_memory_store_run(tmp_path):
+def test_a_given_state_directory_gives_the_default_ones_weights(tmp_path):
   base = dict(method='fedcka', task='digits', model='fedcka_cnn', mu=3.0,
               num_clients=4, clients_per_round=2, rounds=3, batch_size=32,
               seed=6, cache_dir=str(tmp_path / 'cache'))

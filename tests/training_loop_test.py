@@ -12,6 +12,7 @@ import pytest
 from tasks import models
 from tff_methods import experiment
 from tff_methods import model_lib
+from tasks import datasets
 from tff_methods import training_loop
 
 
@@ -142,9 +143,9 @@ def test_the_loop_leaves_the_threads_event_loop_usable(tmp_path):
 
 def test_sampling_is_seeded_per_round():
   ids = [f'c{i}' for i in range(10)]
-  a = training_loop.sample_clients(ids, 3, round_num=5, seed=1)
-  assert a == training_loop.sample_clients(ids, 3, round_num=5, seed=1)
-  assert a != training_loop.sample_clients(ids, 3, round_num=6, seed=1)
+  a = datasets.sample_clients(ids, 3, round_num=5, seed=1)
+  assert a == datasets.sample_clients(ids, 3, round_num=5, seed=1)
+  assert a != datasets.sample_clients(ids, 3, round_num=6, seed=1)
   assert len(set(a)) == 3
 
 

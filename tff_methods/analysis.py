@@ -40,7 +40,6 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
 from tff_methods import similarity
-from tff_methods import training_loop
 
 
 def _flat(weights) -> np.ndarray:
@@ -172,7 +171,7 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
                        float(np.mean(between)) if between else np.nan])
     previous_global = global_flat
     state = process.next(state, [datasets.client_round(c, round_num) for c in
-                                 training_loop.sample_clients(
+                                 datasets.sample_clients(
                                      data.client_data.client_ids,
                                      config.clients_per_round, round_num,
                                      config.seed)]).state

@@ -130,14 +130,16 @@ class ExperimentConfig:
         server_learning_rate=self.server_learning_rate,
         server_momentum=self.server_momentum,
         mu=self.mu, temperature=self.temperature, cka_layers=self.cka_layers,
-        similarity=self.similarity, client_state_dir=self.client_state_dir,
+        similarity=self.similarity,
+        # Kept with the run, so that it resumes exactly.
+        client_state_dir=(self.client_state_dir or
+                          os.path.join(self.output_dir, 'client_states')),
         fed2_groups=self.fed2_groups,
         fed2_decouple_depth=self.fed2_decouple_depth,
         fed2_pairing=self.fed2_pairing, seed=self.seed,
         server_momentum_form=self.server_momentum_form,
         scaffold_weighting=self.scaffold_weighting,
         scaffold_momentum=self.scaffold_momentum,
-        moon_first_round=self.moon_first_round,
         fedcos_direction=self.fedcos_direction)
 
 
@@ -274,6 +276,11 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
       config.method, keras_model_fn,
       datasets.round_dataset_computation(data.client_data, batches),
       batches.element_spec(data.client_data.element_type_structure), hparams)
+  if 'moon' in methods.parse_method(config.method) and (
+      config.moon_first_round == 'initial_model'):
+    moon.write_own_initial_models(process.client_states,
+                                  data.client_data.client_ids,
+                                  keras_model_fn, config.seed)
   return process, keras_model_fn
 
 

@@ -78,7 +78,7 @@ def build_fedcka(
     similarity: str = 'linear_cka',
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     client_state_dir: Optional[str] = None,
-) -> stateful.StatefulLearningProcess:
+) -> stateful.StatefulClientsLearningProcess:
   """Builds FedCKA as a stateful-client learning process.
 
   Args:
@@ -86,7 +86,8 @@ def build_fedcka(
       `layer_M` outputs are regularized (for a ResNet: the stem and the
       first stage).
     element_spec: The spec of one batch of client data.
-    dataset_computation: Client id -> that client's preprocessed dataset.
+    dataset_computation: A client's (client_id, round_num) key -> its
+      batches (`tasks.datasets.round_dataset_computation`).
     client_optimizer: The client optimizer.
     mu: The strength, >= 0; 0 is FedAvg (paper: 3, 5 or 10).
     num_layers: M, the number of layers regularized (default 2).

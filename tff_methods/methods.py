@@ -19,9 +19,9 @@ Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's own
 - `model_fn_for(name, model_name, num_classes, input_shape, hparams)`: the
   Keras model factory a method trains (Fed2's grouped form for `fed2`).
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
-  a process whose `next` takes client ids, for every method; methods with
-  per-client state (`moon`, `fedcka`, `scaffold`) are
-  `tff_methods.stateful.StatefulLearningProcess`es.
+  a `LearningProcess` whose `next` takes client keys, for every method;
+  methods with per-client state (`moon`, `fedcka`, `scaffold`) keep it in
+  files their clients read and write (`tff_methods.stateful`).
 """
 
 import dataclasses
@@ -85,9 +85,6 @@ class Hyperparameters:
       default) or 'num_examples' (NIID-Bench).
     scaffold_momentum: SCAFFOLD's clients use `client_momentum` (NIID-Bench,
       the MOON repo); by default plain SGD (the paper).
-    moon_first_round: MOON for a client first taking part after the first
-      round: 'skip' its term (default) or contrast against its own
-      'initial_model' (the MOON repo).
     fedcos_direction: FedCos's `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
   """
@@ -111,7 +108,6 @@ class Hyperparameters:
   server_momentum_form: str = 'heavy_ball'
   scaffold_weighting: str = 'uniform'
   scaffold_momentum: bool = False
-  moon_first_round: str = 'skip'
   fedcos_direction: str = 'global_move'
 
   def strength(self, component: str) -> float:
@@ -298,8 +294,10 @@ def build_method_for_client_ids(
     hparams: Optimizer settings and strengths.
 
   Returns:
-    A `LearningProcess` or a `stateful.StatefulLearningProcess`, either
-    driven as `next(state, client_keys)`.
+    A `tff.learning.templates.LearningProcess` driven as `next(state,
+    client_keys)`; for methods with per-client state (`moon`, `fedcka`,
+    `scaffold`) a `stateful.StatefulClientsLearningProcess`, whose keys
+    must name the client and the round.
   """
   parts = parse_method(name)
   if parts == ['scaffold']:
@@ -316,9 +314,6 @@ def build_method_for_client_ids(
     regularizers, server_optimizer = _pieces(parts, hparams)
     return stateful.build_stateful_local_training_process(
         keras_model_fn, spec, datasets_by_id, hparams.client_optimizer(),
-        server_optimizer, regularizers, hparams.client_state_dir,
-        late_client_state_fn=moon.late_client_state_fn(
-            hparams.moon_first_round if 'moon' in parts else 'skip',
-            keras_model_fn, hparams.seed))
+        server_optimizer, regularizers, hparams.client_state_dir)
   return tff.simulation.compose_dataset_computation_with_learning_process(
       datasets_by_id, build_method(name, keras_model_fn, spec, hparams))

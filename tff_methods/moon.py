@@ -11,7 +11,7 @@ model on the same example (the last two in inference mode, no gradient):
 In the first round there is no previous model and, as in the reference
 code, the term is 0. A client that first takes part in a later round has
 no previous model either: by default its term is 0 too (the paper's
-reading); `first_round='initial_model'` contrasts it against its own
+reading); `write_own_initial_models` contrasts it against its own
 randomly initialised model, as the MOON repo does (every party has its own
 initialisation, and the pool of previous models holds every party's net).
 Needs per-client state (the previous model).
@@ -21,7 +21,7 @@ Server rule: FedAvg's example-weighted mean of the updates.
 
 import collections
 import zlib
-from typing import Any, Callable, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -70,21 +70,27 @@ class ModelContrastiveTerm(regularizers.Regularizer):
 FIRST_ROUNDS = ('skip', 'initial_model')
 
 
-def own_initial_model_state_fn(keras_model_fn: model_lib.KerasModelFn,
-                               seed: int) -> Callable[[str], Any]:
-  """client id -> a state whose previous model is the client's own init.
+def write_own_initial_models(client_states: stateful.ClientStateFiles,
+                             client_ids: Sequence[str],
+                             keras_model_fn: model_lib.KerasModelFn,
+                             seed: int) -> None:
+  """Gives each client its own initial model as its previous model.
 
-  The MOON repo gives every party its own randomly initialised net; here
-  the initialisation is seeded by (seed, client id), so reruns repeat it.
+  The MOON repo's reading: every party has its own randomly initialised net,
+  and a party that first takes part after the first round is contrasted
+  against it. Written as each client's version 0, which clients read from
+  the second round on (`stateful.OWN_INITIAL_VERSION`); the initialisation
+  is seeded by (seed, client id), so reruns repeat it. Clients that already
+  have one keep it (a resumed run).
   """
-
-  def state_of(client_id: str):
+  for client_id in client_ids:
+    if stateful.OWN_INITIAL_VERSION in client_states.versions(client_id):
+      continue
     client_seed = zlib.crc32(f'{seed}/{client_id}'.encode())
-    return collections.OrderedDict(
+    client_states.put(client_id, collections.OrderedDict(
         has_previous=np.int32(1),
-        model=model_lib.initial_weights(keras_model_fn, client_seed))
-
-  return state_of
+        model=model_lib.initial_weights(keras_model_fn, client_seed)),
+                      stateful.OWN_INITIAL_VERSION)
 
 
 def build_moon(
@@ -96,43 +102,29 @@ def build_moon(
     temperature: float = 0.5,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     client_state_dir: Optional[str] = None,
-    *,
-    first_round: str = 'skip',
-    seed: int = 0,
-) -> stateful.StatefulLearningProcess:
+) -> stateful.StatefulClientsLearningProcess:
   """Builds MOON as a stateful-client learning process.
 
   Args:
     keras_model_fn: Builds a model with a projection output `z`
       (`fedcka_cnn`, or a ResNet with `projection_dim`).
     element_spec: The spec of one batch of client data.
-    dataset_computation: Client id -> that client's preprocessed dataset.
+    dataset_computation: A client's (client_id, round_num) key -> its
+      batches (`tasks.datasets.round_dataset_computation`).
     client_optimizer: The client optimizer.
     mu: The contrastive strength, >= 0; 0 is FedAvg.
     temperature: tau, 0.5 by default as in the paper.
     server_optimizer: SGD with learning rate 1 by default.
     client_state_dir: Keep the previous models in files here
       (default: a temporary directory).
-    first_round: A client first taking part after the first round: 'skip'
-      its term (default) or contrast it against its own 'initial_model'
-      (the MOON repo).
-    seed: Seeds the clients' own initial models.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess` whose `next` takes the
+    clients' `(client_id, round_num)` keys. A client first taking part
+    after the first round has no previous model and no term (the paper's
+    reading); `write_own_initial_models` gives the MOON repo's.
   """
   return stateful.build_stateful_local_training_process(
       keras_model_fn, element_spec, dataset_computation, client_optimizer,
       server_optimizer, [ModelContrastiveTerm(mu, temperature)],
-      client_state_dir,
-      late_client_state_fn=late_client_state_fn(first_round, keras_model_fn,
-                                                seed))
-
-
-def late_client_state_fn(first_round: str,
-                         keras_model_fn: model_lib.KerasModelFn, seed: int
-                         ) -> Optional[Callable[[str], Any]]:
-  """The `late_client_state_fn` of MOON's `first_round` setting."""
-  if first_round not in FIRST_ROUNDS:
-    raise ValueError(f'Unknown MOON first_round {first_round!r}; choose one '
-                     f'of {", ".join(FIRST_ROUNDS)}.')
-  if first_round == 'skip':
-    return None
-  return own_initial_model_state_fn(keras_model_fn, seed)
+      client_state_dir)

@@ -554,3 +554,38 @@ def set_execution_context(tff_workers: Optional[Sequence[str]] = None,
   else:
     set_local_execution_context(max_concurrent_clients, worker_binary,
                                 log_path)
+
+
+class _SyncContextAsAsync:
+  """A sync TFF context behind the async interface TFF's program logic uses.
+
+  `tff.program.NativeFederatedContext` awaits `invoke`; the project's
+  contexts (the local worker, several workers through TFF's mergeable
+  context) are sync, so each call runs to completion when awaited.
+  """
+
+  def __init__(self, sync_context):
+    self._sync_context = sync_context
+
+  async def invoke(self, comp, arg):
+    return self._sync_context.invoke(comp, arg)
+
+
+def create_program_context(sync_context=None):
+  """A `tff.program.NativeFederatedContext` on the same workers.
+
+  TFF's program logic (`tff.learning.programs.train_model` and its kin)
+  runs in a `tff.program.FederatedContext`; install this one around it
+  (`tff.framework.get_context_stack().install(...)`).
+
+  Args:
+    sync_context: The context whose workers run the computations; the
+      current one by default (`set_local_execution_context`,
+      `set_remote_execution_context`).
+  """
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff
+  # pylint: enable=g-import-not-at-top
+  if sync_context is None:
+    sync_context = tff.framework.get_context_stack().current
+  return tff.program.NativeFederatedContext(_SyncContextAsAsync(sync_context))

@@ -62,13 +62,14 @@ def build_scaffold(
     client_momentum: float = 0.0,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.UNIFORM),
-) -> stateful.StatefulLearningProcess:
+) -> stateful.StatefulClientsLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
   Args:
     keras_model_fn: Builds one of the project's models.
     element_spec: The spec of one batch of client data.
-    dataset_computation: Client id -> that client's preprocessed dataset.
+    dataset_computation: A client's (client_id, round_num) key -> its
+      batches (`tasks.datasets.round_dataset_computation`).
     client_learning_rate: eta, the local SGD learning rate.
     num_clients: N, all clients (for the |S|/N update of `c`).
     server_learning_rate: eta_g.
@@ -83,6 +84,7 @@ def build_scaffold(
   if not isinstance(num_clients, int) or num_clients < 1:
     raise ValueError(f'SCAFFOLD num_clients must be >= 1, got '
                      f'{num_clients!r}.')
+  key_type = stateful.check_client_key_type(dataset_computation)
   client_optimizer = optimizers.build_client_sgd(
       client_learning_rate, momentum=client_momentum,
       weight_decay=weight_decay)
@@ -94,6 +96,7 @@ def build_scaffold(
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
   zeros = [np.asarray(z) for z in model_lib.zero_weights(
       keras_model_fn).trainable]
+  client_states = stateful.ClientStateFiles(zeros, client_state_dir)
 
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
@@ -103,11 +106,11 @@ def build_scaffold(
     return collections.OrderedDict(
         control_variate=[tf.constant(z) for z in zeros])
 
-  @tff.tensorflow.computation(weights_type, control_type,
-                              stateful.STATE_FILES_TYPE, data_type)
-  def client_update_computation(weights, server_control, state_files,
-                                dataset):
-    client_control = stateful.read_client_state(state_files, zeros)
+  @tff.tensorflow.computation(weights_type, control_type, key_type,
+                              data_type)
+  def client_update_computation(weights, server_control, key, dataset):
+    client_id, round_num = stateful.split_client_key(key)
+    client_control = client_states.read(client_id, round_num)
     client_update = local_training.build_client_update_fn(
         keras_model_fn, client_optimizer, [correction], client_weighting,
         loss_fn)
@@ -121,7 +124,7 @@ def build_scaffold(
     new_control = tf.cond(result.update_weight > 0, lambda: trained,
                           lambda: [tf.identity(ci) for ci in client_control])
     control_delta = [n - o for n, o in zip(new_control, client_control)]
-    written = stateful.write_client_state(state_files, new_control)
+    written = client_states.write(client_id, round_num, new_control)
     # Only clients with a finite update count in |S|.
     counted = tf.cast(result.update_weight > 0, tf.float32)
     return result, sums, written, control_delta, counted
@@ -151,18 +154,17 @@ def build_scaffold(
 
   state_type = initialize_fn.type_signature.result
 
-  @tff.federated_computation(state_type,
-                             tff.FederatedType(stateful.STATE_FILES_TYPE,
-                                               tff.CLIENTS),
-                             tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, state_files, client_data):
+  @tff.federated_computation(state_type, tff.FederatedType(key_type,
+                                                           tff.CLIENTS))
+  def next_fn(state, keys):
+    client_data = tff.federated_map(dataset_computation, keys)
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
     server_control = tff.federated_broadcast(
         state.client_work.control_variate)
     result, sums, written, deltas, counted = tff.federated_map(
         client_update_computation,
-        (distributed.result, server_control, state_files, client_data))
+        (distributed.result, server_control, keys, client_data))
     aggregated = aggregator.next(state.aggregator, result.update,
                                  result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
@@ -178,9 +180,8 @@ def build_scaffold(
         distributor=distributed.measurements,
         client_work=local_training.sum_train_metrics(sums),
         aggregator=aggregated.measurements,
-        finalizer=finalized.measurements))
-    return new_state, written, metrics
+        finalizer=finalized.measurements,
+        client_states=stateful.client_states_metrics(written)))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  return stateful.from_computations(
-      initialize_fn, next_fn, dataset_computation,
-      stateful.ClientStateStore(zeros, client_state_dir))
+  return stateful.build_process(initialize_fn, next_fn, client_states)

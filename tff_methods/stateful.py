@@ -2,37 +2,40 @@
 
 A `tff.learning.templates.LearningProcess` carries no per-client state, yet
 MOON and FedCKA need each client's previous local model (and SCAFFOLD its
-control variate). Here the TFF computation of a round takes, for each
-sampled client, the file its state is read from and the file its new state
-is written to; the client's TensorFlow reads and writes them itself:
+control variate). Here each client's state lives in files that the
+client's own TensorFlow reads and writes, named by the client and the round
+(`ClientStateFiles`):
 
-  next(server_state, state_files@CLIENTS, client_ids@CLIENTS)
-      -> (server_state, written@CLIENTS, metrics)
+  <directory>/<client>/<round>.state
 
-so a client's state never passes through Python, TFF's value serialization
-or the worker's gRPC channel (for ResNet-18, 11M floats in and out per
-client and round: that transfer cost as much as the training, see the
-README's benchmark). `StatefulLearningProcess` keeps the index of which
-file holds each client's latest state in a `ClientStateStore`. User code
-drives it like a tff.learning process: `initialize()`, `next(state,
-client_ids)` (the ids select both the data and the states),
-`get_model_weights(state)`, `set_model_weights`.
+The processes are ordinary `LearningProcess`es whose clients are keys,
+`(client_id, round_num)`, as `tasks.datasets.round_dataset_computation`
+takes them:
 
-A client taking part for the first time reads the process's initial client
-state (or, after the first round, `late_client_state_fn`'s). The files live under a given directory, or a temporary one removed
-at exit; either way the store is saved with the program state at each
-checkpoint, so a resumed run continues exactly. TFF workers on other
-machines must see the directory at the same path (as they see the data).
+  next(server_state, keys@CLIENTS) -> (server_state, metrics)
+
+A client reads the newest version of its state written before this round
+(the initial state if there is none) and writes this round's version. So a
+client's state never passes through Python, TFF's value serialization or
+the worker's gRPC channel (for ResNet-18, 11M floats in and out per client
+and round: that transfer cost as much as the training); a round that is
+run again (resumed after an interruption, or retried) reads what it read
+the first time and overwrites what it wrote; and TFF's own program logic
+(`tff.learning.programs.train_model`) drives these processes like any other.
+What Python does between rounds is housekeeping: `discard` the versions of
+a rejected round, `prune` versions no checkpoint needs.
+
+The files live under a given directory, kept (a run resumes from it), or a
+temporary one removed at exit. TFF workers on other machines must see the
+directory at the same path (as they see the data).
 """
 
 import atexit
 import collections
-import glob
-import json
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -41,13 +44,6 @@ import tensorflow_federated as tff
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
-
-# The CLIENTS-placed argument of a round: where each client's state is read
-# from and where its new state goes.
-STATE_FILES_TYPE = tff.StructWithPythonType(
-    [('read', tff.TensorType(np.str_)), ('write', tff.TensorType(np.str_))],
-    collections.OrderedDict)
-
 
 def serialize_state(state: Any) -> tf.Tensor:
   """A nested structure of tensors as one string tensor (graph or eager)."""
@@ -64,55 +60,35 @@ def parse_state(serialized: tf.Tensor, template: Any) -> Any:
   return tf.nest.pack_sequence_as(template, flat)
 
 
-def read_client_state(files: Any, template: Any) -> Any:
-  """In a client computation: the state in `files.read`."""
-  return parse_state(tf.io.read_file(files['read']), template)
+# A client's own initial state (MOON's `initial_model`): version 0, read
+# from the second round on.
+OWN_INITIAL_VERSION = 0
 
 
-def write_client_state(files: Any, state: Any) -> tf.Tensor:
-  """In a client computation: writes `state` to `files.write`.
+class ClientStateFiles:
+  """Each client's state, one file per version, written by round.
 
-  Returns:
-    The number of bytes written; return it from the computation, so that
-    the write runs before the round ends.
-  """
-  serialized = serialize_state(state)
-  with tf.control_dependencies([tf.io.write_file(files['write'],
-                                                 serialized)]):
-    return tf.strings.length(serialized)
-
-
-class ClientStateStore:
-  """Which file holds each client's latest state, by client id and round.
-
-  Each state is one file, `<directory>/<client id>/<round>.state`, written
-  by the client's own computation (or by `put`). A new version makes the
-  older one unused unless a kept checkpoint refers to it.
+  In a client computation (TensorFlow): `read(client_id, round_num)`, the
+  newest version written before `round_num` (or the initial state), and
+  `write(client_id, round_num, state)`. In Python: `get`, `put`, `discard`,
+  `prune`.
 
   Args:
     initial_state: The state of a client that has not taken part yet (a
       nested structure of arrays); also the template for stored states.
-    directory: Where the state files live. By default a temporary
-      directory, removed at exit; checkpoints then hold copies of the
-      states. A given directory is kept, and checkpoints refer to its files.
+    directory: Where the files live. By default a temporary directory,
+      removed at exit (a run in another process can't resume from it).
   """
 
   def __init__(self, initial_state: Any, directory: Optional[str] = None):
     self._initial = tf.nest.map_structure(np.asarray, initial_state)
-    self._temporary = directory is None
-    if self._temporary:
+    if directory is None:
       directory = tempfile.mkdtemp(prefix='tff_methods_client_states_')
       atexit.register(shutil.rmtree, directory, ignore_errors=True)
     self._directory = os.path.abspath(directory)
     os.makedirs(self._directory, exist_ok=True)
-    self._latest_round: dict[str, int] = {}
-    # The versions the last round replaced (None: the client had none),
-    # kept until the round is accepted (`commit`) or rejected (`rollback`).
-    self._replaced: dict[str, Optional[int]] = {}
-    # (client id, round) of the versions the kept checkpoints refer to.
-    self._pinned: set[tuple[str, int]] = set()
     self._initial_file = os.path.join(self._directory, 'initial.state')
-    self._write(self._initial_file, self._initial)
+    self._write_file(self._initial_file, self._initial)
 
   @property
   def initial_state(self):
@@ -122,163 +98,127 @@ class ClientStateStore:
   def directory(self) -> str:
     return self._directory
 
+  # -- In TensorFlow, in the client computation.
+
+  def _client_dir_tf(self, client_id: tf.Tensor) -> tf.Tensor:
+    safe = tf.strings.regex_replace(client_id, _UNSAFE, '_')
+    fingerprint = tf.strings.as_string(
+        tf.strings.to_hash_bucket_fast(client_id, _BUCKETS))
+    return tf.strings.join([self._directory, '/', safe, '.', fingerprint])
+
+  def read_path(self, client_id: tf.Tensor, round_num: tf.Tensor
+                ) -> tf.Tensor:
+    """The file of the newest version written before `round_num`."""
+    round_num = tf.cast(round_num, tf.int64)
+    files = tf.io.matching_files(tf.strings.join(
+        [self._client_dir_tf(client_id), '/*.state']))
+    files = tf.boolean_mask(files, tf.strings.regex_full_match(
+        files, r'.*/[0-9]+\.state'))
+    versions = tf.strings.to_number(tf.strings.regex_replace(
+        files, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64)
+    usable = tf.logical_and(
+        versions < round_num,
+        # tf.not_equal: `!=` is Python's in TFF's graph mode.
+        tf.logical_or(tf.not_equal(versions, OWN_INITIAL_VERSION),
+                      round_num > 1))
+    versions = tf.where(usable, versions, -1)
+    return tf.cond(
+        tf.reduce_any(usable),
+        lambda: tf.gather(files, tf.argmax(versions)),
+        lambda: tf.constant(self._initial_file))
+
+  def write_path(self, client_id: tf.Tensor, round_num: tf.Tensor
+                 ) -> tf.Tensor:
+    return tf.strings.join([self._client_dir_tf(client_id), '/',
+                            tf.strings.as_string(round_num), '.state'])
+
+  def read(self, client_id: tf.Tensor, round_num: tf.Tensor) -> Any:
+    """The client's state as of the start of `round_num`."""
+    return parse_state(tf.io.read_file(self.read_path(client_id, round_num)),
+                       self._initial)
+
+  def write(self, client_id: tf.Tensor, round_num: tf.Tensor,
+            state: Any) -> tf.Tensor:
+    """Writes the client's state as of the end of `round_num`.
+
+    Returns:
+      1 once written: return it from the computation, so that the write
+      runs before the round ends.
+    """
+    serialized = serialize_state(state)
+    with tf.control_dependencies([tf.io.write_file(
+        self.write_path(client_id, round_num), serialized)]):
+      return tf.cast(tf.strings.length(serialized) > 0, tf.int32)
+
+  # -- In Python, between rounds.
+
+  def client_dir(self, client_id: str) -> str:
+    return self._client_dir_tf(tf.constant(client_id)).numpy().decode()
+
+  def versions(self, client_id: str) -> list[int]:
+    """The rounds the client's stored versions were written in, sorted."""
+    try:
+      names = os.listdir(self.client_dir(client_id))
+    except FileNotFoundError:
+      return []
+    return sorted(int(n[:-len('.state')]) for n in names
+                  if n.endswith('.state') and n[:-len('.state')].isdigit())
+
   def __contains__(self, client_id: str) -> bool:
-    return client_id in self._latest_round
+    return bool(self.versions(client_id))
 
-  def __len__(self) -> int:
-    return len(self._latest_round)
+  def _file(self, client_id: str, version: int) -> str:
+    return os.path.join(self.client_dir(client_id), f'{version}.state')
 
-  def _file(self, client_id: str, round_num: int) -> str:
-    return os.path.join(self._directory, client_id, f'{round_num}.state')
-
-  def _write(self, path: str, state: Any) -> None:
+  def _write_file(self, path: str, state: Any) -> None:
     tmp = f'{path}.tmp'
     with open(tmp, 'wb') as f:
       f.write(serialize_state(state).numpy())
     os.replace(tmp, path)
 
-  def read_file(self, client_id: str) -> str:
-    """The file of the client's latest state (the initial one if none)."""
-    if client_id not in self._latest_round:
-      return self._initial_file
-    return self._file(client_id, self._latest_round[client_id])
-
-  def write_file(self, client_id: str, round_num: int) -> str:
-    """Where the client's state as of the end of `round_num` goes."""
-    os.makedirs(os.path.join(self._directory, client_id), exist_ok=True)
-    return self._file(client_id, round_num)
-
-  def written(self, client_id: str, round_num: int) -> None:
-    """Records that `write_file(client_id, round_num)` holds its state.
-
-    The version it replaces is kept until `commit` (or `rollback`).
-    """
-    old = self._latest_round.get(client_id)
-    self._latest_round[client_id] = round_num
-    if old != round_num:
-      self._replaced.setdefault(client_id, old)
-
-  def commit(self) -> None:
-    """Accepts the states written since the last commit or rollback."""
-    for client_id, old in self._replaced.items():
-      if old is not None and (client_id, old) not in self._pinned:
-        _remove(self._file(client_id, old))
-    self._replaced = {}
-
-  def rollback(self) -> None:
-    """Restores every client's state as of the last commit."""
-    for client_id, old in self._replaced.items():
-      new = self._latest_round[client_id]
-      if (client_id, new) not in self._pinned:
-        _remove(self._file(client_id, new))
-      if old is None:
-        del self._latest_round[client_id]
-      else:
-        self._latest_round[client_id] = old
-    self._replaced = {}
-
-  def get(self, client_id: str):
-    """The client's latest state, or the initial state if it has none."""
-    with open(self.read_file(client_id), 'rb') as f:
+  def get(self, client_id: str, before_round: Optional[int] = None):
+    """The newest version written before `before_round` (default: any)."""
+    versions = [v for v in self.versions(client_id)
+                if before_round is None or v < before_round]
+    path = (self._file(client_id, versions[-1]) if versions
+            else self._initial_file)
+    with open(path, 'rb') as f:
       state = parse_state(tf.constant(f.read()), self._initial)
     return tf.nest.map_structure(lambda t: t.numpy(), state)
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
-    """Stores the client's state as of the end of `round_num` (committed)."""
+    """Stores the client's state as of the end of `round_num`."""
     flat = [np.asarray(a) for a in tf.nest.flatten(state)]
     template = tf.nest.flatten(self._initial)
     if len(flat) != len(template):
       raise ValueError(f'State of client {client_id!r} has {len(flat)} '
-                       f'tensors; the store holds states of {len(template)}.')
+                       f'tensors; the files hold states of {len(template)}.')
     flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
-    self._write(self.write_file(client_id, round_num), flat)
-    self.written(client_id, round_num)
-    self.commit()
+    os.makedirs(self.client_dir(client_id), exist_ok=True)
+    self._write_file(self._file(client_id, round_num), flat)
 
-  def save(self, checkpoint_dir: str, round_num: int, keep: int = 2) -> None:
-    """Commits, and saves the store as of `round_num` beside the program state."""
-    self.commit()
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    path = os.path.join(checkpoint_dir, f'client_states_{round_num}')
-    if self._temporary:
-      # The temporary directory ends with the process: copy the states.
-      arrays = {}
-      for client_id in self._latest_round:
-        for i, a in enumerate(tf.nest.flatten(self.get(client_id))):
-          arrays[f'{client_id}/{i}'] = a
-      arrays['__rounds__'] = np.array(
-          json.dumps(self._latest_round).encode())
-      _atomic_savez(path + '.npz', arrays)
-    else:
-      with open(path + '.json.tmp', 'w') as f:
-        json.dump(self._latest_round, f)
-      os.replace(path + '.json.tmp', path + '.json')
-    self._remove_old_checkpoints(checkpoint_dir, keep)
+  def discard(self, client_ids: Sequence[str], round_num: int) -> None:
+    """Removes the versions the clients wrote in `round_num` (rejected)."""
+    for client_id in client_ids:
+      _remove(self._file(client_id, round_num))
 
-  def _remove_old_checkpoints(self, checkpoint_dir, keep):
-    saved = sorted(self._checkpoint_rounds(checkpoint_dir))
-    for old in saved[:-keep]:
-      for path in glob.glob(os.path.join(checkpoint_dir,
-                                         f'client_states_{old}.*')):
-        os.remove(path)
-    if self._temporary:
-      return
-    # Keep the versions the kept checkpoints and the store refer to.
-    self._pinned = {(client_id, r) for kept in saved[-keep:]
-                    for client_id, r in self._load_index(checkpoint_dir,
-                                                         kept).items()}
-    needed = self._pinned | set(self._latest_round.items())
-    for path in glob.glob(os.path.join(self._directory, '*', '*.state')):
-      client_id = os.path.basename(os.path.dirname(path))
-      stem = os.path.basename(path)[:-len('.state')]
-      if stem.isdigit() and (client_id, int(stem)) not in needed:
-        os.remove(path)
+  def prune(self, client_ids: Sequence[str], checkpoint_round: int) -> None:
+    """Keeps what a resumption from `checkpoint_round` or later can read.
 
-  @staticmethod
-  def _checkpoint_rounds(checkpoint_dir):
-    rounds = []
-    for path in glob.glob(os.path.join(checkpoint_dir, 'client_states_*')):
-      stem = os.path.basename(path)[len('client_states_'):].split('.')[0]
-      if stem.isdigit():
-        rounds.append(int(stem))
-    return rounds
-
-  @staticmethod
-  def _load_index(checkpoint_dir, round_num):
-    with open(os.path.join(checkpoint_dir,
-                           f'client_states_{round_num}.json')) as f:
-      return {k: int(v) for k, v in json.load(f).items()}
-
-  def restore(self, checkpoint_dir: str, round_num: int) -> None:
-    """Restores the store as saved at `round_num`.
-
-    Raises:
-      FileNotFoundError: if no client states were saved for that round.
+    For each client: the versions written after `checkpoint_round`, and the
+    newest one written up to it (and its own initial state).
     """
-    self._replaced = {}
-    if not self._temporary:
-      self._latest_round = self._load_index(checkpoint_dir, round_num)
-      self._pinned |= set(self._latest_round.items())
-      return
-    path = os.path.join(checkpoint_dir, f'client_states_{round_num}.npz')
-    with np.load(path) as f:
-      rounds = {k: int(v) for k, v in json.loads(bytes(f['__rounds__'])
-                                                 ).items()}
-      count = len(tf.nest.flatten(self._initial))
-      states = {client_id: [f[f'{client_id}/{i}'] for i in range(count)]
-                for client_id in rounds}
-    for client_id in list(self._latest_round):
-      _remove(self.read_file(client_id))
-    self._latest_round = {}
-    for client_id, flat in states.items():
-      self.put(client_id, tf.nest.pack_sequence_as(self._initial, flat),
-               rounds[client_id])
+    for client_id in client_ids:
+      older = [v for v in self.versions(client_id)
+               if OWN_INITIAL_VERSION < v <= checkpoint_round]
+      for version in older[:-1]:
+        _remove(self._file(client_id, version))
 
 
-def _atomic_savez(path: str, arrays: dict) -> None:
-  tmp = f'{path}.tmp.npz'
-  np.savez(tmp, **arrays)
-  os.replace(tmp, path)
+# Characters kept in a client's directory name (a fingerprint of the id
+# follows, so distinct ids never share a directory).
+_UNSAFE = r'[^A-Za-z0-9_-]'
+_BUCKETS = 2**62
 
 
 def _remove(path: str) -> None:
@@ -288,121 +228,31 @@ def _remove(path: str) -> None:
     pass
 
 
-class StatefulLearningProcess:
-  """A learning process with per-client state, driven like tff.learning's.
+class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
+  """A `LearningProcess` whose clients keep state in `client_states`.
 
-  Attributes:
-    client_states: The `ClientStateStore`.
+  Its `next` takes each client's key, `(client_id, round_num)`; the clients
+  read and write their state files themselves.
   """
 
-  def __init__(self, initialize_fn: tff.Computation,
-               next_fn: tff.Computation,
-               get_model_weights_fn: tff.Computation,
-               set_model_weights_fn: tff.Computation,
-               client_states: ClientStateStore,
-               late_client_state_fn: Optional[Callable[[str], Any]] = None):
-    self._initialize_fn = initialize_fn
-    self._next_fn = next_fn
-    self._get_model_weights_fn = get_model_weights_fn
-    self._set_model_weights_fn = set_model_weights_fn
+  def __init__(self, initialize_fn, next_fn, get_model_weights,
+               set_model_weights, client_states: ClientStateFiles):
+    super().__init__(initialize_fn, next_fn, get_model_weights,
+                     set_model_weights)
     self.client_states = client_states
-    self._late_client_state_fn = late_client_state_fn
-    self._round = 0
-
-  @property
-  def next_computation(self) -> tff.Computation:
-    """The TFF computation of one round (states in, states out)."""
-    return self._next_fn
-
-  def initialize(self):
-    return self._initialize_fn()
-
-  def next(self, state, client_keys: Sequence[Any]
-           ) -> tff.learning.templates.LearningProcessOutput:
-    """Runs one round for the clients, reading and writing their states.
-
-    Args:
-      state: The server state.
-      client_keys: What the dataset computation takes for each client: its
-        id, or a mapping with its `client_id` (and e.g. the round).
-    """
-    client_keys = list(client_keys)
-    client_ids = [_client_id(k) for k in client_keys]
-    store = self.client_states
-    # Not rejected (`reject_round`): the last round's states stand.
-    store.commit()
-    if self._late_client_state_fn is not None and self._round > 0:
-      for client_id in client_ids:
-        if client_id not in store:
-          store.put(client_id, self._late_client_state_fn(client_id),
-                    self._round)
-    files = [collections.OrderedDict(
-        read=store.read_file(c), write=store.write_file(c, self._round + 1))
-             for c in client_ids]
-    new_state, written, metrics = self._next_fn(state, files, client_keys)
-    self._round += 1
-    for client_id, num_bytes in zip(client_ids, written):
-      if num_bytes <= 0:
-        raise RuntimeError(f'The state of client {client_id!r} was not '
-                           f'written to {store.write_file(client_id, self._round)}.')
-      store.written(client_id, self._round)
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
-
-  def get_model_weights(self, state):
-    return self._get_model_weights_fn(state)
-
-  def set_model_weights(self, state, weights):
-    return self._set_model_weights_fn(state, weights)
-
-  # Hooks for tff_methods.training_loop: the store is checkpointed with the
-  # program state.
-  def save_client_states(self, checkpoint_dir: str, round_num: int) -> None:
-    self.client_states.save(checkpoint_dir, round_num)
-
-  def restore_client_states(self, checkpoint_dir: str, round_num: int
-                            ) -> None:
-    self.client_states.restore(checkpoint_dir, round_num)
-    self._round = round_num
-
-  def reject_round(self) -> None:
-    """Undoes the last round's client states (its server state is dropped)."""
-    self.client_states.rollback()
-
-  def set_round(self, round_num: int) -> None:
-    """The round the next call to `next` follows (for versioning states)."""
-    self._round = round_num
 
 
-def _client_id(key: Any) -> str:
-  if isinstance(key, (str, bytes)):
-    return key.decode() if isinstance(key, bytes) else key
-  return str(key['client_id'])
-
-
-def from_computations(initialize_fn: tff.Computation,
-                      next_fn: tff.Computation,
-                      dataset_computation: tff.Computation,
-                      store: ClientStateStore,
-                      late_client_state_fn: Optional[Callable[[str], Any]] = (
-                          None)) -> StatefulLearningProcess:
-  """A `StatefulLearningProcess` from a round's TFF computations.
+def build_process(initialize_fn: tff.Computation, next_fn: tff.Computation,
+                  client_states: ClientStateFiles
+                  ) -> StatefulClientsLearningProcess:
+  """The learning process of a round's computations.
 
   Args:
     initialize_fn: Returns the SERVER-placed `LearningAlgorithmState`.
-    next_fn: `(state, state_files@CLIENTS, client_data@CLIENTS) ->
-      (state, written@CLIENTS, metrics)`: each client reads its state from
-      `state_files.read` and writes its new one to `state_files.write`
-      (`read_client_state`, `write_client_state`), returning the bytes
-      written.
-    dataset_computation: Client id -> that client's dataset; composed with
-      `next_fn` so that the process takes client ids.
-    store: Holds the client states.
-    late_client_state_fn: client id -> the state of a client that first
-      takes part after the first round (by default the store's initial
-      state, as for every new client).
+    next_fn: `(state, keys@CLIENTS) -> LearningProcessOutput`; each client
+      reads and writes its state through `client_states`.
+    client_states: The clients' state files.
   """
-  next_by_id = tff.simulation.compose_dataset_computation_with_computation(
-      dataset_computation, next_fn)
   state_type = initialize_fn.type_signature.result.member
 
   @tff.tensorflow.computation(state_type)
@@ -415,9 +265,36 @@ def from_computations(initialize_fn: tff.Computation,
         weights, state.distributor, state.client_work, state.aggregator,
         state.finalizer)
 
-  return StatefulLearningProcess(initialize_fn, next_by_id,
-                                 get_model_weights_fn, set_model_weights_fn,
-                                 store, late_client_state_fn)
+  return StatefulClientsLearningProcess(initialize_fn, next_fn,
+                                        get_model_weights_fn,
+                                        set_model_weights_fn, client_states)
+
+
+# A client's key: two strings, [client id, round in decimal]
+# (`tasks.datasets.CLIENT_ROUND_TYPE`).
+CLIENT_KEY_TYPE = tff.TensorType(np.str_, [2])
+
+
+def check_client_key_type(dataset_computation: tff.Computation) -> tff.Type:
+  """The key type the dataset computation takes: `CLIENT_KEY_TYPE`."""
+  key_type = dataset_computation.type_signature.parameter
+  if key_type != CLIENT_KEY_TYPE:
+    raise TypeError(
+        'A process with per-client state needs a dataset computation that '
+        'takes [client id, round] keys (a string tensor of shape [2]), e.g. '
+        f'tasks.datasets.round_dataset_computation; this one takes '
+        f'{key_type}.')
+  return key_type
+
+
+def split_client_key(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(client id, round as int64) of a key, in TF."""
+  return key[0], tf.strings.to_number(key[1], tf.int64)
+
+
+def client_states_metrics(written):
+  """How many clients wrote their state this round (SERVER)."""
+  return collections.OrderedDict(written=tff.federated_sum(written))
 
 
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
@@ -437,8 +314,7 @@ def build_stateful_local_training_process(
     client_state_dir: Optional[str] = None,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
-    late_client_state_fn: Optional[Callable[[str], Any]] = None,
-) -> StatefulLearningProcess:
+) -> StatefulClientsLearningProcess:
   """Local training whose regularizers read each client's previous model.
 
   Each client's state is `OrderedDict(has_previous, model)`: its local model
@@ -451,19 +327,21 @@ def build_stateful_local_training_process(
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models.
     element_spec: The spec of one batch of client data.
-    dataset_computation: Client id -> that client's (preprocessed) dataset,
-      e.g. `ClientData.dataset_computation`.
+    dataset_computation: A client's `(client_id, round_num)` key -> its
+      batches (`tasks.datasets.round_dataset_computation`).
     client_optimizer: The client optimizer.
     server_optimizer: SGD with learning rate 1 by default.
     regularizers: Terms added to every client's local objective.
     client_state_dir: Where the clients' state files live (default: a
       temporary directory).
     client_weighting: How client updates are weighted.
-    late_client_state_fn: client id -> the state of a client first taking
-      part after the first round (e.g. `moon.own_initial_model_state_fn`);
-      by default it has no previous model.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess` whose `next` takes the
+    clients' keys; its `client_states` are the state files.
   """
   regularizers = tuple(regularizers)
+  key_type = check_client_key_type(dataset_computation)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
   weights_type = model_lib.weights_type(keras_model_fn, element_spec)
@@ -477,12 +355,13 @@ def build_stateful_local_training_process(
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
+  client_states = ClientStateFiles(previous_model_client_state(zero_weights),
+                                   client_state_dir)
 
-  initial_client_state = previous_model_client_state(zero_weights)
-
-  @tff.tensorflow.computation(received_type, STATE_FILES_TYPE, data_type)
-  def client_update_computation(received, state_files, dataset):
-    client_state = read_client_state(state_files, initial_client_state)
+  @tff.tensorflow.computation(received_type, key_type, data_type)
+  def client_update_computation(received, key, dataset):
+    client_id, round_num = split_client_key(key)
+    client_state = client_states.read(client_id, round_num)
     initial_weights, broadcast = local_training.split_received(
         received, has_broadcast)
     client_update = local_training.build_client_update_fn(
@@ -495,7 +374,7 @@ def build_stateful_local_training_process(
     # A diverged client (weight 0) keeps its old state.
     new_state = tf.cond(result.update_weight > 0, lambda: trained,
                         lambda: client_state)
-    return result, sums, write_client_state(state_files, new_state)
+    return result, sums, client_states.write(client_id, round_num, new_state)
 
   aggregator = tff.aggregators.MeanFactory().create(
       weights_type.trainable, tff.TensorType(np.float32))
@@ -511,15 +390,14 @@ def build_stateful_local_training_process(
 
   state_type = initialize_fn.type_signature.result
 
-  @tff.federated_computation(state_type,
-                             tff.FederatedType(STATE_FILES_TYPE, tff.CLIENTS),
-                             tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, state_files, client_data):
+  @tff.federated_computation(state_type, tff.FederatedType(key_type,
+                                                           tff.CLIENTS))
+  def next_fn(state, keys):
+    client_data = tff.federated_map(dataset_computation, keys)
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
     client_result, sums, written = tff.federated_map(
-        client_update_computation, (distributed.result, state_files,
-                                    client_data))
+        client_update_computation, (distributed.result, keys, client_data))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
@@ -535,10 +413,8 @@ def build_stateful_local_training_process(
         distributor=distributed.measurements,
         client_work=local_training.sum_train_metrics(sums),
         aggregator=aggregated.measurements,
-        finalizer=finalized.measurements))
-    return new_state, written, metrics
+        finalizer=finalized.measurements,
+        client_states=client_states_metrics(written)))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  return from_computations(
-      initialize_fn, next_fn, dataset_computation,
-      ClientStateStore(initial_client_state, client_state_dir),
-      late_client_state_fn)
+  return build_process(initialize_fn, next_fn, client_states)

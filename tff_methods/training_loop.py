@@ -5,8 +5,9 @@
 compose_dataset_computation_with_learning_process`), the way
 `tff.simulation.run_training_process` does, plus what experiments need:
 
-- Clients are sampled per round from `numpy.random.default_rng([seed,
-  round])`, so a round's cohort does not depend on whether the run resumed.
+- Clients are sampled per round by `tasks.datasets.sample_clients`, from
+  `numpy.random.default_rng([seed, round])`, so a round's cohort does not
+  depend on whether the run resumed.
 - Program state (the process state and the round number) is saved with
   `tff.program.FileProgramStateManager`; a rerun on the same output
   directory resumes from the latest saved round, and a larger `total_rounds`
@@ -16,8 +17,10 @@ compose_dataset_computation_with_learning_process`), the way
 - A round whose new global weights are not all finite is rejected: the
   state stays as it was (the clients' states too), and the round is
   reported (`rejected_rounds`).
-- A process with per-client state (`tff_methods.stateful`) has its client
-  states saved and restored with the program state.
+- A process with per-client state (`tff_methods.stateful`) keeps it in
+  files by client and round, which a resumed run reads as they were; the
+  loop discards a rejected round's versions and prunes the versions no
+  checkpoint needs.
 - `experiment.json` records the experiment's settings; an output directory
   that holds a different experiment is refused before any work starts.
 """
@@ -34,6 +37,7 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
+from tasks import datasets
 from tff_methods import model_lib
 
 # Settings that may change between a run and its resumption.
@@ -83,14 +87,6 @@ def check_experiment_config(output_dir: str, config: Mapping[str, Any]
     json.dump(config, f, indent=2, sort_keys=True)
 
 
-def sample_clients(client_ids: Sequence[str], clients_per_round: int,
-                   round_num: int, seed: int) -> list[str]:
-  """The round's cohort: a seeded sample without replacement, sorted."""
-  rng = np.random.default_rng([seed, round_num])
-  chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
-  return [client_ids[i] for i in sorted(chosen)]
-
-
 def _flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict:
   flat = {}
   for key, value in metrics.items():
@@ -106,6 +102,14 @@ def train_metrics(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
   """The `train` metrics of a round, wherever the process put them."""
   client_work = metrics.get('client_work', {})
   return client_work.get('train', {})
+
+
+def _check_states_written(metrics, cohort, client_states) -> None:
+  written = int(metrics['client_states']['written'])
+  if written != len(cohort):
+    raise RuntimeError(
+        f'{len(cohort) - written} of the round\'s {len(cohort)} clients did '
+        f'not write their state under {client_states.directory}.')
 
 
 def run_training(
@@ -159,16 +163,16 @@ def run_training(
   state_manager = tff.program.FileProgramStateManager(
       os.path.join(output_dir, 'program_state'), keep_total=2,
       keep_first=False)
-  # Stateful-client processes keep their client-state store beside the
-  # program state (`tff_methods.stateful`).
-  has_client_states = hasattr(process, 'save_client_states')
-  client_state_dir = os.path.join(output_dir, 'client_states')
+  # Processes with per-client state (`tff_methods.stateful`): their
+  # clients' files, written by round.
+  client_states = getattr(process, 'client_states', None)
+  if client_states is not None and client_key_fn is None:
+    raise ValueError('A process with per-client state needs client_key_fn: '
+                     'its clients are keyed by client and round.')
   loaded, version = _await(state_manager.load_latest(program_state))
   if loaded is not None:
     program_state = loaded
     state = loaded['state']
-    if has_client_states:
-      process.restore_client_states(client_state_dir, version)
     logging.info('Resuming from round %d of %s.', version, output_dir)
   start_round = int(program_state['round_num'])
   rejected_rounds = int(program_state['rejected_rounds'])
@@ -183,13 +187,16 @@ def run_training(
     for manager in release_managers:
       _await(manager.release(metrics, key=round_num))
 
+  # Clients whose older state versions may be pruned at the next save.
+  trained_since_save = set()
+
   def save(round_num):
-    # Client states first: a saved program state always has its clients'.
-    if has_client_states:
-      process.save_client_states(client_state_dir, round_num)
     _await(state_manager.save(collections.OrderedDict(
         state=state, round_num=round_num, rejected_rounds=rejected_rounds),
                                    version=round_num))
+    if client_states is not None:
+      client_states.prune(sorted(trained_since_save), round_num)
+      trained_since_save.clear()
 
   bar = tqdm.tqdm(total=total_rounds, initial=start_round, unit='round',
                   disable=not progress, dynamic_ncols=True)
@@ -197,7 +204,8 @@ def run_training(
   durations = []
   try:
     for round_num in range(start_round + 1, total_rounds + 1):
-      cohort = sample_clients(client_ids, clients_per_round, round_num, seed)
+      cohort = datasets.sample_clients(client_ids, clients_per_round,
+                                       round_num, seed)
       started = time.monotonic()
       keys = (cohort if client_key_fn is None else
               [client_key_fn(c, round_num) for c in cohort])
@@ -205,6 +213,9 @@ def run_training(
       seconds = time.monotonic() - started
       durations.append(seconds)
       metrics = collections.OrderedDict(output.metrics)
+      if client_states is not None:
+        _check_states_written(metrics, cohort, client_states)
+        trained_since_save.update(cohort)
       # TFF's finalizer already skips a non-finite averaged update; any other
       # non-finite global model (e.g. from a custom server rule) is caught
       # here. Either way the round is rejected and the model kept.
@@ -217,9 +228,9 @@ def run_training(
       else:
         rejected_rounds += 1
         metrics['rejected'] = 1
-        if has_client_states:
+        if client_states is not None:
           # The clients' new states belong to the rejected model.
-          process.reject_round()
+          client_states.discard(cohort, round_num)
         logging.warning(
             'Round %d: the averaged update is not finite (a diverged '
             'update); the round is rejected and the model kept.', round_num)
