@@ -35,6 +35,7 @@ from binaries import runtime_flags
 from tff_methods import comparison
 from tff_methods import methods
 from tff_methods import presets
+from tff_methods import tuning
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS
@@ -45,6 +46,13 @@ flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS
 flags.DEFINE_list('seeds', ['0'], 'Seeds; each method runs once per seed.')
 flags.DEFINE_float('target_accuracy', 0.8,
                    'The table reports the first round reaching this.')
+flags.DEFINE_string('settings_from', None, "A tune run's tuning.json: each "
+                    "method runs with the learning rates chosen for it "
+                    '(binaries/tune.py).')
+flags.DEFINE_bool('reference_rows', False, 'Add two reference rows: '
+                  'centralized (FedAvg on one client holding all the '
+                  'training data: the same number of passes, pooled) and '
+                  'fedavg_iid (FedAvg on an IID partition).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
 FLAGS = flags.FLAGS
 
@@ -81,7 +89,9 @@ def main(argv):
       title = f'{preset.paper}: {preset.table}'
     else:
       output_dir = FLAGS.output_dir or f'runs/compare_{FLAGS.task}'
-      arms = list(FLAGS.methods)
+      tuned = (tuning.read_settings(FLAGS.settings_from)
+               if FLAGS.settings_from else None)
+      arms = comparison.arms(FLAGS.methods, tuned, FLAGS.reference_rows)
       base = experiment_flags.config_from_flags(output_dir=output_dir)
       title = (f'{FLAGS.task}, {FLAGS.partition} partition, '
                f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds')

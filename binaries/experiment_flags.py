@@ -109,6 +109,9 @@ flags.DEFINE_string('output_dir', None,
                     'Where results go (default runs/<task>_<method>_s<seed>).')
 flags.DEFINE_string('data_dir', None, 'tensorflow_datasets data directory, '
                     'or the image folder for --task=image_folder.')
+flags.DEFINE_float('validation_fraction', 0.0, 'If > 0, hold out this share '
+                   'of the training data and evaluate on it instead of the '
+                   'test set (for tuning; binaries/tune.py sets it).')
 flags.DEFINE_string('cache_dir', None, "Clients' data files "
                     '(default ~/.cache/tff_methods).')
 

@@ -529,6 +529,7 @@ def load_task(name: str,
               seed: int = 0,
               data_dir: Optional[str] = None,
               cache_dir: Optional[str] = None,
+              validation_fraction: float = 0.0,
               **partition_kwargs) -> FederatedData:
   """Loads task `name` and splits it into clients.
 
@@ -539,6 +540,9 @@ def load_task(name: str,
     seed: Fixes the partition (and the digits / image folder test split).
     data_dir: tensorflow_datasets' data directory, or the image folder.
     cache_dir: Where client files are written; `~/.cache/tff_methods`.
+    validation_fraction: If > 0 (array tasks), this seeded share of the
+      training examples is held out before partitioning and takes the test
+      split's place: for tuning settings without looking at the test set.
     **partition_kwargs: The scheme's parameters (`alpha`, `min_size`,
       `classes_per_client`, `shards_per_client`, `non_iid_fraction`), and
       `synthetic_alpha`, `synthetic_beta`, `image_size`.
@@ -548,6 +552,12 @@ def load_task(name: str,
     DataUnavailableError: when a data set can't be loaded or downloaded.
   """
   cache_dir = cache_dir or default_cache_dir()
+  if not 0.0 <= validation_fraction < 1.0:
+    raise ValueError(f'validation_fraction must be in [0, 1), got '
+                     f'{validation_fraction!r}.')
+  if validation_fraction and name in NATURAL_TASKS:
+    raise ValueError(f'validation_fraction is for tasks split from arrays, '
+                     f'not {name!r}.')
   image_size = partition_kwargs.pop('image_size', 32)
   syn_alpha = partition_kwargs.pop('synthetic_alpha', 1.0)
   syn_beta = partition_kwargs.pop('synthetic_beta', 1.0)
@@ -568,6 +578,12 @@ def load_task(name: str,
   else:
     raise ValueError(f'Unknown task {name!r}; choose one of {TASK_NAMES}.')
   x_train, y_train, x_test, y_test = arrays
+  if validation_fraction:
+    # The held-out share of the training set replaces the test split.
+    order = np.random.default_rng([seed, 7]).permutation(len(y_train))
+    held = int(round(validation_fraction * len(y_train)))
+    x_test, y_test = x_train[order[:held]], y_train[order[:held]]
+    x_train, y_train = x_train[order[held:]], y_train[order[held:]]
   parts = partition_arrays(y_train, partition, num_clients, seed,
                            **partition_kwargs)
   return from_arrays(name, x_train, y_train, x_test, y_test, parts, cache_dir,

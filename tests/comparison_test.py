@@ -42,6 +42,11 @@ def test_summary_numbers_by_hand(tmp_path):
   assert 'not reached (1/2 seeds)' in table
   assert os.path.exists(comparison.plot_accuracy(out, ['fedavg'], [0, 1],
                                                  't'))
+  # One seed: no spread to show.
+  one = comparison.summarize(out, ['fedavg'], [0], target_accuracy=0.6)
+  table = open(comparison.write_report(one, out, 0.6, 't')['markdown']).read()
+  assert '| fedavg | 50.00 ± - | 60.00 ± - |' in table
+  assert '± 0.00' not in table
 
 
 def test_plan_checks_every_run_before_any_starts(tmp_path):

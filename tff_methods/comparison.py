@@ -33,6 +33,45 @@ class Arm:
   settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+# Reference rows: the pooled data on one client (centralized training for
+# the same number of passes), and FedAvg on an IID partition.
+REFERENCE_ROWS = {
+    'centralized': dict(num_clients=1, clients_per_round=1,
+                        partition='iid'),
+    'fedavg_iid': dict(partition='iid'),
+}
+
+
+def arms(methods: Sequence[str],
+         settings: Optional[Mapping[str, Mapping[str, Any]]] = None,
+         reference_rows: bool = False) -> list[Arm]:
+  """The arms of a comparison: each method with its own settings.
+
+  Args:
+    methods: Method names.
+    settings: By method, settings of its own (e.g. a tune run's choice,
+      `tuning.read_settings`); every method must have an entry.
+    reference_rows: Add `REFERENCE_ROWS`, trained as FedAvg with FedAvg's
+      own settings.
+
+  Raises:
+    ValueError: naming the methods `settings` has no entry for.
+  """
+  if settings is not None:
+    missing = [m for m in methods + (['fedavg'] if reference_rows else [])
+               if m not in settings]
+    if missing:
+      raise ValueError(f'--settings_from has no settings for '
+                       f'{", ".join(dict.fromkeys(missing))}; tune them, '
+                       'or leave them out of --methods.')
+  own = lambda m: dict((settings or {}).get(m, {}))
+  result = [Arm(m, m, own(m)) for m in methods]
+  if reference_rows:
+    result += [Arm(label, 'fedavg', dict(own('fedavg'), **row))
+               for label, row in REFERENCE_ROWS.items()]
+  return result
+
+
 def as_arm(arm: Union[str, Arm]) -> Arm:
   """A method name is the arm of that method with the shared settings."""
   return arm if isinstance(arm, Arm) else Arm(arm, arm)
@@ -163,8 +202,10 @@ def summarize(output_dir: str, labels: Sequence[str], seeds: Sequence[int],
   return summaries
 
 
-def _pm(pair, scale=100.0):
-  return f'{pair[0] * scale:.2f} ± {pair[1] * scale:.2f}'
+def _pm(pair, seeds, scale=100.0):
+  # One seed has no spread: `-`, not a misleading 0.00.
+  spread = f'{pair[1] * scale:.2f}' if seeds > 1 else '-'
+  return f'{pair[0] * scale:.2f} ± {spread}'
 
 
 def _paper_figure(reported: Optional[Mapping[str, float]]) -> str:
@@ -207,8 +248,9 @@ def write_report(summaries: Sequence[MethodSummary], output_dir: str,
     rounds = (f'{s.rounds_to_target:.1f}' if s.rounds_to_target is not None
               else f'not reached ({s.reached_target}/{s.seeds} seeds)')
     name = labels.get(s.method, s.method)
-    lines.append(f'| {name} | {_pm(s.final_accuracy)} | '
-                 f'{_pm(s.best_accuracy)} | {_pm(s.final_macro_f1)} | '
+    lines.append(f'| {name} | {_pm(s.final_accuracy, s.seeds)} | '
+                 f'{_pm(s.best_accuracy, s.seeds)} | '
+                 f'{_pm(s.final_macro_f1, s.seeds)} | '
                  f'{rounds} | {s.seconds_per_round:.2f} |' + (
                      f' {_paper_figure(reported.get(s.method))} |'
                      if reported else ''))
@@ -236,7 +278,7 @@ def write_report(summaries: Sequence[MethodSummary], output_dir: str,
 
 def plot_accuracy(output_dir: str, methods: Sequence[str],
                   seeds: Sequence[int], title: str) -> str:
-  """Test accuracy against round, mean over seeds, one line per arm label."""
+  """Test accuracy against round: the mean over seeds, the std shaded."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -246,9 +288,15 @@ def plot_accuracy(output_dir: str, methods: Sequence[str],
     curves = [_accuracy_curve(_read_metrics(run_dir(output_dir, method, s)))
               for s in seeds]
     length = min(len(c[1]) for c in curves)
-    mean = np.mean([c[1][:length] for c in curves], axis=0)
-    ax.plot(curves[0][0][:length], mean * 100, label=method,
-            color=plt.cm.tab10(i % 10), linestyle=styles[(i // 10) % 4])
+    values = np.asarray([c[1][:length] for c in curves]) * 100
+    mean, std = values.mean(axis=0), values.std(axis=0)
+    rounds = curves[0][0][:length]
+    color = plt.cm.tab10(i % 10)
+    ax.plot(rounds, mean, label=method, color=color,
+            linestyle=styles[(i // 10) % 4])
+    if len(curves) > 1:
+      ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.15,
+                      linewidth=0)
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy (%)')
   ax.set_title(title)

@@ -104,6 +104,7 @@ class ExperimentConfig:
   output_dir: str = 'runs/experiment'
   data_dir: Optional[str] = None
   cache_dir: Optional[str] = None
+  validation_fraction: float = 0.0
 
   def model_name(self) -> str:
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
@@ -247,6 +248,12 @@ def validate(config: ExperimentConfig) -> None:
        f'--rounds_per_eval={config.rounds_per_eval} must be >= 1')
   need(config.rounds_per_checkpoint >= 1,
        f'--rounds_per_checkpoint={config.rounds_per_checkpoint} must be >= 1')
+  need(0 <= config.validation_fraction < 1 and (
+      config.validation_fraction == 0 or
+      config.task not in datasets.NATURAL_TASKS),
+       f'--validation_fraction={config.validation_fraction} must be in '
+       '[0, 1), and 0 for tasks with natural clients '
+       f'({", ".join(datasets.NATURAL_TASKS)})')
   need(config.image_size >= 8,
        f'--image_size={config.image_size} must be >= 8')
   if config.task == 'image_folder':
@@ -303,7 +310,7 @@ def load_data(config: ExperimentConfig) -> datasets.FederatedData:
       data_dir=config.data_dir, cache_dir=config.cache_dir,
       synthetic_alpha=config.synthetic_alpha,
       synthetic_beta=config.synthetic_beta, image_size=config.image_size,
-      **kwargs)
+      validation_fraction=config.validation_fraction, **kwargs)
   client_ids = data.client_data.client_ids
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'--clients_per_round={config.clients_per_round} is '

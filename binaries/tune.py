@@ -1,0 +1,95 @@
+r"""Chooses each method's learning rates on held-out training data.
+
+  python -m binaries.tune --methods=fedavg,fedadam,moon --task=digits \
+      --client_learning_rates=0.01,0.03,0.1 \
+      --server_learning_rates=0.003,0.01,0.03 --output_dir=runs/tune
+
+Every method runs with the experiment flags of `train.py` at each grid
+point (the server grid only for FedAvgM/FedAdam/FedYogi and their
+combinations), evaluated on `--validation_fraction` of the training data
+(0.2 unless given), never on the test set. Each run lives in
+`<output_dir>/<method>/<grid point>/seed<seed>`; a rerun skips finished
+runs and resumes unfinished ones. Writes `tuning.json` (the choice per
+method, for `compare.py --settings_from`), `tuning.md` and one
+`validation_<method>.png` per method. The logic lives in
+`tff_methods.tuning`.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_methods import runtime
+
+# Before TensorFlow is first imported (by the modules below).
+runtime.quiet(runtime.verbosity_from_argv(sys.argv))
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from binaries import experiment_flags
+from binaries import runtime_flags
+from tff_methods import comparison
+from tff_methods import methods
+from tff_methods import tuning
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS
+                              if m != 'tff_fedavg'],
+                  'Methods to tune (default: every single method but '
+                  'tff_fedavg).')
+flags.DEFINE_list('seeds', ['0'], 'Seeds; the choice averages over them.')
+flags.DEFINE_list('client_learning_rates', ['0.01', '0.03', '0.1', '0.3'],
+                  'The client learning rates tried.')
+flags.DEFINE_list('server_learning_rates', ['0.01', '0.03', '0.1', '0.3',
+                                            '1.0'],
+                  'The server learning rates tried (FedAvgM, FedAdam, '
+                  'FedYogi and their combinations).')
+flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
+FLAGS = flags.FLAGS
+
+
+def _floats(name):
+  try:
+    return [float(v) for v in FLAGS[name].value]
+  except ValueError:
+    raise ValueError(f'--{name}={",".join(FLAGS[name].value)} must be '
+                     'numbers.') from None
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  runtime.quiet(FLAGS.verbosity)
+  try:
+    seeds = [int(s) for s in FLAGS.seeds]
+  except ValueError:
+    return experiment_flags.usage_error(
+        f'--seeds={",".join(FLAGS.seeds)} must be integers.')
+  output_dir = FLAGS.output_dir or f'runs/tune_{FLAGS.task}'
+  try:
+    points = tuning.grid(FLAGS.methods, _floats('client_learning_rates'),
+                         _floats('server_learning_rates'))
+    base = experiment_flags.config_from_flags(output_dir=output_dir)
+    configs = tuning.plan(base, points, seeds, output_dir)
+  except ValueError as e:
+    return experiment_flags.usage_error(str(e))
+  error = runtime_flags.start()
+  if error:
+    return experiment_flags.usage_error(error)
+  comparison.run_comparison(
+      configs, progress=FLAGS.progress,
+      on_run=lambda label: print(f'== {label}', flush=True))
+  chosen = tuning.choose(output_dir, points, seeds)
+  paths = tuning.write_report(
+      output_dir, points, seeds, chosen,
+      f'{FLAGS.task}, {FLAGS.partition} partition, {FLAGS.num_clients} '
+      f'clients, {FLAGS.rounds} rounds: learning rates on held-out data')
+  with open(paths['markdown']) as f:
+    print(f.read())
+  print(f'Written to {output_dir}: tuning.json, tuning.md, '
+        'validation_<method>.png')
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,156 @@
+"""Fair settings for a comparison: each method's learning rates by grid search.
+
+Every method gets the learning rates that serve it best, chosen on data held
+out from the training set (`ExperimentConfig.validation_fraction`), never on
+the test set: the client learning rate over a grid, and for methods with a
+server optimizer other than plain averaging (FedAvgM, FedAdam, FedYogi, and
+their combinations) the server learning rate over a second grid. Each
+(method, grid point, seed) is one run of `tff_methods.comparison`, so a
+search resumes where it stopped and a finished one is read back. The choice
+is the grid point with the best final validation accuracy, averaged over
+the tuning seeds (the lower learning rate on a tie).
+
+A plain grid, not TFF's `train_model_with_vizier`: the spaces here are one
+or two discrete learning rates with a handful of values each, which an
+exhaustive grid covers in the same number of runs a Bayesian search would
+spend, deterministically and resumably, with no study service to run.
+
+`plan` lays out the runs; `choose` reads them back and picks; `write_report`
+writes `tuning.json` (the choice, which `binaries/compare.py
+--settings_from` reads), `tuning.md` and one validation-curve figure per
+method.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Sequence
+
+from tff_methods import comparison
+from tff_methods import experiment
+from tff_methods import methods as methods_lib
+
+# The server rules whose learning rate is tuned (plain averaging keeps 1).
+_SERVER_TUNED = ('fedavgm', 'fedadam', 'fedyogi')
+VALIDATION_FRACTION = 0.2
+
+
+def tunes_server_learning_rate(method: str) -> bool:
+  return any(p in _SERVER_TUNED for p in methods_lib.parse_method(method))
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+  """One setting of a method's learning rates, as a comparison arm."""
+  method: str
+  client_learning_rate: float
+  server_learning_rate: float = None
+
+  @property
+  def label(self) -> str:
+    label = f'{self.method}/clr{self.client_learning_rate:g}'
+    if self.server_learning_rate is not None:
+      label += f'_slr{self.server_learning_rate:g}'
+    return label
+
+  def settings(self) -> dict[str, float]:
+    chosen = dict(client_learning_rate=self.client_learning_rate)
+    if self.server_learning_rate is not None:
+      chosen['server_learning_rate'] = self.server_learning_rate
+    return chosen
+
+  def arm(self) -> comparison.Arm:
+    return comparison.Arm(self.label, self.method, self.settings())
+
+
+def grid(methods: Sequence[str], client_learning_rates: Sequence[float],
+         server_learning_rates: Sequence[float]) -> list[GridPoint]:
+  """Every method's grid points, in order."""
+  if not client_learning_rates:
+    raise ValueError('--client_learning_rates is empty: name at least one.')
+  points = []
+  for method in methods:
+    server = (server_learning_rates if tunes_server_learning_rate(method)
+              else [None])
+    if not server:
+      raise ValueError(f'{method} tunes its server learning rate: '
+                       '--server_learning_rates is empty.')
+    for client_lr in client_learning_rates:
+      for server_lr in server:
+        points.append(GridPoint(method, client_lr, server_lr))
+  return points
+
+
+def plan(base: experiment.ExperimentConfig, points: Sequence[GridPoint],
+         seeds: Sequence[int], output_dir: str
+         ) -> list[experiment.ExperimentConfig]:
+  """The runs of the search, evaluated on held-out training data.
+
+  Raises:
+    ValueError: naming every bad setting, before any run starts.
+  """
+  if not base.validation_fraction:
+    base = dataclasses.replace(base, validation_fraction=VALIDATION_FRACTION)
+  return comparison.plan(base, [p.arm() for p in points], seeds, output_dir)
+
+
+def choose(output_dir: str, points: Sequence[GridPoint],
+           seeds: Sequence[int]) -> dict[str, dict[str, Any]]:
+  """By method: its best grid point's settings and validation accuracy."""
+  summaries = {s.method: s for s in comparison.summarize(
+      output_dir, [p.label for p in points], seeds, target_accuracy=1.0)}
+  chosen = {}
+  for point in points:
+    accuracy = summaries[point.label].final_accuracy[0]
+    best = chosen.get(point.method)
+    if best is None or accuracy > best['validation_accuracy']:
+      chosen[point.method] = dict(point.settings(),
+                                  validation_accuracy=accuracy)
+  return chosen
+
+
+def write_report(output_dir: str, points: Sequence[GridPoint],
+                 seeds: Sequence[int], chosen: Mapping[str, Mapping[str, Any]],
+                 title: str) -> dict[str, str]:
+  """tuning.json, tuning.md and `validation_<method>.png`; their paths."""
+  os.makedirs(output_dir, exist_ok=True)
+  paths = dict(json=os.path.join(output_dir, 'tuning.json'),
+               markdown=os.path.join(output_dir, 'tuning.md'))
+  with open(paths['json'], 'w') as f:
+    json.dump(dict(chosen), f, indent=2, sort_keys=True)
+  summaries = {s.method: s for s in comparison.summarize(
+      output_dir, [p.label for p in points], seeds, target_accuracy=1.0)}
+  lines = [f'# {title}', '',
+           f'Final validation accuracy (%), mean over seeds '
+           f'{", ".join(map(str, seeds))}; chosen settings in bold.', '',
+           '| method | client lr | server lr | validation accuracy (%) |',
+           '|---|---|---|---|']
+  for point in points:
+    accuracy = summaries[point.label].final_accuracy[0] * 100
+    best = chosen[point.method]
+    mark = '**' if point.settings() == {
+        k: v for k, v in best.items() if k != 'validation_accuracy'} else ''
+    server = ('' if point.server_learning_rate is None
+              else f'{point.server_learning_rate:g}')
+    lines.append(f'| {point.method} | {mark}{point.client_learning_rate:g}'
+                 f'{mark} | {mark}{server}{mark} | {accuracy:.2f} |')
+  with open(paths['markdown'], 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  for method in dict.fromkeys(p.method for p in points):
+    labels = [p.label for p in points if p.method == method]
+    figure = comparison.plot_accuracy(
+        output_dir, labels, seeds, f'{method}: validation accuracy')
+    name = method.replace('+', '_plus_')
+    paths[f'curves_{method}'] = os.path.join(output_dir,
+                                             f'validation_{name}.png')
+    os.replace(figure, paths[f'curves_{method}'])
+  return paths
+
+
+def read_settings(path: str) -> dict[str, dict[str, Any]]:
+  """A tuning.json: by method, the settings it was given (no accuracy)."""
+  with open(path) as f:
+    chosen = json.load(f)
+  return {method: {k: v for k, v in settings.items()
+                   if k != 'validation_accuracy'}
+          for method, settings in chosen.items()}
