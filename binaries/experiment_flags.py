@@ -99,9 +99,10 @@ flags.DEFINE_integer('fed2_groups', 10, 'fed2: G, the number of groups.')
 flags.DEFINE_integer('fed2_decouple_depth', None, 'fed2: how many final '
                      'layers are grouped (default: 6 for VGG, 4 for the '
                      'FedCKA CNN).')
-flags.DEFINE_string('fed2_pairing', 'class_weighted', 'fed2: class_weighted '
-                    '(group g weighted by examples of its classes) or '
-                    'uniform.')
+flags.DEFINE_string('fed2_pairing', 'uniform', 'fed2: uniform (the paper: '
+                    'group g averaged with group g, by examples) or '
+                    'class_weighted (group g weighted by examples of its '
+                    'classes; unstable under strong label skew).')
 flags.DEFINE_integer('seed', 0, 'Fixes partition, sampling and init.')
 flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate every N rounds.')
 flags.DEFINE_integer('rounds_per_checkpoint', 1, 'Save state every N rounds.')

@@ -570,6 +570,10 @@ def load_task(name: str,
   mean = std = None
   if name == 'digits':
     arrays = load_digits_arrays(seed)
+    # Standardized as the other image tasks are (their fixed statistics;
+    # these from the training split): raw [0, 1] pixels left every method
+    # at chance for its first rounds.
+    mean, std = (float(arrays[0].mean()),), (float(arrays[0].std()),)
   elif name in _TFDS_NAMES:
     arrays = load_tfds_arrays(name, data_dir)
     mean, std = _NORMALIZATION[name]

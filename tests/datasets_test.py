@@ -32,7 +32,13 @@ def test_digits_clients_hold_exactly_their_partition(digits):
   # 1797 digits, 20% held out centrally.
   assert total + len(digits.test_y) == 1797
   assert digits.test_x.shape == (359, 8, 8, 1)
-  assert 0.0 <= digits.test_x.min() and digits.test_x.max() <= 1.0
+  # Standardized with the training split's statistics.
+  train_x = np.concatenate([
+      np.stack([e['x'].numpy() for e in
+                digits.client_data.create_tf_dataset_for_client(c)])
+      for c in digits.client_data.client_ids])
+  assert abs(train_x.mean()) < 1e-3 and abs(train_x.std() - 1.0) < 1e-3
+  assert abs(digits.test_x.mean()) < 0.1
 
 
 def test_client_data_is_served_by_a_dataset_computation(digits):

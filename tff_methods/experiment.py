@@ -92,7 +92,7 @@ class ExperimentConfig:
   client_state_dir: Optional[str] = None
   fed2_groups: int = 10
   fed2_decouple_depth: Optional[int] = None
-  fed2_pairing: str = 'class_weighted'
+  fed2_pairing: str = 'uniform'
   server_momentum_form: str = 'heavy_ball'
   scaffold_weighting: str = 'uniform'
   scaffold_momentum: bool = False

@@ -77,7 +77,8 @@ class Hyperparameters:
     fed2_groups: Fed2's G.
     fed2_decouple_depth: How many final layers Fed2 groups (None: the
       model's default, 6 for VGG).
-    fed2_pairing: 'class_weighted' or 'uniform'.
+    fed2_pairing: 'uniform' (the paper's paired averaging, default) or
+      'class_weighted'.
     seed: Fixes Fed2's class -> group assignment.
     server_momentum_form: FedAvgM's 'heavy_ball' (TFF, default) or 'ema'
       (the FedCos code).
@@ -103,7 +104,7 @@ class Hyperparameters:
   client_state_dir: Optional[str] = None
   fed2_groups: int = 10
   fed2_decouple_depth: Optional[int] = None
-  fed2_pairing: str = 'class_weighted'
+  fed2_pairing: str = 'uniform'
   seed: int = 0
   server_momentum_form: str = 'heavy_ball'
   scaffold_weighting: str = 'uniform'

@@ -498,7 +498,7 @@ for _model, _by_n in _FED2_VALUES.items():
         settings=dict(task='cifar10', model=_model, partition='pathological',
                       classes_per_client=5, num_clients=_n,
                       clients_per_round=_n, fed2_groups=10,
-                      fed2_pairing='class_weighted', rounds=100,
+                      fed2_pairing='uniform', rounds=100,
                       local_epochs=1, batch_size=64,
                       client_learning_rate=0.01, client_momentum=0.9),
         rows=(Row('fedavg', 'FedAvg', 'fedavg', {}, {'accuracy': _fedavg}),
