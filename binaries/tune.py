@@ -44,6 +44,9 @@ flags.DEFINE_list('server_learning_rates', ['0.01', '0.03', '0.1', '0.3',
                                             '1.0'],
                   'The server learning rates tried (FedAvgM, FedAdam, '
                   'FedYogi and their combinations).')
+flags.DEFINE_bool('reference_rows', False, 'Tune the reference rows of '
+                  'compare.py --reference_rows too (centralized, '
+                  'fedavg_iid).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
 FLAGS = flags.FLAGS
 
@@ -67,7 +70,9 @@ def main(argv):
         f'--seeds={",".join(FLAGS.seeds)} must be integers.')
   output_dir = FLAGS.output_dir or f'runs/tune_{FLAGS.task}'
   try:
-    points = tuning.grid(FLAGS.methods, _floats('client_learning_rates'),
+    rows = list(FLAGS.methods) + (list(comparison.REFERENCE_ROWS)
+                                  if FLAGS.reference_rows else [])
+    points = tuning.grid(rows, _floats('client_learning_rates'),
                          _floats('server_learning_rates'))
     base = experiment_flags.config_from_flags(output_dir=output_dir)
     configs = tuning.plan(base, points, seeds, output_dir)

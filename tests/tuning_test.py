@@ -90,6 +90,16 @@ def test_comparison_arms_take_tuned_settings_and_reference_rows():
                                   clients_per_round=1, partition='iid')
   with pytest.raises(ValueError, match='no settings for fedprox'):
     comparison.arms(['fedprox'], settings)
+  # A reference row tuned on its own takes its own settings.
+  own = dict(settings, centralized={'client_learning_rate': 0.01})
+  arms = comparison.arms(['moon'], own, reference_rows=True)
+  assert arms[1].settings['client_learning_rate'] == 0.01
+  assert arms[2].settings['client_learning_rate'] == 0.1
+  point = tuning.grid(['centralized'], [0.01], [0.1])[0]
+  assert point.arm().method == 'fedavg'
+  assert point.arm().settings == dict(client_learning_rate=0.01,
+                                      num_clients=1, clients_per_round=1,
+                                      partition='iid')
 
 
 def test_tune_binary_writes_its_choice(tmp_path):

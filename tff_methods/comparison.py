@@ -51,15 +51,16 @@ def arms(methods: Sequence[str],
     methods: Method names.
     settings: By method, settings of its own (e.g. a tune run's choice,
       `tuning.read_settings`); every method must have an entry.
-    reference_rows: Add `REFERENCE_ROWS`, trained as FedAvg with FedAvg's
-      own settings.
+    reference_rows: Add `REFERENCE_ROWS`, trained as FedAvg with their own
+      entry in `settings` (tuned like the methods), or else FedAvg's.
 
   Raises:
     ValueError: naming the methods `settings` has no entry for.
   """
   if settings is not None:
-    missing = [m for m in methods + (['fedavg'] if reference_rows else [])
-               if m not in settings]
+    missing = [m for m in list(methods) + (
+        [r for r in REFERENCE_ROWS if 'fedavg' not in settings]
+        if reference_rows else []) if m not in settings]
     if missing:
       raise ValueError(f'--settings_from has no settings for '
                        f'{", ".join(dict.fromkeys(missing))}; tune them, '
@@ -67,7 +68,8 @@ def arms(methods: Sequence[str],
   own = lambda m: dict((settings or {}).get(m, {}))
   result = [Arm(m, m, own(m)) for m in methods]
   if reference_rows:
-    result += [Arm(label, 'fedavg', dict(own('fedavg'), **row))
+    result += [Arm(label, 'fedavg', dict(
+        own(label) if label in (settings or {}) else own('fedavg'), **row))
                for label, row in REFERENCE_ROWS.items()]
   return result
 

@@ -41,7 +41,11 @@ def tunes_server_learning_rate(method: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class GridPoint:
-  """One setting of a method's learning rates, as a comparison arm."""
+  """One setting of a row's learning rates, as a comparison arm.
+
+  `method` is the row's name: a method, or a reference row of
+  `comparison.REFERENCE_ROWS` (trained as FedAvg with the row's settings).
+  """
   method: str
   client_learning_rate: float
   server_learning_rate: float = None
@@ -60,18 +64,21 @@ class GridPoint:
     return chosen
 
   def arm(self) -> comparison.Arm:
+    if self.method in comparison.REFERENCE_ROWS:
+      return comparison.Arm(self.label, 'fedavg', dict(
+          comparison.REFERENCE_ROWS[self.method], **self.settings()))
     return comparison.Arm(self.label, self.method, self.settings())
 
 
 def grid(methods: Sequence[str], client_learning_rates: Sequence[float],
          server_learning_rates: Sequence[float]) -> list[GridPoint]:
-  """Every method's grid points, in order."""
+  """Every row's grid points, in order (reference rows by their names)."""
   if not client_learning_rates:
     raise ValueError('--client_learning_rates is empty: name at least one.')
   points = []
   for method in methods:
-    server = (server_learning_rates if tunes_server_learning_rate(method)
-              else [None])
+    server = (server_learning_rates if method not in comparison.REFERENCE_ROWS
+              and tunes_server_learning_rate(method) else [None])
     if not server:
       raise ValueError(f'{method} tunes its server learning rate: '
                        '--server_learning_rates is empty.')
@@ -131,9 +138,9 @@ def write_report(output_dir: str, points: Sequence[GridPoint],
     mark = '**' if point.settings() == {
         k: v for k, v in best.items() if k != 'validation_accuracy'} else ''
     server = ('' if point.server_learning_rate is None
-              else f'{point.server_learning_rate:g}')
+              else f'{mark}{point.server_learning_rate:g}{mark}')
     lines.append(f'| {point.method} | {mark}{point.client_learning_rate:g}'
-                 f'{mark} | {mark}{server}{mark} | {accuracy:.2f} |')
+                 f'{mark} | {server} | {accuracy:.2f} |')
   with open(paths['markdown'], 'w') as f:
     f.write('\n'.join(lines) + '\n')
   for method in dict.fromkeys(p.method for p in points):
