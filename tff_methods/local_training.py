@@ -777,17 +777,22 @@ def _compose_with_mean_update(initial_model_weights_fn, distributor,
         finalizer=finalized.measurements))
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  member = state_type.member
+  return tff.learning.templates.LearningProcess(
+      init_fn, next_fn, *model_weights_computations(state_type.member))
 
-  @tff.tensorflow.computation(member)
+
+def model_weights_computations(state_type: tff.Type):
+  """`get_model_weights` and `set_model_weights` of a
+  `LearningAlgorithmState` of type `state_type`, as TFF's composer makes."""
+
+  @tff.tensorflow.computation(state_type)
   def get_model_weights(state):
     return state.global_model_weights
 
-  @tff.tensorflow.computation(member, member.global_model_weights)
+  @tff.tensorflow.computation(state_type, state_type.global_model_weights)
   def set_model_weights(state, weights):
     return tff.learning.templates.LearningAlgorithmState(
         weights, state.distributor, state.client_work, state.aggregator,
         state.finalizer)
 
-  return tff.learning.templates.LearningProcess(
-      init_fn, next_fn, get_model_weights, set_model_weights)
+  return get_model_weights, set_model_weights

@@ -253,21 +253,9 @@ def build_process(initialize_fn: tff.Computation, next_fn: tff.Computation,
       reads and writes its state through `client_states`.
     client_states: The clients' state files.
   """
-  state_type = initialize_fn.type_signature.result.member
-
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights_fn(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(state_type, state_type.global_model_weights)
-  def set_model_weights_fn(state, weights):
-    return tff.learning.templates.LearningAlgorithmState(
-        weights, state.distributor, state.client_work, state.aggregator,
-        state.finalizer)
-
-  return StatefulClientsLearningProcess(initialize_fn, next_fn,
-                                        get_model_weights_fn,
-                                        set_model_weights_fn, client_states)
+  return StatefulClientsLearningProcess(
+      initialize_fn, next_fn, *local_training.model_weights_computations(
+          initialize_fn.type_signature.result.member), client_states)
 
 
 # A client's key: two strings, [client id, round in decimal]
