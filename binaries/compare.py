@@ -62,10 +62,9 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   runtime.quiet(FLAGS.verbosity)
   try:
-    seeds = [int(s) for s in FLAGS.seeds]
-  except ValueError:
-    return experiment_flags.usage_error(
-        f'--seeds={",".join(FLAGS.seeds)} must be integers.')
+    seeds = experiment_flags.numbers('seeds')
+  except ValueError as e:
+    return experiment_flags.usage_error(str(e))
   if not 0 < FLAGS.target_accuracy <= 1:
     return experiment_flags.usage_error(
         f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].')

@@ -133,6 +133,20 @@ def usage_error(message: str) -> int:
   return 2
 
 
+def numbers(name: str, kind: type = int) -> list:
+  """The list flag `name` as numbers of `kind`.
+
+  Raises:
+    ValueError: naming the flag and its value.
+  """
+  values = FLAGS[name].value
+  try:
+    return [kind(v) for v in values]
+  except ValueError:
+    noun = 'integers' if kind is int else 'numbers'
+    raise ValueError(f'--{name}={",".join(values)} must be {noun}.') from None
+
+
 def explicit_flags() -> set[str]:
   """The experiment flags set on the command line."""
   fields = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}

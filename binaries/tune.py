@@ -51,29 +51,18 @@ flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
 FLAGS = flags.FLAGS
 
 
-def _floats(name):
-  try:
-    return [float(v) for v in FLAGS[name].value]
-  except ValueError:
-    raise ValueError(f'--{name}={",".join(FLAGS[name].value)} must be '
-                     'numbers.') from None
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   runtime.quiet(FLAGS.verbosity)
-  try:
-    seeds = [int(s) for s in FLAGS.seeds]
-  except ValueError:
-    return experiment_flags.usage_error(
-        f'--seeds={",".join(FLAGS.seeds)} must be integers.')
   output_dir = FLAGS.output_dir or f'runs/tune_{FLAGS.task}'
   try:
+    seeds = experiment_flags.numbers('seeds')
     rows = list(FLAGS.methods) + (list(comparison.REFERENCE_ROWS)
                                   if FLAGS.reference_rows else [])
-    points = tuning.grid(rows, _floats('client_learning_rates'),
-                         _floats('server_learning_rates'))
+    points = tuning.grid(
+        rows, experiment_flags.numbers('client_learning_rates', float),
+        experiment_flags.numbers('server_learning_rates', float))
     base = experiment_flags.config_from_flags(output_dir=output_dir)
     configs = tuning.plan(base, points, seeds, output_dir)
   except ValueError as e:

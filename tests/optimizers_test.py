@@ -49,11 +49,12 @@ def _server_steps_by_hand(name, w, gradients, lr=0.1, momentum=0.9,
   return out
 
 
-@pytest.mark.parametrize('name', optimizers.SERVER_OPTIMIZERS)
-def test_server_optimizers_follow_their_formulas(name):
-  gradients = [np.array([0.5, -0.02]), np.array([0.1, 0.3]),
-               np.array([-0.4, 0.3])]
-  optimizer = optimizers.build_server_optimizer(name, 0.1)
+GRADIENTS = [np.array([0.5, -0.02]), np.array([0.1, 0.3]),
+             np.array([-0.4, 0.3])]
+
+
+def _steps(optimizer, gradients=GRADIENTS):
+  """The optimizer's weights after each step from [1, -1]."""
   weights = (tf.constant([1.0, -1.0]),)
   state = optimizer.initialize((tf.TensorSpec([2], tf.float32),))
   got = []
@@ -61,6 +62,13 @@ def test_server_optimizers_follow_their_formulas(name):
     state, weights = optimizer.next(state, weights,
                                     (tf.constant(g, tf.float32),))
     got.append(weights[0].numpy())
+  return got
+
+
+@pytest.mark.parametrize('name', optimizers.SERVER_OPTIMIZERS)
+def test_server_optimizers_follow_their_formulas(name):
+  gradients = GRADIENTS
+  got = _steps(optimizers.build_server_optimizer(name, 0.1))
   expected = _server_steps_by_hand(name, np.array([1.0, -1.0]), gradients)
   np.testing.assert_allclose(got, expected, rtol=1e-5)
   # No other rule gives the same weights: the names are not swapped.
@@ -71,20 +79,11 @@ def test_server_optimizers_follow_their_formulas(name):
 
 
 def test_fedavgm_in_the_fedcos_codes_form():
-  gradients = [np.array([0.5, -0.02]), np.array([0.1, 0.3]),
-               np.array([-0.4, 0.3])]
-  optimizer = optimizers.build_server_optimizer('sgdm', 0.1,
-                                                momentum_form='ema')
-  weights = (tf.constant([1.0, -1.0]),)
-  state = optimizer.initialize((tf.TensorSpec([2], tf.float32),))
-  got = []
-  for g in gradients:
-    state, weights = optimizer.next(state, weights,
-                                    (tf.constant(g, tf.float32),))
-    got.append(weights[0].numpy())
+  got = _steps(optimizers.build_server_optimizer('sgdm', 0.1,
+                                                 momentum_form='ema'))
   np.testing.assert_allclose(
       got, _server_steps_by_hand('sgdm_ema', np.array([1.0, -1.0]),
-                                 gradients), rtol=1e-5)
+                                 GRADIENTS), rtol=1e-5)
   with pytest.raises(ValueError, match="momentum form 'nesterov'"):
     optimizers.build_server_optimizer('sgdm', momentum_form='nesterov')
 

@@ -88,6 +88,7 @@ class ClientStateFiles:
     self._directory = os.path.abspath(directory)
     os.makedirs(self._directory, exist_ok=True)
     self._initial_file = os.path.join(self._directory, 'initial.state')
+    self._client_dirs: dict[str, str] = {}
     self._write_file(self._initial_file, self._initial)
 
   @property
@@ -153,7 +154,11 @@ class ClientStateFiles:
   # -- In Python, between rounds.
 
   def client_dir(self, client_id: str) -> str:
-    return self._client_dir_tf(tf.constant(client_id)).numpy().decode()
+    # The TF op that names it, run once per client (prune and get ask often).
+    if client_id not in self._client_dirs:
+      self._client_dirs[client_id] = self._client_dir_tf(
+          tf.constant(client_id)).numpy().decode()
+    return self._client_dirs[client_id]
 
   def versions(self, client_id: str) -> list[int]:
     """The rounds the client's stored versions were written in, sorted."""
