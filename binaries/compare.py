@@ -54,6 +54,8 @@ flags.DEFINE_bool('reference_rows', False, 'Add two reference rows: '
                   'training data: the same number of passes, pooled) and '
                   'fedavg_iid (FedAvg on an IID partition).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
+experiment_flags.define_last_rounds_flag()
+runtime_flags.define_jobs_flag()
 FLAGS = flags.FLAGS
 
 
@@ -65,6 +67,9 @@ def main(argv):
     seeds = experiment_flags.numbers('seeds')
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
+  if FLAGS.last_rounds < 1:
+    return experiment_flags.usage_error(
+        f'--last_rounds={FLAGS.last_rounds} must be >= 1.')
   if not 0 < FLAGS.target_accuracy <= 1:
     return experiment_flags.usage_error(
         f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].')
@@ -97,15 +102,16 @@ def main(argv):
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
-  error = runtime_flags.start()
+  error = runtime_flags.start_for_runs()
   if error:
     return experiment_flags.usage_error(error)
   comparison.run_comparison(
       configs, progress=FLAGS.progress,
-      on_run=lambda label: print(f'== {label}', flush=True))
+      on_run=lambda label: print(f'== {label}', flush=True), jobs=FLAGS.jobs,
+      max_concurrent_clients=FLAGS.max_concurrent_clients)
   arm_labels = [comparison.as_arm(a).label for a in arms]
   summaries = comparison.summarize(output_dir, arm_labels, seeds,
-                                   FLAGS.target_accuracy)
+                                   FLAGS.target_accuracy, FLAGS.last_rounds)
   paths = comparison.write_report(summaries, output_dir,
                                   FLAGS.target_accuracy, title, reported,
                                   labels)

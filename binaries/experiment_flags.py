@@ -123,6 +123,14 @@ flags.DEFINE_string('preset', None, 'A paper experiment by name (list them '
 FLAGS = flags.FLAGS
 
 
+def define_last_rounds_flag() -> None:
+  """`--last_rounds`, for the binaries that tabulate many runs."""
+  flags.DEFINE_integer(
+      'last_rounds', 1, "The final accuracy is the mean of the last N "
+      "rounds' evaluations (an oscillating run is judged by its level, not "
+      'by where its last round fell).')
+
+
 def usage_error(message: str) -> int:
   """Prints a bad-input message and returns the exit status 2.
 

@@ -26,6 +26,14 @@ flags.DEFINE_integer('max_concurrent_clients', 2,
 FLAGS = flags.FLAGS
 
 
+def define_jobs_flag() -> None:
+  """`--jobs`, for the binaries that run many experiments."""
+  flags.DEFINE_integer(
+      'jobs', 1, 'Runs at once, each in a process with its own local TFF '
+      'worker (2 suits 2 cores: small models leave them idle between TFF '
+      'calls). Not with --tff_workers.')
+
+
 def check() -> list[str]:
   """The runtime flags' errors (before any work starts)."""
   errors = []
@@ -42,6 +50,21 @@ def check() -> list[str]:
     except ValueError as e:
       errors.append(str(e))
   return errors
+
+
+def start_for_runs() -> Optional[str]:
+  """`start`, or with `--jobs` > 1 only the checks (each job starts its own
+  worker)."""
+  if FLAGS.jobs < 1:
+    return f'--jobs={FLAGS.jobs} must be >= 1.'
+  if FLAGS.jobs == 1:
+    return start()
+  runtime.discard_default_context()  # The jobs run TFF; this process won't.
+  errors = check()
+  if FLAGS.tff_workers or FLAGS.tff_worker_binary:
+    errors.append(f'--jobs={FLAGS.jobs} runs local packaged workers: not '
+                  'with --tff_workers or --tff_worker_binary.')
+  return 'Bad flags:\n  ' + '\n  '.join(errors) if errors else None
 
 
 def start() -> Optional[str]:

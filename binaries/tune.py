@@ -48,6 +48,8 @@ flags.DEFINE_bool('reference_rows', False, 'Tune the reference rows of '
                   'compare.py --reference_rows too (centralized, '
                   'fedavg_iid).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
+experiment_flags.define_last_rounds_flag()
+runtime_flags.define_jobs_flag()
 FLAGS = flags.FLAGS
 
 
@@ -57,6 +59,8 @@ def main(argv):
   runtime.quiet(FLAGS.verbosity)
   output_dir = FLAGS.output_dir or f'runs/tune_{FLAGS.task}'
   try:
+    if FLAGS.last_rounds < 1:
+      raise ValueError(f'--last_rounds={FLAGS.last_rounds} must be >= 1.')
     seeds = experiment_flags.numbers('seeds')
     rows = list(FLAGS.methods) + (list(comparison.REFERENCE_ROWS)
                                   if FLAGS.reference_rows else [])
@@ -67,17 +71,19 @@ def main(argv):
     configs = tuning.plan(base, points, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
-  error = runtime_flags.start()
+  error = runtime_flags.start_for_runs()
   if error:
     return experiment_flags.usage_error(error)
   comparison.run_comparison(
       configs, progress=FLAGS.progress,
-      on_run=lambda label: print(f'== {label}', flush=True))
-  chosen = tuning.choose(output_dir, points, seeds)
+      on_run=lambda label: print(f'== {label}', flush=True), jobs=FLAGS.jobs,
+      max_concurrent_clients=FLAGS.max_concurrent_clients)
+  chosen = tuning.choose(output_dir, points, seeds, FLAGS.last_rounds)
   paths = tuning.write_report(
       output_dir, points, seeds, chosen,
       f'{FLAGS.task}, {FLAGS.partition} partition, {FLAGS.num_clients} '
-      f'clients, {FLAGS.rounds} rounds: learning rates on held-out data')
+      f'clients, {FLAGS.rounds} rounds: learning rates on held-out data',
+      FLAGS.last_rounds)
   with open(paths['markdown']) as f:
     print(f.read())
   print(f'Written to {output_dir}: tuning.json, tuning.md, '

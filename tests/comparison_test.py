@@ -1,5 +1,6 @@
 """Tests for tff_methods.comparison (and binaries/compare.py)."""
 
+import csv
 import os
 import subprocess
 import sys
@@ -49,6 +50,24 @@ def test_summary_numbers_by_hand(tmp_path):
   assert '± 0.00' not in table
 
 
+def test_final_figures_average_the_last_rounds(tmp_path):
+  out = str(tmp_path)
+  _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])
+  _write_run(out, 'fedavg', 1, [0.4, 0.7, 0.8])
+  fedavg, = comparison.summarize(out, ['fedavg'], [0, 1], 0.6, last_rounds=2)
+  # Seed 0: (0.6 + 0.5) / 2 = 0.55; seed 1: (0.7 + 0.8) / 2 = 0.75.
+  assert np.allclose(fedavg.final_accuracy, (0.65, 0.10))
+  assert np.allclose(fedavg.final_macro_f1, (0.325, 0.05))
+  assert np.allclose(fedavg.best_accuracy, (0.7, 0.1))  # unchanged
+  table = open(comparison.write_report([fedavg], out, 0.6, 't')
+               ['markdown']).read()
+  assert "mean of the last 2 rounds' evaluations" in table
+  with pytest.raises(ValueError, match='last_rounds'):
+    comparison.summarize(out, ['fedavg'], [0], 0.6, last_rounds=0)
+  with pytest.raises(ValueError, match='jobs'):
+    comparison.run_comparison([], jobs=0)
+
+
 def test_plan_checks_every_run_before_any_starts(tmp_path):
   base = experiment.ExperimentConfig(task='digits', model='mlp')
   with pytest.raises(ValueError) as error:
@@ -64,23 +83,38 @@ def test_plan_checks_every_run_before_any_starts(tmp_path):
                                                'seed3')
 
 
-def test_compare_binary_runs_and_a_rerun_skips_finished_runs(tmp_path):
+def _accuracies(run_directory):
+  with open(os.path.join(run_directory, 'metrics.csv')) as f:
+    return [row['eval/accuracy'] for row in csv.DictReader(f)]
+
+
+def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
   out = tmp_path / 'cmp'
   command = [sys.executable, '-m', 'binaries.compare',
              '--methods=fedavg,fedprox', '--seeds=0,1', '--task=digits',
              '--model=mlp', '--num_clients=4', '--clients_per_round=4',
-             '--rounds=2', f'--output_dir={out}',
-             f'--cache_dir={tmp_path / "cache"}', '--noprogress']
-  first = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+             '--rounds=2', f'--cache_dir={tmp_path / "cache"}', '--noprogress']
+  first = subprocess.run(command + [f'--output_dir={out}', '--jobs=2'],
+                         cwd=REPO, capture_output=True, text=True,
                          timeout=600, check=False)
   assert first.returncode == 0, first.stderr[-2000:]
-  assert first.stdout.count('== ') == 4
+  assert first.stdout.count('== [') == 4  # one line per finished run
   for name in ('comparison.md', 'comparison.csv', 'accuracy.png'):
     assert (out / name).exists()
-  again = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+  again = subprocess.run(command + [f'--output_dir={out}', '--jobs=2'],
+                         cwd=REPO, capture_output=True, text=True,
                          timeout=600, check=False)
   assert again.returncode == 0
   assert again.stdout.count('== ') == 0  # every run had finished
+  # A run's figures do not depend on the job that trained it.
+  alone = tmp_path / 'alone'
+  one = subprocess.run(command[:3] + ['--methods=fedprox', '--seeds=1'] +
+                       command[5:] + [f'--output_dir={alone}'], cwd=REPO,
+                       capture_output=True, text=True, timeout=600,
+                       check=False)
+  assert one.returncode == 0, one.stderr[-2000:]
+  assert _accuracies(alone / 'fedprox' / 'seed1') == _accuracies(
+      out / 'fedprox' / 'seed1')
 
 
 if __name__ == '__main__':

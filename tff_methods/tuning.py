@@ -102,10 +102,17 @@ def plan(base: experiment.ExperimentConfig, points: Sequence[GridPoint],
 
 
 def choose(output_dir: str, points: Sequence[GridPoint],
-           seeds: Sequence[int]) -> dict[str, dict[str, Any]]:
-  """By method: its best grid point's settings and validation accuracy."""
+           seeds: Sequence[int],
+           last_rounds: int = 1) -> dict[str, dict[str, Any]]:
+  """By method: its best grid point's settings and validation accuracy.
+
+  The accuracy is the final one, averaged over the last `last_rounds`
+  evaluations (`comparison.summarize`): with more than one, a setting that
+  oscillates from round to round loses to a steady one.
+  """
   summaries = {s.method: s for s in comparison.summarize(
-      output_dir, [p.label for p in points], seeds, target_accuracy=1.0)}
+      output_dir, [p.label for p in points], seeds, target_accuracy=1.0,
+      last_rounds=last_rounds)}
   chosen = {}
   for point in points:
     accuracy = summaries[point.label].final_accuracy[0]
@@ -118,7 +125,7 @@ def choose(output_dir: str, points: Sequence[GridPoint],
 
 def write_report(output_dir: str, points: Sequence[GridPoint],
                  seeds: Sequence[int], chosen: Mapping[str, Mapping[str, Any]],
-                 title: str) -> dict[str, str]:
+                 title: str, last_rounds: int = 1) -> dict[str, str]:
   """tuning.json, tuning.md and `validation_<method>.png`; their paths."""
   os.makedirs(output_dir, exist_ok=True)
   paths = dict(json=os.path.join(output_dir, 'tuning.json'),
@@ -126,9 +133,12 @@ def write_report(output_dir: str, points: Sequence[GridPoint],
   with open(paths['json'], 'w') as f:
     json.dump(dict(chosen), f, indent=2, sort_keys=True)
   summaries = {s.method: s for s in comparison.summarize(
-      output_dir, [p.label for p in points], seeds, target_accuracy=1.0)}
+      output_dir, [p.label for p in points], seeds, target_accuracy=1.0,
+      last_rounds=last_rounds)}
+  final = ('Final validation accuracy' if last_rounds == 1 else
+           f'Validation accuracy over the last {last_rounds} rounds')
   lines = [f'# {title}', '',
-           f'Final validation accuracy (%), mean over seeds '
+           f'{final} (%), mean over seeds '
            f'{", ".join(map(str, seeds))}; chosen settings in bold.', '',
            '| method | client lr | server lr | validation accuracy (%) |',
            '|---|---|---|---|']
