@@ -3,7 +3,7 @@
 `train.py` and `compare.py` define the same settings with the same names;
 `config_from_flags()` turns them into a `tff_methods.experiment.
 ExperimentConfig`. Importing this module imports TensorFlow, so binaries
-call `runtime.quiet(...)` first.
+call `runtime.configure_process(...)` first.
 """
 
 import dataclasses

@@ -24,7 +24,7 @@ from absl import flags
 from tff_methods import runtime
 
 # Before TensorFlow is first imported (by the modules below).
-runtime.quiet(runtime.verbosity_from_argv(sys.argv))
+runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags

@@ -19,6 +19,9 @@ from absl import flags
 
 from tff_methods import runtime
 
+# The worker inherits this process's environment (oneDNN kernels on).
+runtime.configure_environment()
+
 flags.DEFINE_integer('port', None, 'The port to serve on (1..65535).')
 flags.DEFINE_integer('max_concurrent_clients', 2,
                      'Client computations run at once (<= 0: no limit).')

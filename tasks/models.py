@@ -12,7 +12,8 @@ Every model here is a functional `tf.keras.Model` whose output is a dict:
 - `logits`: the unnormalized class scores.
 
 Every layer lies on the path from the input to `logits`, so the model's
-trainable variables are exactly those of `logits_only(model)`, in the same
+trainable variables are exactly those of `tff_methods.model_lib.logits_only(
+model)`, in the same
 order: the weights of the project's processes and of TFF's own builders are
 interchangeable.
 
@@ -34,30 +35,60 @@ MOBILENET_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1),
                     (512, 2), (512, 1), (512, 1), (512, 1), (512, 1),
                     (512, 1), (1024, 2), (1024, 1))
 
+# Layer plans of the CNNs Fed2 can group (`tff_methods.fed2.grouped_model`):
+# ('conv', filters, kernel, pool), ('sep', filters, stride) a depthwise-
+# separable block, or ('fc', units); the classifier comes last. The plain
+# `vgg9` and `mobilenet` below are built from the same plans. Fed2's
+# `fedcka_cnn` is the FedCKA CNN with a ReLU on its 256-wide last layer
+# (the plain model's linear projection `z`), since every grouped layer is
+# a ReLU block.
+VGG9_PLAN = (('conv', 32, 3, False), ('conv', 64, 3, True),
+             ('conv', 128, 3, False), ('conv', 128, 3, True),
+             ('conv', 256, 3, False), ('conv', 256, 3, True),
+             ('fc', 512), ('fc', 512))
+VGG16_PLAN = (('conv', 64, 3, False), ('conv', 64, 3, True),
+              ('conv', 128, 3, False), ('conv', 128, 3, True),
+              ('conv', 256, 3, False), ('conv', 256, 3, False),
+              ('conv', 256, 3, True), ('conv', 512, 3, False),
+              ('conv', 512, 3, False), ('conv', 512, 3, True),
+              ('conv', 512, 3, False), ('conv', 512, 3, False),
+              ('conv', 512, 3, True), ('fc', 512), ('fc', 512))
+FEDCKA_CNN_PLAN = (('conv', 16, 5, True), ('conv', 32, 5, True),
+                   ('fc', 120), ('fc', 84), ('fc', 84), ('fc', 256))
+MOBILENET_PLAN = (('conv', 32, 3, False),) + tuple(
+    ('sep', filters, stride) for filters, stride in MOBILENET_BLOCKS)
+# Fed2's models: name -> (plan, the paper's decouple depth (the last 6
+# layers, classifier included), whether the classifier reads globally
+# average-pooled features).
+_FED2_MODELS = {
+    'vgg9': (VGG9_PLAN, 6, False),
+    'vgg16': (VGG16_PLAN, 6, False),
+    'fedcka_cnn': (FEDCKA_CNN_PLAN, 4, False),
+    'mobilenet': (MOBILENET_PLAN, 6, True),
+}
+FED2_MODELS = tuple(_FED2_MODELS)
+
+
+def fed2_plan(name: str, input_shape: Sequence[int]) -> dict:
+  """Model `name` as Fed2 groups it: `tff_methods.fed2.LayerPlan`'s fields.
+
+  Raises:
+    ValueError: for a model Fed2 can't group.
+  """
+  if name not in _FED2_MODELS:
+    raise ValueError(f'Fed2 supports models {", ".join(FED2_MODELS)}, not '
+                     f'{name!r}.')
+  layers, decouple_depth, global_pool = _FED2_MODELS[name]
+  # The FedCKA CNN's convolutions are unpadded on 32x32 inputs (the paper).
+  padding = 'valid' if (name == 'fedcka_cnn' and
+                        min(input_shape[:2]) >= 20) else 'same'
+  return dict(name=name, layers=layers, decouple_depth=decouple_depth,
+              global_pool=global_pool, padding=padding)
+
+
 # Shakespeare as TFF prepares it: 86 characters + pad, out-of-vocabulary,
 # beginning and end of sequence.
 SHAKESPEARE_VOCAB_SIZE = 90
-
-
-def layer_names(model: tf.keras.Model) -> list[str]:
-  """The model's `layer_k` output names, nearest the input first."""
-  names = [k for k in model.output if k.startswith('layer_')]
-  return sorted(names, key=lambda k: int(k.split('_')[1]))
-
-
-def logits_only(model: tf.keras.Model) -> tf.keras.Model:
-  """The same model (shared layers) with `logits` as its only output.
-
-  This is the form TFF's `tff.learning.models.from_keras_model` takes.
-  """
-  wrapped = tf.keras.Model(model.input, model.output['logits'],
-                           name=model.name + '_logits')
-  if [v.ref() for v in wrapped.trainable_variables] != [
-      v.ref() for v in model.trainable_variables]:
-    raise ValueError(
-        f'Model {model.name!r} has trainable layers off the path to its '
-        'logits; its weights would not match TFF\'s view of it.')
-  return wrapped
 
 
 def _outputs(layers: Sequence[tf.Tensor], features: tf.Tensor,
@@ -175,9 +206,11 @@ def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   `layer_1` is the stem, `layer_2`.. each separable block.
   """
   x = inputs = tf.keras.Input(input_shape)
-  x = tf.keras.layers.Conv2D(32, 3, padding='same', activation='relu')(x)
+  _, filters, kernel, _ = MOBILENET_PLAN[0]
+  x = tf.keras.layers.Conv2D(filters, kernel, padding='same',
+                             activation='relu')(x)
   blocks = [x]
-  for filters, stride in MOBILENET_BLOCKS:
+  for _, filters, stride in MOBILENET_PLAN[1:]:
     x = tf.keras.layers.SeparableConv2D(filters, 3, stride, padding='same',
                                         activation='relu')(x)
     blocks.append(x)
@@ -267,16 +300,16 @@ def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   """FedMA's VGG-9 (Fed2's CIFAR-10 model): six 3x3 convs, three FC layers."""
   x = inputs = tf.keras.Input(input_shape)
   blocks = []
-  for filters, pool in ((32, False), (64, True), (128, False), (128, True),
-                        (256, False), (256, True)):
-    x = tf.keras.layers.Conv2D(filters, 3, padding='same',
+  convs, (fc1, fc2) = VGG9_PLAN[:-2], VGG9_PLAN[-2:]
+  for _, filters, kernel, pool in convs:
+    x = tf.keras.layers.Conv2D(filters, kernel, padding='same',
                                activation='relu')(x)
     if pool:
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     blocks.append(x)
   x = tf.keras.layers.Flatten()(x)
-  x = tf.keras.layers.Dense(512, activation='relu')(x)
-  features = tf.keras.layers.Dense(512, activation='relu')(x)
+  x = tf.keras.layers.Dense(fc1[1], activation='relu')(x)
+  features = tf.keras.layers.Dense(fc2[1], activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
   return tf.keras.Model(inputs, _outputs(blocks, features, logits),
                         name='vgg9')

@@ -10,6 +10,7 @@ import pytest
 
 from tasks import datasets
 from tff_methods import benchmark
+from tff_methods import experiment
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import pytorch_loop
@@ -29,7 +30,7 @@ def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
   # FedAvg must give the same global weights.
   hparams = methods.Hyperparameters(client_learning_rate=0.1,
                                     client_momentum=0.9)
-  model_fn = methods.model_fn_for('fedavg', 'fedcka_cnn', 10, (32, 32, 3),
+  model_fn = experiment.model_fn_for('fedavg', 'fedcka_cnn', 10, (32, 32, 3),
                                   hparams)
   initial = model_lib.initial_weights(model_fn, 0)
   client_data = tiny_cifar.client_data.preprocess(datasets.LocalBatches(64, 1))

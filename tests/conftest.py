@@ -6,7 +6,7 @@ test process exits.
 
 from tff_methods import runtime
 
-runtime.quiet()
+runtime.configure_process()
 runtime.set_local_execution_context(max_concurrent_clients=2)
 
 

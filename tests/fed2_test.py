@@ -16,6 +16,10 @@ from tff_methods import model_lib
 from tff_methods import optimizers
 
 
+def _plan(name, input_shape=(32, 32, 3)):
+  return fed2.LayerPlan(**models.fed2_plan(name, input_shape))
+
+
 def test_class_groups_are_fixed_by_the_seed_and_cover_every_class():
   groups = fed2.class_groups(10, 3, seed=4)
   assert groups == fed2.class_groups(10, 3, seed=4)
@@ -33,7 +37,8 @@ def test_class_groups_are_fixed_by_the_seed_and_cover_every_class():
 ])
 def test_logits_of_a_class_depend_only_on_shared_and_its_group(name, shape,
                                                                groups):
-  model_fn = lambda: fed2.grouped_model(name, 10, shape, groups, seed=1)
+  model_fn = lambda: fed2.grouped_model(_plan(name, shape), 10, shape, groups,
+                                      seed=1)
   tensor_groups = fed2.tensor_groups(model_fn)
   assert -1 in tensor_groups
   model = model_fn()
@@ -63,7 +68,8 @@ def test_logits_of_a_class_depend_only_on_shared_and_its_group(name, shape,
 
 
 def test_decoupled_layers_are_grouped_and_shared_ones_are_not():
-  model_fn = lambda: fed2.grouped_model('vgg9', 10, (32, 32, 3), 10, seed=0)
+  model_fn = lambda: fed2.grouped_model(_plan('vgg9'), 10, (32, 32, 3), 10,
+                                      seed=0)
   groups = fed2.tensor_groups(model_fn)
   shapes = [tuple(v.shape) for v in model_fn().trainable_variables]
   # The first 3 layers shared; the last 6 (3 convs, 2 dense, classifier)
@@ -77,9 +83,9 @@ def test_decoupled_layers_are_grouped_and_shared_ones_are_not():
   assert stacked == [(10, 4 * 4 * 26, 52), (10, 52), (10, 52, 52), (10, 52),
                      (10, 52, 1), (10, 1)]
   with pytest.raises(ValueError, match='Fed2 supports models'):
-    fed2.grouped_model('resnet18', 10, (32, 32, 3))
+    models.fed2_plan('resnet18', (32, 32, 3))
   with pytest.raises(ValueError, match='decouple depth for vgg9 must be in'):
-    fed2.grouped_model('vgg9', 10, (32, 32, 3), decouple_depth=20)
+    fed2.grouped_model(_plan('vgg9'), 10, (32, 32, 3), decouple_depth=20)
 
 
 def _aggregate(tensor_groups, updates, weights):
@@ -169,7 +175,8 @@ def test_total_variance_by_hand():
 
 
 def test_class_preference_and_layer_report(tmp_path):
-  model = fed2.grouped_model('fedcka_cnn', 10, (8, 8, 1), 5, seed=0)
+  model = fed2.grouped_model(_plan('fedcka_cnn', (8, 8, 1)), 10, (8, 8, 1), 5,
+                             seed=0)
   x = np.random.default_rng(0).random((16, 8, 8, 1)).astype(np.float32)
   preference = fed2.class_preference(model, x, 'layer_1')
   assert preference.shape == (16, 10)  # 16 filters x 10 classes

@@ -51,8 +51,9 @@ def test_projects_fedavg_gives_tffs_weights_and_metrics(
   ours, our_metrics = _run(setup, methods.build_method(
       name, small_model_fn, setup['spec'], hparams))
   theirs, their_metrics = _run(setup, fedavg.build_tff_fedavg(
-      small_model_fn, setup['spec'], hparams.client_optimizer(),
-      hparams.server_optimizer(server)))
+      small_model_fn, setup['spec'],
+      client_optimizer=hparams.client_optimizer(),
+      server_optimizer=hparams.server_optimizer(server)))
   start = model_lib.flat_trainable(setup['initial'])
   assert np.linalg.norm(theirs - start) > 1e-2  # Both trained.
   np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)

@@ -121,7 +121,7 @@ HPARAMS = dict(client_learning_rate=0.05, client_momentum=0.9)
 def fedavg_weights(setup):
   return _run(setup, fedavg.build_tff_fedavg(
       setup['model_fn'], setup['spec'],
-      optimizers.build_client_sgd(0.05, 0.9)))[0]
+      client_optimizer=optimizers.build_client_sgd(0.05, 0.9)))[0]
 
 
 @pytest.mark.parametrize('name, hparams', [

@@ -97,13 +97,15 @@ def test_negative_mu_is_refused():
 def trained(setup, small_model_fn):
   results = {}
   results['fedavg'] = _run(
-      setup['by_id'](fedavg.build_tff_fedavg(small_model_fn, setup['spec'],
-                                         setup['optimizer'])),
+      setup['by_id'](fedavg.build_tff_fedavg(
+          small_model_fn, setup['spec'],
+          client_optimizer=setup['optimizer'])),
       setup['initial'], setup['client_ids'], rounds=2)
   for mu in (0.0, 1.0, 10.0):
     results[mu] = _run(
-        setup['by_id'](fedprox.build_fedprox(small_model_fn, setup['spec'],
-                                             setup['optimizer'], mu)),
+        setup['by_id'](fedprox.build_fedprox(
+            small_model_fn, setup['spec'], client_optimizer=setup['optimizer'],
+            mu=mu)),
         setup['initial'], setup['client_ids'], rounds=1 if mu else 2)
   return results
 
@@ -125,8 +127,9 @@ def test_mu_zero_gives_tffs_fedavg_weights(trained):
 def test_update_shrinks_as_mu_grows(setup, trained, small_model_fn):
   start = model_lib.flat_trainable(setup['initial'])
   one_round_mu0 = _run(
-      setup['by_id'](fedprox.build_fedprox(small_model_fn, setup['spec'],
-                                           setup['optimizer'], 0.0)),
+      setup['by_id'](fedprox.build_fedprox(
+          small_model_fn, setup['spec'], client_optimizer=setup['optimizer'],
+          mu=0.0)),
       setup['initial'], setup['client_ids'], rounds=1)[0]
   norms = [np.linalg.norm(model_lib.flat_trainable(w) - start)
            for w in (one_round_mu0, trained[1.0][0], trained[10.0][0])]
@@ -140,7 +143,8 @@ def test_update_shrinks_as_mu_grows(setup, trained, small_model_fn):
 
 def test_diverged_clients_get_zero_weight(setup, small_model_fn):
   process = setup['by_id'](fedprox.build_fedprox(
-      small_model_fn, setup['spec'], optimizers.build_client_sgd(1e30), 0.0))
+      small_model_fn, setup['spec'],
+      client_optimizer=optimizers.build_client_sgd(1e30), mu=0.0))
   state = process.set_model_weights(process.initialize(), setup['initial'])
   output = process.next(state, setup['client_ids'])
   train = output.metrics['client_work']['train']

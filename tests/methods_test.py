@@ -9,8 +9,17 @@ import pytest
 import tensorflow_federated as tff
 
 from tasks import datasets
+from tff_methods import experiment
+from tff_methods import fed2
+from tff_methods import fedavg
+from tff_methods import fedcka
+from tff_methods import fedcos
+from tff_methods import fedmax
+from tff_methods import fedprox
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import moon
+from tff_methods import scaffold
 
 
 @pytest.fixture(scope='module')
@@ -25,7 +34,8 @@ def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
   hparams = methods.Hyperparameters(client_learning_rate=0.05, mu=0.1,
                                     fed2_groups=2)
   # Fed2 trains its grouped form of a model it can group.
-  model_fn = (methods.model_fn_for(name, 'fedcka_cnn', 10, (8, 8, 1), hparams)
+  model_fn = (experiment.model_fn_for(name, 'fedcka_cnn', 10, (8, 8, 1),
+                                      hparams)
               if name == 'fed2' else small_model_fn)
   process = methods.build_method(name, model_fn,
                                  client_data.element_type_structure, hparams)
@@ -71,16 +81,55 @@ def test_bad_combinations_are_named(name, message):
     methods.parse_method(name)
 
 
-def test_combinations_are_lists_of_regularizers():
-  # pylint: disable=protected-access
-  regs, _ = methods._pieces(methods.parse_method('fedprox+fedcos'),
-                            methods.Hyperparameters(
-                                mu=0.5, strengths=(('fedcos', 0.05),)))
-  assert [type(r).__name__ for r in regs] == ['ProximalTerm',
-                                              'DirectionPenalty']
-  assert regs[0].mu == 0.5 and regs[1].mu == 0.05
+@pytest.mark.parametrize('name, module, builder', [
+    ('fedavg', fedavg, 'build_fedavg'),
+    ('fedadam', fedavg, 'build_fedavg'),
+    ('tff_fedavg', fedavg, 'build_tff_fedavg'),
+    ('fedprox', fedprox, 'build_fedprox'),
+    ('fedmax', fedmax, 'build_fedmax'),
+    ('fedcos', fedcos, 'build_fedcos'),
+    ('fedprox+fedcos', fedcos, 'build_fedcos'),
+    ('fed2', fed2, 'build_fed2'),
+])
+def test_the_registry_runs_each_methods_own_builder(name, module, builder,
+                                                    monkeypatch):
+  calls = []
+  monkeypatch.setattr(module, builder,
+                      lambda *args, **kwargs: calls.append(kwargs) or 'built')
+  hparams = methods.Hyperparameters(mu=0.5, strengths=(('fedcos', 0.05),))
+  assert methods.build_method(name, None, None, hparams) == 'built'
+  assert len(calls) == 1
+  if name == 'fedprox+fedcos':
+    # A combination: the main component's builder, given the others' terms.
+    kwargs = calls[0]
+    assert kwargs['mu'] == 0.05
+    assert [type(r).__name__ for r in kwargs['base_regularizers']] == [
+        'ProximalTerm']
+    assert kwargs['base_regularizers'][0].mu == 0.5
+
+
+@pytest.mark.parametrize('name, module, builder', [
+    ('moon', moon, 'build_moon'), ('moon+fedcos', moon, 'build_moon'),
+    ('fedcka', fedcka, 'build_fedcka'), ('scaffold', scaffold,
+                                         'build_scaffold')])
+def test_stateful_methods_run_their_own_builders(name, module, builder,
+                                                 monkeypatch):
+  calls = []
+  monkeypatch.setattr(module, builder,
+                      lambda *args, **kwargs: calls.append(kwargs) or 'built')
+  assert methods.build_method_for_client_ids(
+      name, None, None, None, methods.Hyperparameters()) == 'built'
+  assert len(calls) == 1
+
+
+def test_statefulness_is_learned_from_the_terms():
   assert methods.is_stateful('moon+fedcos')
+  assert methods.is_stateful('fedcka') and methods.is_stateful('scaffold')
   assert not methods.is_stateful('fedadam+fedcos')
+  assert methods.reads_reference_outputs('fedcka')
+  assert not methods.reads_reference_outputs('fedprox+fedcos')
+  assert set(methods.STATELESS_METHODS) == set(methods.METHOD_NAMES) - {
+      'moon', 'fedcka', 'scaffold'}
 
 
 if __name__ == '__main__':

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tasks import models
+from tff_methods import model_lib
 
 SMALL = {
     'fedcka_cnn': ((32, 32, 3), {}),
@@ -28,9 +29,9 @@ def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
   num_classes = 90 if name.startswith('shakespeare') else 7
   model = models.get_model(name, num_classes, input_shape, **kwargs)
   assert {'features', 'logits'} <= set(model.output)
-  assert len(models.layer_names(model)) >= (1 if name == 'mlp1' else 2)
+  assert len(model_lib.layer_names(model)) >= (1 if name == 'mlp1' else 2)
   # Raises if any trainable layer were off the path to the logits.
-  wrapped = models.logits_only(model)
+  wrapped = model_lib.logits_only(model)
   dtype = np.int32 if name.startswith('shakespeare') else np.float32
   x = np.ones((2,) + input_shape, dtype)
   out = model(x)
@@ -61,7 +62,7 @@ def test_fedmax_activation_is_the_last_post_relu_hidden_vector(name, kwargs):
 
 def test_fedcka_cnn_exposes_its_seven_layers():
   model = models.get_model('fedcka_cnn', 10, (32, 32, 3))
-  names = models.layer_names(model)
+  names = model_lib.layer_names(model)
   assert names == [f'layer_{k}' for k in range(1, 8)]
   widths = [int(np.prod(model.output[k].shape[1:])) for k in names]
   # Two pooled conv blocks, then FC 120, 84, 84, the projection 256 and the
@@ -84,7 +85,7 @@ def test_fedcka_cnn_has_the_papers_shapes():
 def test_fedmax_cnn_activation_is_512_wide():
   model = models.get_model('fedmax_cnn', 10, (32, 32, 3))
   assert model.output['features'].shape[-1] == 512
-  assert len(models.layer_names(model)) == 5
+  assert len(model_lib.layer_names(model)) == 5
 
 
 def test_resnets_use_group_norm_only():
@@ -92,7 +93,7 @@ def test_resnets_use_group_norm_only():
   kinds = {type(l).__name__ for l in model.layers}
   assert 'GroupNormalization' in kinds
   assert 'BatchNormalization' not in kinds
-  assert len(models.layer_names(model)) == 5  # stem + 4 stages
+  assert len(model_lib.layer_names(model)) == 5  # stem + 4 stages
 
 
 def test_fedcos_and_fed2_models_have_the_papers_shapes():
@@ -104,7 +105,7 @@ def test_fedcos_and_fed2_models_have_the_papers_shapes():
   assert [l.units for l in mlp1.layers
           if isinstance(l, tf.keras.layers.Dense)] == [200, 10]
   mobilenet = models.get_model('mobilenet', 10, (32, 32, 3))
-  assert len(models.layer_names(mobilenet)) == 14
+  assert len(model_lib.layer_names(mobilenet)) == 14
   assert tuple(mobilenet.output['layer_14'].shape[1:]) == (2, 2, 1024)
   # MobileNet-v1's 3.2M parameters (CIFAR version, no normalization).
   assert 3.1e6 < mobilenet.count_params() < 3.3e6

@@ -69,8 +69,10 @@ def _keys(client_ids, round_num):
 
 def _build_scaffold(problem, num_clients=4):
   return scaffold.build_scaffold(
-      _linear_model, problem['spec'], _by_key(problem['client_data']), LR,
-      num_clients, loss_fn=local_training.squared_error)
+      _linear_model, problem['spec'],
+      dataset_computation=_by_key(problem['client_data']),
+      client_learning_rate=LR, num_clients=num_clients,
+      loss_fn=local_training.squared_error)
 
 
 def _train(process, problem, rounds, cohort=None):
@@ -127,8 +129,9 @@ def test_a_client_with_a_non_finite_update_is_not_counted_in_s(problem):
       dict(problem['data'], client_bad=bad)).preprocess(
           lambda ds: ds.batch(EXAMPLES).repeat(LOCAL_STEPS))
   process = scaffold.build_scaffold(
-      _linear_model, problem['spec'], _by_key(client_data), LR,
-      num_clients=4, loss_fn=local_training.squared_error)
+      _linear_model, problem['spec'], dataset_computation=_by_key(client_data),
+      client_learning_rate=LR, num_clients=4,
+      loss_fn=local_training.squared_error)
   state = process.set_model_weights(process.initialize(), problem['initial'])
   output = process.next(state, _keys(['client_2', 'client_bad'], 1))
   weights = model_lib.flat_trainable(process.get_model_weights(output.state))
@@ -154,9 +157,10 @@ def test_niid_benchs_variant_averages_by_examples_and_keeps_option_two(
 
   def one_round(cohort, weighting):
     process = scaffold.build_scaffold(
-        _linear_model, problem['spec'], _by_key(client_data), LR,
-        4, loss_fn=local_training.squared_error, client_momentum=0.5,
-        client_weighting=weighting)
+        _linear_model, problem['spec'],
+        dataset_computation=_by_key(client_data), client_learning_rate=LR,
+        num_clients=4, loss_fn=local_training.squared_error,
+        client_momentum=0.5, client_weighting=weighting)
     state = process.set_model_weights(process.initialize(),
                                       problem['initial'])
     state = process.next(state, _keys(cohort, 1)).state

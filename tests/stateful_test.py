@@ -209,7 +209,7 @@ def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):
               output_dir=str(tmp_path / 'unused'))
   config = experiment.ExperimentConfig(**base)
   data = experiment.load_data(config)
-  keras_model_fn = methods.model_fn_for('fedcka', 'mlp', data.num_classes,
+  keras_model_fn = experiment.model_fn_for('fedcka', 'mlp', data.num_classes,
                                         data.input_shape,
                                         config.hyperparameters(3))
   weights = []
@@ -349,17 +349,18 @@ def fedavg_two_rounds(setup):
   process = tff.simulation.compose_dataset_computation_with_learning_process(
       setup['datasets_by_key'],
       fedavg.build_tff_fedavg(setup['model_fn'], setup['spec'],
-                          setup['optimizer']))
+                              client_optimizer=setup['optimizer']))
   ids = setup['client_data'].client_ids[:2]
   return _rounds(process, setup['initial'], [ids, ids])[0]
 
 
 @pytest.mark.parametrize('build', [
-    lambda s, mu: moon.build_moon(s['model_fn'], s['spec'],
-                                  s['datasets_by_key'], s['optimizer'], mu),
-    lambda s, mu: fedcka.build_fedcka(s['model_fn'], s['spec'],
-                                      s['datasets_by_key'], s['optimizer'],
-                                      mu),
+    lambda s, mu: moon.build_moon(
+        s['model_fn'], s['spec'], dataset_computation=s['datasets_by_key'],
+        client_optimizer=s['optimizer'], mu=mu),
+    lambda s, mu: fedcka.build_fedcka(
+        s['model_fn'], s['spec'], dataset_computation=s['datasets_by_key'],
+        client_optimizer=s['optimizer'], mu=mu),
 ], ids=['moon', 'fedcka'])
 def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
                                                       fedavg_two_rounds):
@@ -393,8 +394,10 @@ def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
 def test_moon_client_taking_part_late(setup, first_round):
   # Round 1: clients 0, 1 (no previous model anywhere, no term). Round 2:
   # clients 2, 3 take part for the first time.
-  process = moon.build_moon(setup['model_fn'], setup['spec'],
-                            setup['datasets_by_key'], setup['optimizer'], 1.0)
+  process = moon.build_moon(
+      setup['model_fn'], setup['spec'],
+      dataset_computation=setup['datasets_by_key'],
+      client_optimizer=setup['optimizer'], mu=1.0)
   ids = setup['client_data'].client_ids
   if first_round == 'initial_model':
     moon.write_own_initial_models(process.client_states, ids,
@@ -419,8 +422,10 @@ def test_moon_client_taking_part_late(setup, first_round):
 
 
 def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
-  process = moon.build_moon(setup['model_fn'], setup['spec'],
-                            setup['datasets_by_key'], setup['optimizer'], 1.0)
+  process = moon.build_moon(
+      setup['model_fn'], setup['spec'],
+      dataset_computation=setup['datasets_by_key'],
+      client_optimizer=setup['optimizer'], mu=1.0)
   ids = setup['client_data'].client_ids[:2]
 
   class NonFiniteInRound2:

@@ -22,23 +22,19 @@ CSV:
 """
 
 import csv
-import dataclasses
 import itertools
 import os
-from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from tasks import datasets
-from tasks import models as task_models
 from tasks import report
 from tff_methods import experiment
 from tff_methods import fed2
 from tff_methods import local_training
 from tff_methods import methods
 from tff_methods import model_lib
-from tff_methods import regularizers as regularizers_lib
 from tff_methods import similarity
 
 
@@ -130,7 +126,7 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
       local_training.tff.learning.ClientWeighting.NUM_EXAMPLES)
   probe_model = keras_model_fn()
   x_test = data.test_x[:test_examples]
-  layers = task_models.layer_names(probe_model)
+  layers = model_lib.layer_names(probe_model)
 
   def outputs_of(weights):
     model_lib.assign_weights(probe_model, weights)

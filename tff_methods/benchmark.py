@@ -19,7 +19,6 @@ fixed seed (`tasks.datasets.generated_like`), every client taking part:
   paper's Table 4 ratios.
 """
 
-import dataclasses
 import os
 import statistics
 import threading
@@ -31,6 +30,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
+from tff_methods import experiment
 from tff_methods import local_training
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
@@ -68,8 +68,8 @@ TFF_FEDAVG = 'tff_fedavg'
 def applicable_methods(model_name: str,
                        names: Sequence[str] = BENCHMARK_METHODS) -> list[str]:
   """The methods that run on `model_name` (Fed2 needs a groupable model)."""
-  from tff_methods import fed2  # pylint: disable=g-import-not-at-top
-  return [m for m in names if m != 'fed2' or model_name in fed2.FED2_MODELS]
+  return [m for m in names
+          if m != 'fed2' or model_name in task_models.FED2_MODELS]
 
 
 def model_kwargs(model_name: str) -> dict:
@@ -122,9 +122,9 @@ def time_methods(model_name: str,
     batches = datasets.LocalBatches(
         batch_size, local_epochs, seed=seed,
         with_index=methods_lib.wants_example_index(name, local_epochs))
-    model_fn = methods_lib.model_fn_for(name, model_name, data.num_classes,
-                                        data.input_shape, hparams,
-                                        **model_kwargs(model_name))
+    model_fn = experiment.model_fn_for(name, model_name, data.num_classes,
+                                       data.input_shape, hparams,
+                                       **model_kwargs(model_name))
     process = methods_lib.build_method_for_client_ids(
         name, model_fn, *_round_datasets(data, batches), hparams)
     state = process.initialize()
@@ -187,10 +187,10 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
     `reference_passes_seconds`, `grams_seconds` and their sum,
     `extra_seconds`.
   """
-  model_fn = methods_lib.model_fn_for('fedcka', model_name, num_classes,
-                                      tuple(input_shape),
-                                      methods_lib.Hyperparameters(),
-                                      **model_kwargs(model_name))
+  model_fn = experiment.model_fn_for('fedcka', model_name, num_classes,
+                                     tuple(input_shape),
+                                     methods_lib.Hyperparameters(),
+                                     **model_kwargs(model_name))
   layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
   views = [local_training.ReferenceView(model_fn, layers) for _ in range(2)]
   rng = np.random.default_rng(seed)
@@ -288,9 +288,9 @@ def loopback_worker_throughput(
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
   batches = datasets.LocalBatches(batch_size, local_epochs, seed=seed)
   client_ids = list(data.client_data.client_ids)
-  model_fn = methods_lib.model_fn_for('fedavg', model_name, data.num_classes,
-                                      data.input_shape, hparams,
-                                      **model_kwargs(model_name))
+  model_fn = experiment.model_fn_for('fedavg', model_name, data.num_classes,
+                                     data.input_shape, hparams,
+                                     **model_kwargs(model_name))
   process = methods_lib.build_method_for_client_ids(
       'fedavg', model_fn, *_round_datasets(data, batches), hparams)
   results = {}
@@ -349,7 +349,7 @@ class PlainTFFedAvg:
     self._local_epochs = local_epochs
     self._batch_size = batch_size
     self._rng = np.random.default_rng(seed)
-    model = task_models.logits_only(task_models.get_model(
+    model = model_lib.logits_only(task_models.get_model(
         model_name, num_classes, clients[0][0].shape[1:],
         **model_kwargs(model_name)))
     variables = model.trainable_variables
@@ -446,9 +446,9 @@ def memory_growth(data: datasets.FederatedData, model_name: str,
     `rss_mb` per round (this process + workers), and `growth`: the relative
     increase from round `after_round` to the last.
   """
-  model_fn = methods_lib.model_fn_for('fedavg', model_name, data.num_classes,
-                                      data.input_shape, hparams,
-                                      **(model_options or {}))
+  model_fn = experiment.model_fn_for('fedavg', model_name, data.num_classes,
+                                     data.input_shape, hparams,
+                                     **(model_options or {}))
   process = methods_lib.build_method_for_client_ids(
       'fedavg', model_fn,
       *_round_datasets(data, datasets.LocalBatches(batch_size)), hparams)

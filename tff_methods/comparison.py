@@ -213,7 +213,7 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
 def _job(configs, max_concurrent_clients, done):
   """One job's runs, in a process of its own (`run_comparison`)."""
   from tff_methods import runtime  # pylint: disable=g-import-not-at-top
-  runtime.quiet()
+  runtime.configure_process()
   runtime.set_local_execution_context(
       max_concurrent_clients=max_concurrent_clients)
   for config in configs:

@@ -14,9 +14,10 @@ loads the task, builds the method, and trains with
 """
 
 import dataclasses
+import functools
 import json
 import os
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import logging
 import numpy as np
@@ -160,7 +161,7 @@ def validate(config: ExperimentConfig) -> None:
   need(config.task in datasets.TASK_NAMES,
        f'--task={config.task!r} is unknown; choose one of '
        f'{", ".join(datasets.TASK_NAMES)}')
-  need(config.model_name() in task_models.MODEL_NAMES + fed2.FED2_MODELS,
+  need(config.model_name() in task_models.MODEL_NAMES + task_models.FED2_MODELS,
        f'--model={config.model!r} is unknown; choose one of '
        f'{", ".join(task_models.MODEL_NAMES)}')
   need(config.partition in partition_lib.PARTITIONERS,
@@ -232,8 +233,8 @@ def validate(config: ExperimentConfig) -> None:
          f'{", ".join(MODELS_WITH_PROJECTION)}, or a ResNet with '
          f'--projection_dim > 0, not --model={model_name}')
   if 'fed2' in parts:
-    need(model_name in fed2.FED2_MODELS,
-         f'--method=fed2 supports --model={"/".join(fed2.FED2_MODELS)}, not '
+    need(model_name in task_models.FED2_MODELS,
+         f'--method=fed2 supports --model={"/".join(task_models.FED2_MODELS)}, not '
          f'{model_name}')
     need(config.fed2_groups >= 1,
          f'--fed2_groups={config.fed2_groups} must be >= 1')
@@ -264,14 +265,34 @@ def validate(config: ExperimentConfig) -> None:
     raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
 
 
+def model_fn_for(name: str, model_name: str, num_classes: int,
+                 input_shape: Sequence[int], hparams: methods.Hyperparameters,
+                 **model_kwargs) -> model_lib.KerasModelFn:
+  """The Keras model factory method `name` trains on a task-zoo model.
+
+  The zoo's model (`tasks.models`, with `model_kwargs` such as a ResNet's
+  `projection_dim`), or for Fed2 its grouped form.
+
+  Raises:
+    ValueError: for a bad model or Fed2 setting, before any work starts.
+  """
+  if methods.parse_method(name) == ['fed2']:
+    return fed2.grouped_model_fn(
+        fed2.LayerPlan(**task_models.fed2_plan(model_name, input_shape)),
+        num_classes, input_shape, hparams.fed2_groups,
+        hparams.fed2_decouple_depth, hparams.seed)
+  return functools.partial(task_models.get_model, model_name, num_classes,
+                           tuple(input_shape), **model_kwargs)
+
+
 def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   """The method's process over client ids, and the Keras model factory."""
   hparams = config.hyperparameters(len(data.client_data.client_ids))
   model_kwargs = ({'projection_dim': config.projection_dim}
                   if config.projection_dim else {})
-  keras_model_fn = methods.model_fn_for(config.method, config.model_name(),
-                                        data.num_classes, data.input_shape,
-                                        hparams, **model_kwargs)
+  keras_model_fn = model_fn_for(config.method, config.model_name(),
+                                data.num_classes, data.input_shape, hparams,
+                                **model_kwargs)
   batches = config.local_batches()
   if (config.method == 'scaffold' and config.client_momentum and
       not config.scaffold_momentum):

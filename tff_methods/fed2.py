@@ -34,6 +34,7 @@ variance, which guides the decoupling depth.
 """
 
 import collections
+import dataclasses
 import functools
 import math
 import os
@@ -44,40 +45,35 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import models as task_models
 from tff_methods import local_training
 from tff_methods import model_lib
 
 PAIRINGS = ('class_weighted', 'uniform')
 
-# Layer plans: ('conv', filters, kernel, pool) or ('fc', units); the
-# classifier is added last. Fed2's models: VGG-9 (FedMA's), VGG-16, and the
-# FedCKA CNN.
-_PLANS = {
-    'vgg9': [('conv', 32, 3, False), ('conv', 64, 3, True),
-             ('conv', 128, 3, False), ('conv', 128, 3, True),
-             ('conv', 256, 3, False), ('conv', 256, 3, True),
-             ('fc', 512), ('fc', 512)],
-    'vgg16': [('conv', 64, 3, False), ('conv', 64, 3, True),
-              ('conv', 128, 3, False), ('conv', 128, 3, True),
-              ('conv', 256, 3, False), ('conv', 256, 3, False),
-              ('conv', 256, 3, True), ('conv', 512, 3, False),
-              ('conv', 512, 3, False), ('conv', 512, 3, True),
-              ('conv', 512, 3, False), ('conv', 512, 3, False),
-              ('conv', 512, 3, True), ('fc', 512), ('fc', 512)],
-    'fedcka_cnn': [('conv', 16, 5, True), ('conv', 32, 5, True),
-                   ('fc', 120), ('fc', 84), ('fc', 84), ('fc', 256)],
-    # ('sep', filters, stride): a depthwise-separable conv block.
-    'mobilenet': [('conv', 32, 3, False)] + [
-        ('sep', filters, stride)
-        for filters, stride in task_models.MOBILENET_BLOCKS],
-}
-# Models whose classifier reads globally average-pooled features.
-_GLOBAL_POOL_MODELS = ('mobilenet',)
-FED2_MODELS = tuple(_PLANS)
-# The paper decouples the last 6 layers (classifier included).
-DEFAULT_DECOUPLE_DEPTH = {'vgg9': 6, 'vgg16': 6, 'fedcka_cnn': 4,
-                          'mobilenet': 6}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlan:
+  """A plain CNN or MLP, layer by layer, as Fed2 groups it.
+
+  Attributes:
+    name: The model's name.
+    layers: ('conv', filters, kernel, pool), ('sep', filters, stride) (a
+      depthwise-separable block) or ('fc', units), nearest the input first;
+      every one a ReLU block. The classifier is added after them.
+    decouple_depth: How many last layers (classifier included) are split
+      into groups by default (the paper: 6).
+    global_pool: Whether the classifier reads globally average-pooled
+      features.
+    padding: The convolutions' padding.
+  """
+  name: str
+  layers: tuple[tuple[Any, ...], ...]
+  decouple_depth: int
+  global_pool: bool = False
+  padding: str = 'same'
+
+
 _GROUP_PATTERN = re.compile(r'fed2_group(\d+)_')
 _STACKED_PATTERN = re.compile(r'fed2_stacked_')
 
@@ -103,14 +99,15 @@ def _layer(spec, width, name, padding):
   return tf.keras.layers.Dense(width, activation='relu', name=name)
 
 
-def grouped_model(name: str, num_classes: int, input_shape: Sequence[int],
-                  num_groups: int = 10,
+def grouped_model(plan: LayerPlan, num_classes: int,
+                  input_shape: Sequence[int], num_groups: int = 10,
                   decouple_depth: Optional[int] = None,
                   seed: int = 0) -> tf.keras.Model:
-  """The Fed2 form of model `name`, with the project's named outputs.
+  """The Fed2 form of the model `plan` describes, with named outputs.
 
   Args:
-    name: One of `FED2_MODELS`.
+    plan: The model, layer by layer (the task zoo's are
+      `tasks.models.fed2_plan(name, input_shape)`).
     num_classes: Number of classes.
     input_shape: Shape of one input.
     num_groups: G, 1..num_classes.
@@ -122,18 +119,14 @@ def grouped_model(name: str, num_classes: int, input_shape: Sequence[int],
     A Keras model with outputs `layer_k` (every layer; a decoupled layer's
     output is its groups' outputs side by side), `features` and `logits`.
   """
-  if name not in _PLANS:
-    raise ValueError(f'Fed2 supports models {", ".join(FED2_MODELS)}, not '
-                     f'{name!r}.')
-  plan = _PLANS[name]
-  depth = DEFAULT_DECOUPLE_DEPTH[name] if decouple_depth is None else (
-      decouple_depth)
-  if not 1 <= depth <= len(plan) + 1:
+  name, padding, global_pool = plan.name, plan.padding, plan.global_pool
+  depth = plan.decouple_depth if decouple_depth is None else decouple_depth
+  layers = plan.layers
+  if not 1 <= depth <= len(layers) + 1:
     raise ValueError(f'Fed2 decouple depth for {name} must be in [1, '
-                     f'{len(plan) + 1}] (its layers), got {depth!r}.')
+                     f'{len(layers) + 1}] (its layers), got {depth!r}.')
   groups = class_groups(num_classes, num_groups, seed)
-  padding = 'valid' if (name == 'fedcka_cnn' and
-                        min(input_shape[:2]) >= 20) else 'same'
+  plan = layers
   first_decoupled = len(plan) + 1 - depth  # index into plan (+ classifier)
 
   inputs = tf.keras.Input(tuple(input_shape))
@@ -177,7 +170,7 @@ def grouped_model(name: str, num_classes: int, input_shape: Sequence[int],
     grouped = num_groups > 1
     layer_outputs.append(x)
 
-  if name in _GLOBAL_POOL_MODELS and len(x.shape) > 2:
+  if global_pool and len(x.shape) > 2:
     # Per-channel means: each group keeps its own block.
     features = tf.keras.layers.GlobalAveragePooling2D()(x)
   else:
@@ -430,12 +423,12 @@ def group_weight_fn(groups: Sequence[Sequence[int]], num_classes: int):
   return weight_fn
 
 
-def grouped_model_fn(model_name: str, num_classes: int,
+def grouped_model_fn(plan: LayerPlan, num_classes: int,
                      input_shape: Sequence[int], num_groups: int = 10,
                      decouple_depth: Optional[int] = None, seed: int = 0
                      ) -> model_lib.KerasModelFn:
   """A no-arg builder of `grouped_model(...)`; checks the settings now."""
-  fn = functools.partial(grouped_model, model_name, num_classes,
+  fn = functools.partial(grouped_model, plan, num_classes,
                          tuple(input_shape), num_groups, decouple_depth, seed)
   fn()  # Raises on bad settings before any work starts.
   return fn
@@ -444,6 +437,7 @@ def grouped_model_fn(model_name: str, num_classes: int,
 def build_fed2(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
+    *,
     client_optimizer: tff.learning.optimizers.Optimizer,
     num_groups: int = 10,
     pairing: str = 'uniform',
@@ -534,10 +528,9 @@ def layer_total_variance(preferences: np.ndarray) -> float:
 def total_variance_by_layer(model: tf.keras.Model, x: np.ndarray
                             ) -> collections.OrderedDict:
   """Eq. 17 for every `layer_k` of the model, nearest the input first."""
-  from tasks import models as task_models  # pylint: disable=g-import-not-at-top
   return collections.OrderedDict(
       (layer, layer_total_variance(class_preference(model, x, layer)))
-      for layer in task_models.layer_names(model))
+      for layer in model_lib.layer_names(model))
 
 
 def write_total_variance_report(variances: Mapping[str, float],

@@ -26,6 +26,7 @@ from tff_methods import model_lib
 def build_fedavg(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
+    *,
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
 ) -> tff.learning.templates.LearningProcess:
@@ -45,6 +46,7 @@ def build_fedavg(
 def build_tff_fedavg(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
+    *,
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
 ) -> tff.learning.templates.LearningProcess:

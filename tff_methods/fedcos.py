@@ -34,6 +34,9 @@ from tff_methods import regularizers
 _EPSILON = 1e-4
 # What `d` is: the paper's global move, or the FedCos code's mean update.
 DIRECTIONS = ('global_move', 'mean_client_update')
+# The strength the project uses when none is given (the paper's tables use
+# 0.01 to 0.05).
+DEFAULT_MU = 0.02
 
 
 def _flat(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -103,11 +106,11 @@ class DirectionPenalty(regularizers.Regularizer):
 def build_fedcos(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
+    *,
     client_optimizer: tff.learning.optimizers.Optimizer,
-    mu: float,
+    mu: float = DEFAULT_MU,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
-    *,
     direction: str = 'global_move',
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedCos over FedAvg (or over another method's pieces).

@@ -13,7 +13,7 @@ beta values carry over (1000 for CIFAR). Stateless.
 Server rule: FedAvg's example-weighted mean of the updates.
 """
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -21,6 +21,9 @@ import tensorflow_federated as tff
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
+
+# The paper's strength for CIFAR.
+DEFAULT_BETA = 1000.0
 
 
 def activation_entropy_loss(activations: tf.Tensor) -> tf.Tensor:
@@ -47,9 +50,11 @@ class ActivationEntropyTerm(regularizers.Regularizer):
 def build_fedmax(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
+    *,
     client_optimizer: tff.learning.optimizers.Optimizer,
-    beta: float,
+    beta: float = DEFAULT_BETA,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    base_regularizers: Sequence[regularizers.Regularizer] = (),
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedMAX as a `tff.learning.templates.LearningProcess`.
 
@@ -59,7 +64,8 @@ def build_fedmax(
     client_optimizer: The client optimizer.
     beta: The prior's strength, >= 0; 0 is FedAvg (paper: 1000 on CIFAR).
     server_optimizer: SGD with learning rate 1 by default.
+    base_regularizers: Other methods' terms to add (a combination).
   """
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
-      regularizers=[ActivationEntropyTerm(beta)])
+      regularizers=list(base_regularizers) + [ActivationEntropyTerm(beta)])

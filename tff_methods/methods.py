@@ -4,11 +4,17 @@ A method name is one component or several joined by '+', as in the FedCos
 paper's tables (`fedprox+fedcos`, `fedavgm+fedcos`, `fedadam+fedcos`). A
 component brings a server optimizer (`fedavg`, `fedavgm`, `fedadam`,
 `fedyogi`), a regularizer of the shared local-training loop (`fedprox`,
-`fedmax`, `fedcos`, `moon`, `fedcka`), or both. A combination is the list of
-their regularizers with the one server optimizer named (FedAvg's by
-default): no combination is special-cased. SCAFFOLD (its own server rule),
-Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's own
-`build_weighted_fed_avg`, to check the project's FedAvg against) stand alone.
+`fedmax`, `fedcos`, `moon`, `fedcka`), or both. SCAFFOLD (its own server
+rule), Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's
+own `build_weighted_fed_avg`, to check the project's FedAvg against) stand
+alone.
+
+Every method is built by its own module's builder (`fedprox.build_fedprox`,
+`moon.build_moon`, ...), which is the code that runs. A combination is built
+by the builder of its main component (`_BUILDER_ORDER`), given the other
+components' terms and the one server optimizer named (FedAvg's by default):
+no combination is special-cased. Whether a method keeps per-client state is
+learned from its terms (`Regularizer.previous_outputs`), not listed.
 
 - `build_method(name, keras_model_fn, element_spec, hparams)`: a
   `tff.learning.templates.LearningProcess` over client datasets, for every
@@ -16,8 +22,6 @@ Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's own
   `fedyogi` is the shared local-training loop with no regularizer (the
   process `fedavg.build_fedavg` builds: TFF's FedAvg computed faster);
   `tff_fedavg` is TFF's `build_weighted_fed_avg` itself.
-- `model_fn_for(name, model_name, num_classes, input_shape, hparams)`: the
-  Keras model factory a method trains (Fed2's grouped form for `fed2`).
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
   a `LearningProcess` whose `next` takes client keys, for every method;
   methods with per-client state (`moon`, `fedcka`, `scaffold`) keep it in
@@ -30,24 +34,21 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
-from tasks import models as task_models
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
-from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import regularizers as regularizers_lib
 from tff_methods import scaffold
-from tff_methods import stateful
 
-# The paper's usual strength of each component's term, when not given.
-DEFAULT_MU = {'fedprox': 0.01, 'moon': 1.0, 'fedcka': 3.0, 'fedcos': 0.02}
-DEFAULT_BETA = 1000.0
+# Each component's strength when none is given: its module's default.
+DEFAULT_STRENGTHS = {'fedprox': fedprox.DEFAULT_MU, 'moon': moon.DEFAULT_MU,
+                     'fedcka': fedcka.DEFAULT_MU, 'fedcos': fedcos.DEFAULT_MU}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Hyperparameters:
     server_momentum: FedAvgM's server momentum.
     mu: The strength of every named component's term (FedProx, MOON,
       FedCKA, FedCos) that has no strength of its own in `strengths`; None
-      picks each one's default (`DEFAULT_MU`).
+      picks each one's default (`DEFAULT_STRENGTHS`).
     strengths: Per-component strengths, e.g. {'fedprox': 0.01,
       'fedcos': 0.05} for `fedprox+fedcos`.
     beta: FedMAX's strength (default 1000, the paper's CIFAR value).
@@ -115,7 +116,7 @@ class Hyperparameters:
     own = dict(self.strengths)
     if component in own:
       return own[component]
-    return DEFAULT_MU[component] if self.mu is None else self.mu
+    return DEFAULT_STRENGTHS[component] if self.mu is None else self.mu
 
   def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
     return optimizers.build_client_sgd(self.client_learning_rate,
@@ -146,7 +147,7 @@ COMPONENTS = {
     'fedprox': Component(regularizer=lambda h: fedprox.ProximalTerm(
         h.strength('fedprox'))),
     'fedmax': Component(regularizer=lambda h: fedmax.ActivationEntropyTerm(
-        DEFAULT_BETA if h.beta is None else h.beta)),
+        fedmax.DEFAULT_BETA if h.beta is None else h.beta)),
     'fedcos': Component(regularizer=lambda h: fedcos.DirectionPenalty(
         h.strength('fedcos'), h.fedcos_direction)),
     'moon': Component(regularizer=lambda h: moon.ModelContrastiveTerm(
@@ -164,17 +165,17 @@ SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = SINGLE_METHODS + (
     'fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
-STATEFUL_COMPONENTS = ('moon', 'fedcka', 'scaffold')
-STATELESS_METHODS = tuple(m for m in METHOD_NAMES if not any(
-    p in STATEFUL_COMPONENTS for p in m.split('+')))
-
-
 def parse_method(name: str) -> list[str]:
-  """Splits `name` into components and checks them.
+  """Splits `name` into components and checks them (once per name).
 
   Raises:
     ValueError: naming the bad part and what is allowed.
   """
+  return list(_parse(str(name)))
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(name: str) -> tuple[str, ...]:
   parts = [p.strip() for p in str(name).split('+')]
   allowed = ', '.join(list(COMPONENTS) + list(STANDALONE))
   for part in parts:
@@ -193,16 +194,19 @@ def parse_method(name: str) -> list[str]:
   if len(servers) > 1:
     raise ValueError(f'Method {name!r} names {len(servers)} server rules '
                      f'({", ".join(servers)}); name at most one.')
-  return parts
+  return tuple(parts)
 
 
-def check_method(name: str) -> None:
-  parse_method(name)
+def _terms(parts: Sequence[str], hparams: Hyperparameters
+           ) -> list[regularizers_lib.Regularizer]:
+  return [COMPONENTS[p].regularizer(hparams) for p in parts
+          if p in COMPONENTS and COMPONENTS[p].regularizer is not None]
 
 
 def reads_reference_outputs(name: str) -> bool:
   """Whether the method reads the global or previous model's outputs."""
-  return any(p in ('moon', 'fedcka') for p in parse_method(name))
+  return any(r.global_outputs or r.previous_outputs
+             for r in _terms(parse_method(name), Hyperparameters()))
 
 
 def wants_example_index(name: str, local_epochs: int,
@@ -218,16 +222,30 @@ def wants_example_index(name: str, local_epochs: int,
 
 
 def is_stateful(name: str) -> bool:
-  """Whether the method keeps per-client state."""
-  return any(p in STATEFUL_COMPONENTS for p in parse_method(name))
+  """Whether the method keeps per-client state: SCAFFOLD (its control
+  variates), or a term that reads the client's previous model."""
+  parts = parse_method(name)
+  return parts == ['scaffold'] or regularizers_lib.needs_previous_model(
+      _terms(parts, Hyperparameters()))
 
 
-def _pieces(parts, hparams):
-  regularizers = [COMPONENTS[p].regularizer(hparams) for p in parts
-                  if COMPONENTS[p].regularizer is not None]
-  server = next((COMPONENTS[p].server_optimizer for p in parts
-                 if COMPONENTS[p].server_optimizer), 'sgd')
-  return regularizers, hparams.server_optimizer(server)
+# A combination is built by the builder of its first component in this
+# order, given the other components' terms: a stateful term's builder
+# (it keeps the client state), then FedCos's, FedMAX's, FedProx's.
+_BUILDER_ORDER = ('moon', 'fedcka', 'fedcos', 'fedmax', 'fedprox')
+
+
+def _server_optimizer(parts, hparams):
+  rule = next((COMPONENTS[p].server_optimizer for p in parts
+               if p in COMPONENTS and COMPONENTS[p].server_optimizer), 'sgd')
+  return hparams.server_optimizer(rule)
+
+
+def _main_and_others(parts, hparams):
+  """The component whose module builds the method, and the others' terms."""
+  main = next((p for p in _BUILDER_ORDER if p in parts), None)
+  others = _terms([p for p in parts if p != main], hparams)
+  return main, others
 
 
 def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
@@ -246,38 +264,35 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
     raise ValueError(
         f'{name} keeps per-client state and is not a tff.learning '
         'LearningProcess; use build_method_for_client_ids.')
+  client_optimizer = hparams.client_optimizer()
+  server_optimizer = _server_optimizer(parts, hparams)
   if parts == ['fed2']:
-    return fed2.build_fed2(keras_model_fn, element_spec,
-                           hparams.client_optimizer(), hparams.fed2_groups,
-                           hparams.fed2_pairing, hparams.seed,
-                           hparams.server_optimizer('sgd'))
+    return fed2.build_fed2(
+        keras_model_fn, element_spec, client_optimizer=client_optimizer,
+        num_groups=hparams.fed2_groups, pairing=hparams.fed2_pairing,
+        seed=hparams.seed, server_optimizer=server_optimizer)
   if parts == ['tff_fedavg']:
     return fedavg.build_tff_fedavg(keras_model_fn, element_spec,
-                                   hparams.client_optimizer(),
-                                   hparams.server_optimizer('sgd'))
-  regularizers, server_optimizer = _pieces(parts, hparams)
-  return local_training.build_local_training_process(
-      keras_model_fn, element_spec, hparams.client_optimizer(),
-      server_optimizer, regularizers)
-
-
-def model_fn_for(name: str, model_name: str, num_classes: int,
-                 input_shape: Sequence[int], hparams: Hyperparameters,
-                 **model_kwargs) -> model_lib.KerasModelFn:
-  """The Keras model factory method `name` trains.
-
-  The registry's model (`tasks.models`, with `model_kwargs` such as a
-  ResNet's `projection_dim`), or for Fed2 its grouped form.
-
-  Raises:
-    ValueError: for a bad model or Fed2 setting, before any work starts.
-  """
-  if parse_method(name) == ['fed2']:
-    return fed2.grouped_model_fn(model_name, num_classes, input_shape,
-                                 hparams.fed2_groups,
-                                 hparams.fed2_decouple_depth, hparams.seed)
-  return functools.partial(task_models.get_model, model_name, num_classes,
-                           tuple(input_shape), **model_kwargs)
+                                   client_optimizer=client_optimizer,
+                                   server_optimizer=server_optimizer)
+  main, others = _main_and_others(parts, hparams)
+  shared = dict(client_optimizer=client_optimizer,
+                server_optimizer=server_optimizer)
+  if main is None:
+    return fedavg.build_fedavg(keras_model_fn, element_spec, **shared)
+  if main == 'fedcos':
+    return fedcos.build_fedcos(
+        keras_model_fn, element_spec, mu=hparams.strength('fedcos'),
+        direction=hparams.fedcos_direction, base_regularizers=others,
+        **shared)
+  if main == 'fedmax':
+    return fedmax.build_fedmax(
+        keras_model_fn, element_spec, beta=(
+            fedmax.DEFAULT_BETA if hparams.beta is None else hparams.beta),
+        base_regularizers=others, **shared)
+  return fedprox.build_fedprox(
+      keras_model_fn, element_spec, mu=hparams.strength('fedprox'),
+      base_regularizers=others, **shared)
 
 
 def build_method_for_client_ids(
@@ -303,18 +318,32 @@ def build_method_for_client_ids(
   parts = parse_method(name)
   if parts == ['scaffold']:
     return scaffold.build_scaffold(
-        keras_model_fn, spec, datasets_by_id, hparams.client_learning_rate,
-        hparams.num_clients,
-        1.0 if hparams.server_learning_rate is None
-        else hparams.server_learning_rate, hparams.weight_decay,
-        hparams.client_state_dir,
+        keras_model_fn, spec, dataset_computation=datasets_by_id,
+        client_learning_rate=hparams.client_learning_rate,
+        num_clients=hparams.num_clients,
+        server_learning_rate=(1.0 if hparams.server_learning_rate is None
+                              else hparams.server_learning_rate),
+        weight_decay=hparams.weight_decay,
+        client_state_dir=hparams.client_state_dir,
         client_momentum=(hparams.client_momentum
                          if hparams.scaffold_momentum else 0.0),
         client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting])
-  if is_stateful(name):
-    regularizers, server_optimizer = _pieces(parts, hparams)
-    return stateful.build_stateful_local_training_process(
-        keras_model_fn, spec, datasets_by_id, hparams.client_optimizer(),
-        server_optimizer, regularizers, hparams.client_state_dir)
-  return tff.simulation.compose_dataset_computation_with_learning_process(
-      datasets_by_id, build_method(name, keras_model_fn, spec, hparams))
+  if not is_stateful(name):
+    return tff.simulation.compose_dataset_computation_with_learning_process(
+        datasets_by_id, build_method(name, keras_model_fn, spec, hparams))
+  main, others = _main_and_others(parts, hparams)
+  shared = dict(dataset_computation=datasets_by_id,
+                client_optimizer=hparams.client_optimizer(),
+                server_optimizer=_server_optimizer(parts, hparams),
+                client_state_dir=hparams.client_state_dir,
+                base_regularizers=others)
+  if main == 'moon':
+    return moon.build_moon(keras_model_fn, spec, mu=hparams.strength('moon'),
+                           temperature=hparams.temperature, **shared)
+  return fedcka.build_fedcka(
+      keras_model_fn, spec, mu=hparams.strength('fedcka'),
+      num_layers=hparams.cka_layers, similarity=hparams.similarity, **shared)
+
+
+# Every named method without per-client state.
+STATELESS_METHODS = tuple(m for m in METHOD_NAMES if not is_stateful(m))

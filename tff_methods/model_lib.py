@@ -1,7 +1,18 @@
-"""Glue between the project's multi-output Keras models and TFF.
+"""The multi-output Keras model contract, and its glue to TFF.
 
-The project's models (`tasks.models`) return a dict of named outputs. The
-project's own client work reads that dict; TFF's builders
+A model the methods train is a functional `tf.keras.Model` whose output is
+a dict of named tensors:
+
+- `layer_1`, `layer_2`, ...: each block's activation, nearest the input
+  first (FedCKA regularizes the first M of them);
+- `features`: the last post-ReLU hidden vector (FedMAX's activations);
+- `z`: a projection head's output, where the model has one (MOON);
+- `logits`: the unnormalized class scores.
+
+Every trainable layer lies on the path from the input to `logits`
+(`logits_only` checks it). The task zoo's models (`tasks.models`) follow
+this contract; so may a user's own. The project's own client work reads
+that dict; TFF's builders
 (`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
 `tff.learning.models.VariableModel` built from the same layers with `logits`
 as the only output. Both see the same trainable variables in the same order,
@@ -16,9 +27,29 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import models as task_models
-
 KerasModelFn = Callable[[], tf.keras.Model]
+
+
+def layer_names(model: tf.keras.Model) -> list[str]:
+  """The model's `layer_k` output names, nearest the input first."""
+  names = [k for k in model.output if k.startswith('layer_')]
+  return sorted(names, key=lambda k: int(k.split('_')[1]))
+
+
+def logits_only(model: tf.keras.Model) -> tf.keras.Model:
+  """The same model (shared layers) with `logits` as its only output.
+
+  This is the form TFF's `tff.learning.models.from_keras_model` takes.
+  """
+  wrapped = tf.keras.Model(model.input, model.output['logits'],
+                           name=model.name + '_logits')
+  if [v.ref() for v in wrapped.trainable_variables] != [
+      v.ref() for v in model.trainable_variables]:
+    raise ValueError(
+        f'Model {model.name!r} has trainable layers off the path to its '
+        'logits; its weights would not match TFF\'s view of it.')
+  return wrapped
+
 
 
 def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
@@ -36,7 +67,7 @@ def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
 
   def model_fn():
     return tff.learning.models.from_keras_model(
-        task_models.logits_only(keras_model_fn()),
+        logits_only(keras_model_fn()),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=element_spec,
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])

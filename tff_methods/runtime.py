@@ -16,7 +16,10 @@ handle, and ends it on every exit path:
 Usage, once per program, before any TFF computation runs:
 
   from tff_methods import runtime
+  runtime.configure_process()  # optional; first thing, before TensorFlow
   runtime.set_local_execution_context(max_concurrent_clients=2)
+
+Importing this module changes nothing: the process is set up by the calls.
 
 Several workers, possibly on other hosts (each started with
 `python -m binaries.worker --port=PORT`), split every round's clients
@@ -41,19 +44,14 @@ import time
 from typing import Optional, Sequence
 
 from absl import logging
+import portpicker
 
-# The workers are started by fork + exec while gRPC threads run; gRPC's fork
-# handlers would only log "skipping fork() handlers" each time. Read when
-# gRPC initializes, so set before it is imported.
-os.environ.setdefault('GRPC_ENABLE_FORK_SUPPORT', '0')
 # TensorFlow 2.14 turns its oneDNN CPU kernels on by default only on the
 # newest Intel CPUs; on these machines they halve a FedCKA CNN training step
-# (19 -> 9.5 ms) and a FedAvg round through TFF (9.05 -> 4.18 s). Read when
-# TensorFlow initializes, here and in the TFF workers (which inherit this
-# environment), so set before either starts; a user's own setting wins.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
-import grpc  # pylint: disable=g-import-not-at-top,g-bad-import-order
-import portpicker
+# (19 -> 9.5 ms) and a FedAvg round through TFF (9.05 -> 4.18 s). The
+# workers this module starts get them unless the caller's environment says
+# otherwise; `configure_process` turns them on in the calling process too.
+_ONEDNN = ('TF_ENABLE_ONEDNN_OPTS', '1')
 
 # The Python side of TFF: imported lazily by the functions that need it, so
 # that `quiet()` can silence TensorFlow before TensorFlow is first imported.
@@ -99,6 +97,32 @@ def verbosity_from_argv(argv: list[str]) -> int:
       except ValueError:
         return 0
   return 0
+
+
+def configure_process(verbosity: int = 0) -> None:
+  """Sets up this process for TFF; the binaries call it first thing.
+
+  Call it before TensorFlow and gRPC are imported: both read these settings
+  once, when they initialize. The caller's own environment settings win.
+
+  - TensorFlow's oneDNN CPU kernels on (`_ONEDNN`: twice as fast here).
+  - gRPC's fork handlers off: the workers are started by fork + exec while
+    gRPC threads run, and the handlers would only log "skipping fork()
+    handlers" each time.
+  - TensorFlow's and TFF's info logs silenced unless `verbosity` > 0
+    (`quiet`).
+
+  A library user who skips it still gets workers with oneDNN on
+  (`start_worker`), and TensorFlow's defaults in their own process.
+  """
+  configure_environment()
+  quiet(verbosity)
+
+
+def configure_environment() -> None:
+  """`configure_process`'s environment settings alone (no TensorFlow)."""
+  os.environ.setdefault(*_ONEDNN)
+  os.environ.setdefault('GRPC_ENABLE_FORK_SUPPORT', '0')
 
 
 def quiet(verbosity: int = 0) -> None:
@@ -169,8 +193,10 @@ def start_worker(binary: Optional[str] = None,
           f'--max_concurrent_computation_calls='
           f'{max_concurrent_computation_calls}']
   out = open(log_path, 'ab') if log_path else subprocess.DEVNULL  # pylint: disable=consider-using-with
+  env = dict(os.environ)
+  env.setdefault(*_ONEDNN)
   process = subprocess.Popen(  # pylint: disable=consider-using-with
-      args, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+      args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
       preexec_fn=_die_with_parent if sys.platform == 'linux' else None)
   with _workers_lock:
     _workers.append(process)
@@ -242,6 +268,7 @@ class _WorkerService:
       if self._process is None:
         self._process, port = start_worker(self._binary, self._max_calls,
                                            log_path=self._log_path)
+        import grpc  # pylint: disable=g-import-not-at-top
         channel = grpc.insecure_channel(f'localhost:{port}',
                                         _GRPC_CHANNEL_OPTIONS)
         self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
@@ -362,6 +389,7 @@ class _RemoteWorker:
   def __init__(self, address: str, timeout_seconds: float):
     self.address = address
     self._timeout = timeout_seconds
+    import grpc  # pylint: disable=g-import-not-at-top
     self._channel = grpc.insecure_channel(address, _GRPC_CHANNEL_OPTIONS)
     self._stub = None
     self._lock = threading.Lock()
@@ -369,6 +397,7 @@ class _RemoteWorker:
   def get_stub(self):
     """The worker's stub once it serves; a RuntimeError if it doesn't."""
     from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
+    import grpc  # pylint: disable=g-import-not-at-top
     with self._lock:
       try:
         grpc.channel_ready_future(self._channel).result(

@@ -51,6 +51,7 @@ class ControlVariateCorrection(regularizers.Regularizer):
 def build_scaffold(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
+    *,
     dataset_computation: tff.Computation,
     client_learning_rate: float,
     num_clients: int,
@@ -58,7 +59,6 @@ def build_scaffold(
     weight_decay: float = 0.0,
     client_state_dir: Optional[str] = None,
     loss_fn: Optional[local_training.LossFn] = None,
-    *,
     client_momentum: float = 0.0,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.UNIFORM),

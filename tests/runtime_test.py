@@ -1,0 +1,43 @@
+"""Tests for tff_methods.runtime: the process set-up and the worker's life."""
+
+import os
+import subprocess
+import sys
+
+from tff_methods import runtime
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_importing_the_runtime_changes_no_environment():
+  script = ('import os; before = dict(os.environ); '
+            'from tff_methods import runtime; '
+            'print(sorted(set(os.environ.items()) ^ set(before.items())))')
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('TF_ENABLE_ONEDNN_OPTS', 'GRPC_ENABLE_FORK_SUPPORT')}
+  out = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120,
+                       check=True)
+  assert out.stdout.strip().splitlines()[-1] == '[]'
+
+
+def test_configure_environment_keeps_the_callers_settings(monkeypatch):
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
+  monkeypatch.delenv('GRPC_ENABLE_FORK_SUPPORT', raising=False)
+  runtime.configure_environment()
+  assert os.environ['TF_ENABLE_ONEDNN_OPTS'] == '0'
+  assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
+
+
+def test_a_started_worker_gets_onednn_and_dies_when_ended(monkeypatch):
+  monkeypatch.delenv('TF_ENABLE_ONEDNN_OPTS', raising=False)
+  process, _ = runtime.start_worker()
+  try:
+    with open(f'/proc/{process.pid}/environ', 'rb') as f:
+      environ = f.read().split(b'\0')
+    assert b'TF_ENABLE_ONEDNN_OPTS=1' in environ
+    assert 'TF_ENABLE_ONEDNN_OPTS' not in os.environ  # ours is untouched
+  finally:
+    process.terminate()
+    process.wait(timeout=30)
+  assert process.pid not in runtime.worker_pids()
