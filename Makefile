@@ -4,11 +4,11 @@
 #   make test   runs the test suite
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
-STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test clean-venv
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
 	  f"tff_methods needs Python 3.11 (TFF 0.87), not {sys.version}"'
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,8 @@ $(STAMP): requirements.txt
 	# TFF 0.87.0 pins jax/jaxlib 0.4.14, which the registry does not serve:
 	# its other dependencies come from requirements.txt (jax 0.4.13).
 	$(VENV)/bin/pip install --quiet --no-deps tensorflow-federated==0.87.0
+	# The project itself, editable: its packages import from anywhere.
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

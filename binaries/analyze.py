@@ -8,7 +8,7 @@ layer-wise CKA of local vs global and local vs local models (FedCKA Fig. 2),
 activation divergence per round (FedMAX Fig. 2), angles of client updates
 (FedCos Figs. 3, 12), the partition heatmap (FedCKA Fig. 4) and the
 per-layer feature total variance (Fed2). The logic lives in
-`tff_methods.analysis`.
+`tooling.analysis`.
 """
 
 import sys
@@ -24,7 +24,7 @@ runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
-from tff_methods import analysis
+from tooling import analysis
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_integer('analysis_clients', 5,

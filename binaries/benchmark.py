@@ -11,7 +11,7 @@ as a plain TF loop and, when PyTorch imports, a plain PyTorch loop (the
 reference code's way) at 5 local epochs;
 and resident memory over 200 rounds of a small model. Writes `benchmark.json`
 and `benchmark.md` (each figure beside its target and the FedCKA paper's
-Table 4) to `--output_dir`. The logic lives in `tff_methods.benchmark`.
+Table 4) to `--output_dir`. The logic lives in `tooling.benchmark`.
 """
 
 import json
@@ -30,9 +30,9 @@ runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 from binaries import runtime_flags
 from tasks import datasets
 from tasks import models as task_models
-from tff_methods import benchmark
 from tff_methods import methods as methods_lib
-from tff_methods import pytorch_loop
+from tooling import benchmark
+from tooling import pytorch_loop
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('models', ['fedcka_cnn', 'resnet18'],

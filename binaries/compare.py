@@ -16,7 +16,7 @@ runs every row of the table with the paper's settings (flags given on the
 command line still win, e.g. `--rounds=5` for a trial) to
 `runs/<preset>/`, and the table gets the paper's number beside each row;
 `--methods` then picks rows by key. The logic lives in
-`tff_methods.comparison` and `tff_methods.presets`.
+`tooling.comparison` and `tooling.presets`.
 """
 
 import sys
@@ -32,10 +32,10 @@ runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
-from tff_methods import comparison
 from tff_methods import methods
-from tff_methods import presets
-from tff_methods import tuning
+from tooling import comparison
+from tooling import presets
+from tooling import tuning
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS

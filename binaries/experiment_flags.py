@@ -1,7 +1,7 @@
 """The flags that describe one experiment, shared by the binaries.
 
 `train.py` and `compare.py` define the same settings with the same names;
-`config_from_flags()` turns them into a `tff_methods.experiment.
+`config_from_flags()` turns them into a `tooling.experiment.
 ExperimentConfig`. Importing this module imports TensorFlow, so binaries
 call `runtime.configure_process(...)` first.
 """
@@ -12,10 +12,10 @@ from typing import Optional
 
 from absl import flags
 
-from tff_methods import experiment
 from tff_methods import methods
-from tff_methods import presets
 from tff_methods import runtime
+from tooling import experiment
+from tooling import presets
 
 flags.DEFINE_string(
     'method', 'fedavg',

@@ -8,7 +8,7 @@ Each preset is one column of a paper's table: its rows are the methods (the
 paper's own marked *) with the number the paper reports. Run one row with
 `python -m binaries.train --preset=NAME [--method=ROW]`, the whole column
 with `python -m binaries.compare --preset=NAME`. The presets live in
-`tff_methods.presets`.
+`tooling.presets`.
 """
 
 import sys
@@ -22,7 +22,7 @@ from tff_methods import runtime
 runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
-from tff_methods import presets
+from tooling import presets
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_string('preset', None, 'Show this preset with all its flags.')

@@ -13,7 +13,7 @@ them; the paper's own method unless `--method` names another row):
 
 Rerunning with the same flags resumes from the last saved round; a larger
 `--rounds` extends a finished run. Every flag is checked before any work
-starts. The logic lives in `tff_methods.experiment`.
+starts. The logic lives in `tooling.experiment`.
 """
 
 import sys
@@ -29,9 +29,9 @@ runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
-from tff_methods import comparison
-from tff_methods import experiment
-from tff_methods import presets
+from tooling import comparison
+from tooling import experiment
+from tooling import presets
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')

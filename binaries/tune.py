@@ -12,7 +12,7 @@ combinations), evaluated on `--validation_fraction` of the training data
 runs and resumes unfinished ones. Writes `tuning.json` (the choice per
 method, for `compare.py --settings_from`), `tuning.md` and one
 `validation_<method>.png` per method. The logic lives in
-`tff_methods.tuning`.
+`tooling.tuning`.
 """
 
 import sys
@@ -28,9 +28,9 @@ runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
-from tff_methods import comparison
 from tff_methods import methods
-from tff_methods import tuning
+from tooling import comparison
+from tooling import tuning
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS

@@ -1,4 +1,4 @@
-"""Tests for tff_methods.analysis."""
+"""Tests for tooling.analysis."""
 
 import csv
 import os
@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import analysis
-from tff_methods import experiment
+from tooling import analysis
+from tooling import experiment
 
 
 def test_angle_by_hand():

@@ -1,4 +1,4 @@
-"""Tests for tff_methods.benchmark (the harness; its figures are not
+"""Tests for tooling.benchmark (the harness; its figures are not
 asserted: speed targets are reported by binaries/benchmark.py)."""
 
 import os
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from tasks import datasets
-from tff_methods import benchmark
-from tff_methods import experiment
 from tff_methods import methods
 from tff_methods import model_lib
-from tff_methods import pytorch_loop
 from tff_methods import runtime
+from tooling import benchmark
+from tooling import experiment
+from tooling import pytorch_loop
 
 
 @pytest.fixture(scope='module')

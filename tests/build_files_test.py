@@ -17,7 +17,8 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ('tasks', 'tff_methods', 'binaries', 'tests')
+PACKAGES = ('tasks', 'tff_methods', 'tooling', 'tooling/presets', 'binaries',
+            'tests')
 # Installed with --no-deps after requirements.txt (see the Makefile).
 INSTALLED_SEPARATELY = {'tensorflow-federated'}
 
@@ -56,8 +57,14 @@ def _requirements():
 def _project_imports(path):
   found = set()
   for node in ast.walk(ast.parse(open(path).read())):
-    if isinstance(node, ast.ImportFrom) and node.module in PACKAGES:
-      found |= {f'//{node.module}:{a.name}' for a in node.names}
+    package = (node.module or '').replace('.', '/') if isinstance(
+        node, ast.ImportFrom) else None
+    if package in PACKAGES:
+      for alias in node.names:
+        # A subpackage is its own Bazel package, named after itself.
+        sub = f'{package}/{alias.name}'
+        found.add(f'//{sub}:{alias.name}' if sub in PACKAGES
+                  else f'//{package}:{alias.name}')
   return found
 
 
@@ -71,8 +78,10 @@ def _label(dep, package):
 
 @pytest.mark.parametrize('package', PACKAGES)
 def test_every_source_is_in_exactly_one_target(package):
-  sources = sorted(f for f in os.listdir(os.path.join(REPO, package))
-                   if f.endswith('.py') and f != '__init__.py')
+  directory = os.path.join(REPO, package)
+  # An __init__.py with code is a source too.
+  sources = sorted(f for f in os.listdir(directory) if f.endswith('.py') and (
+      f != '__init__.py' or os.path.getsize(os.path.join(directory, f))))
   claimed = [s for t in TARGETS if t['package'] == package
              for s in t['srcs']]
   assert sorted(claimed) == sources
@@ -107,6 +116,34 @@ def test_every_project_import_is_a_declared_dependency():
     declared = {_label(d, target['package']) for d in target.get('deps', [])}
     missing = _project_imports(path) - declared
     assert not missing, f'{label} imports {sorted(missing)} undeclared'
+
+
+# What each package may import of the others: the library core neither the
+# task zoo nor the tooling, the zoo nothing of the project, the tooling no
+# binary.
+MAY_IMPORT = {
+    'tff_methods': {'tff_methods'},
+    'tasks': {'tasks'},
+    'tooling': {'tff_methods', 'tasks', 'tooling'},
+    'tooling/presets': {'tooling'},
+}
+
+
+@pytest.mark.parametrize('package', sorted(MAY_IMPORT))
+def test_packages_import_only_downwards(package):
+  for source in sorted(os.listdir(os.path.join(REPO, package))):
+    if not source.endswith('.py'):
+      continue
+    tree = ast.parse(open(os.path.join(REPO, package, source)).read())
+    for node in ast.walk(tree):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+               else [node.module or ''] if isinstance(node, ast.ImportFrom)
+               else [])
+      for name in names:
+        top = name.split('.')[0]
+        if top in PACKAGES or top == 'binaries':
+          assert top in MAY_IMPORT[package], (
+              f'{package}/{source} imports {name}')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Tests for tff_methods.comparison (and binaries/compare.py)."""
+"""Tests for tooling.comparison (and binaries/compare.py)."""
 
 import csv
 import os
@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import comparison
-from tff_methods import experiment
+from tooling import comparison
+from tooling import experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,4 @@
-"""Tests for tff_methods.evaluation."""
+"""Tests for tooling.evaluation."""
 
 import sys
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 from sklearn import metrics
 
 from tasks import models
-from tff_methods import evaluation
 from tff_methods import model_lib
+from tooling import evaluation
 
 
 def test_macro_f1_by_hand():

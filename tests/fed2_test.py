@@ -9,11 +9,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import models
-from tff_methods import experiment
 from tff_methods import fed2
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
+from tooling import experiment
 
 
 def _plan(name, input_shape=(32, 32, 3)):

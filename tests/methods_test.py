@@ -9,7 +9,6 @@ import pytest
 import tensorflow_federated as tff
 
 from tasks import datasets
-from tff_methods import experiment
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
@@ -20,6 +19,7 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import scaffold
+from tooling import experiment
 
 
 @pytest.fixture(scope='module')

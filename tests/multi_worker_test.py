@@ -17,9 +17,9 @@ import pytest
 import tensorflow_federated as tff
 
 from tasks import datasets
-from tff_methods import experiment
 from tff_methods import model_lib
 from tff_methods import runtime
+from tooling import experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 2

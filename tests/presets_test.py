@@ -1,4 +1,4 @@
-"""Tests for tff_methods.presets and the binaries' --preset flag."""
+"""Tests for tooling.presets and the binaries' --preset flag."""
 
 import dataclasses
 import json
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tasks import datasets
-from tff_methods import experiment
-from tff_methods import presets
+from tooling import experiment
+from tooling import presets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

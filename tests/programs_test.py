@@ -17,10 +17,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
-from tff_methods import experiment
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import runtime
+from tooling import experiment
 
 ROUNDS = 3
 # A model each method can train (MOON needs `z`, Fed2 a model to group).

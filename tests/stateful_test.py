@@ -16,7 +16,6 @@ import tensorflow_federated as tff
 
 from tasks import datasets
 from tasks import models
-from tff_methods import experiment
 from tff_methods import fedavg
 from tff_methods import fedcka
 from tff_methods import local_training
@@ -26,8 +25,9 @@ from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import regularizers
 from tff_methods import similarity
-from tff_methods import training_loop
 from tff_methods import stateful
+from tooling import experiment
+from tooling import training_loop
 
 # ---------------------------------------------------------------------------
 # The losses, by hand.

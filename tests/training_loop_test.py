@@ -1,4 +1,4 @@
-"""Tests for tff_methods.training_loop and tff_methods.experiment."""
+"""Tests for tooling.training_loop and tooling.experiment."""
 
 import sys
 import collections
@@ -9,11 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from tasks import models
-from tff_methods import experiment
-from tff_methods import model_lib
 from tasks import datasets
-from tff_methods import training_loop
+from tasks import models
+from tff_methods import model_lib
+from tooling import experiment
+from tooling import training_loop
 
 
 class Interrupted(Exception):

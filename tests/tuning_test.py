@@ -1,4 +1,4 @@
-"""Tests for tff_methods.tuning (and binaries/tune.py) and comparison arms."""
+"""Tests for tooling.tuning (and binaries/tune.py) and comparison arms."""
 
 import json
 import os
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tasks import datasets
-from tff_methods import comparison
-from tff_methods import experiment
-from tff_methods import tuning
+from tooling import comparison
+from tooling import experiment
+from tooling import tuning
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

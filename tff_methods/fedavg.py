@@ -1,5 +1,14 @@
 """FedAvg and the FedOpt family, and TFF's own FedAvg to check them against.
 
+Papers:
+  McMahan et al., "Communication-Efficient Learning of Deep Networks from
+  Decentralized Data", AISTATS 2017. https://arxiv.org/abs/1602.05629
+  Hsu, Qi and Brown, "Measuring the Effects of Non-Identical Data
+  Distribution for Federated Visual Classification", arXiv 2019 (FedAvgM).
+  https://arxiv.org/abs/1909.06335
+  Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (FedAdam,
+  FedYogi). https://arxiv.org/abs/2003.00295
+
 Local objective: cross-entropy, plain local training from the global model.
 Server rule: the example-weighted mean of client updates, applied by a server
 optimizer: SGD with learning rate 1 (FedAvg), SGD with momentum (FedAvgM),

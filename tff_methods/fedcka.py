@@ -1,4 +1,8 @@
-"""FedCKA (Kim et al., 2022): contrastive regularization of the first layers.
+"""FedCKA (Son, Kim and Chung, 2022): contrastive regularization of the first layers.
+
+Paper: Son, Kim and Chung, "Comparisons Where It Matters: Using Layer-Wise
+Regularization to Improve Federated Learning on Heterogeneous Data",
+Applied Sciences 12(19):9943, 2022. https://doi.org/10.3390/app12199943
 
 Local objective, with `a_n`, `a_glob_n`, `a_prev_n` the activations of the
 n-th regularized layer (the first M layers, nearest the input) of the local

@@ -1,5 +1,9 @@
 """FedCos (Zhang et al.): a cosine penalty towards the global model's last move.
 
+Paper: Zhang et al., "FedCos: A Scene-adaptive Federated Optimization
+Enhancement for Performance Improvement", IEEE Internet of Things Journal,
+2022. https://arxiv.org/abs/2204.03174
+
 Local objective, with `delta = w - w_g` (all trainable tensors flattened
 together) and `d = w_g^t - w_g^{t-1}` the global model's last move:
 

@@ -1,5 +1,9 @@
 """FedMAX (Chen et al., ECML-PKDD 2020): a maximum-entropy prior on activations.
 
+Paper: Chen, Bhardwaj and Marculescu, "FedMAX: Mitigating Activation
+Divergence for Accurate and Communication-Efficient Federated Learning",
+ECML PKDD 2020. https://arxiv.org/abs/2004.03657
+
 Local objective, with `act` the activation vector (the input of the last
 dense layer, the model's `features` output, D wide):
 

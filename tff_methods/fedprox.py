@@ -1,5 +1,8 @@
 """FedProx (Li et al., 2020): a proximal term towards the global model.
 
+Paper: Li et al., "Federated Optimization in Heterogeneous Networks",
+MLSys 2020. https://arxiv.org/abs/1812.06127
+
 Local objective, with `w_g` the global weights the round started from:
 
   loss = CE(w) + (mu / 2) * sum over trainable tensors of ||w - w_g||^2,

@@ -1,5 +1,8 @@
 """MOON (Li, He and Song, CVPR 2021): model-contrastive federated learning.
 
+Paper: Li, He and Song, "Model-Contrastive Federated Learning", CVPR 2021.
+https://arxiv.org/abs/2103.16257
+
 Local objective, with `z`, `z_glob`, `z_prev` the projection-head outputs of
 the local model, the round's global model and the client's previous local
 model on the same example (the last two in inference mode, no gradient):

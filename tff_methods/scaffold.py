@@ -1,5 +1,8 @@
 """SCAFFOLD (Karimireddy et al., ICML 2020), option II.
 
+Paper: Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for
+Federated Learning", ICML 2020. https://arxiv.org/abs/1910.06378
+
 Server state: the global model `w_g` and the server control variate `c`;
 client state: each client's control variate `c_i` (zeros at first).
 

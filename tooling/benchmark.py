@@ -30,12 +30,12 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
-from tff_methods import experiment
 from tff_methods import local_training
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
-from tff_methods import pytorch_loop
 from tff_methods import runtime
+from tooling import experiment
+from tooling import pytorch_loop
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
 TARGET_RATIO = {

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from absl import logging
 import numpy as np
 
-from tff_methods import experiment
+from tooling import experiment
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,12 +30,12 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import report
-from tff_methods import experiment
 from tff_methods import fed2
 from tff_methods import local_training
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import similarity
+from tooling import experiment
 
 
 def _flat(weights) -> np.ndarray:

@@ -20,7 +20,7 @@ interpreter of its own, which may be another virtual environment's
 JSON and the final weights in another .npz); this module imports only
 numpy at its top.
 
-  python -m tff_methods.pytorch_loop --clients=clients.npz --num_classes=10
+  python -m tooling.pytorch_loop --clients=clients.npz --num_classes=10
 """
 
 import argparse
@@ -204,7 +204,7 @@ def run_in(python: str, clients, num_classes: int, local_epochs: int,
     np.savez(clients_path,
              **{f'x{i}': x for i, (x, _) in enumerate(clients)},
              **{f'y{i}': y for i, (_, y) in enumerate(clients)})
-    command = [python, '-m', 'tff_methods.pytorch_loop',
+    command = [python, '-m', 'tooling.pytorch_loop',
                f'--clients={clients_path}', f'--num_classes={num_classes}',
                f'--local_epochs={local_epochs}', f'--batch_size={batch_size}',
                f'--learning_rate={learning_rate}', f'--momentum={momentum}',

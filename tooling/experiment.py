@@ -3,7 +3,7 @@
 `ExperimentConfig` holds every setting of a run; `validate` checks them all
 before any work starts and names each bad value and what is allowed; `run`
 loads the task, builds the method, and trains with
-`tff_methods.training_loop.run_training`, writing to `config.output_dir`:
+`tooling.training_loop.run_training`, writing to `config.output_dir`:
 
   experiment.json      the settings (a rerun must match them to resume)
   partition.txt/.png   examples per client and class
@@ -26,7 +26,6 @@ from tasks import datasets
 from tasks import models as task_models
 from tasks import partition as partition_lib
 from tasks import report
-from tff_methods import evaluation
 from tff_methods import fed2
 from tff_methods import fedcos
 from tff_methods import methods
@@ -34,7 +33,8 @@ from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
-from tff_methods import training_loop
+from tooling import evaluation
+from tooling import training_loop
 
 DEFAULT_MODELS = {
     'digits': 'fedcka_cnn', 'cifar10': 'fedcka_cnn',

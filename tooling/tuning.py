@@ -5,7 +5,7 @@ out from the training set (`ExperimentConfig.validation_fraction`), never on
 the test set: the client learning rate over a grid, and for methods with a
 server optimizer other than plain averaging (FedAvgM, FedAdam, FedYogi, and
 their combinations) the server learning rate over a second grid. Each
-(method, grid point, seed) is one run of `tff_methods.comparison`, so a
+(method, grid point, seed) is one run of `tooling.comparison`, so a
 search resumes where it stopped and a finished one is read back. The choice
 is the grid point with the best final validation accuracy, averaged over
 the tuning seeds (the lower learning rate on a tie).
@@ -26,9 +26,9 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
-from tff_methods import comparison
-from tff_methods import experiment
 from tff_methods import methods as methods_lib
+from tooling import comparison
+from tooling import experiment
 
 # The server rules whose learning rate is tuned (plain averaging keeps 1).
 _SERVER_TUNED = ('fedavgm', 'fedadam', 'fedyogi')
