@@ -124,4 +124,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(experiment_flags.one_line_errors(main))

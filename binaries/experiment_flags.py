@@ -7,13 +7,16 @@ call `runtime.configure_process(...)` first.
 """
 
 import dataclasses
+import functools
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 from absl import flags
 
+from tasks import datasets
 from tff_methods import methods
 from tff_methods import runtime
+from tooling import comparison
 from tooling import experiment
 from tooling import presets
 
@@ -129,6 +132,28 @@ def define_last_rounds_flag() -> None:
       'last_rounds', 1, "The final accuracy is the mean of the last N "
       "rounds' evaluations (an oscillating run is judged by its level, not "
       'by where its last round fell).')
+
+
+# Failures a user can fix, which end in one line rather than a traceback:
+# data that can't be had offline, a computation several workers can't run,
+# a run of a comparison that failed in its own job.
+EXPECTED_ERRORS = (datasets.DataUnavailableError, runtime.NotMergeableError,
+                   comparison.RunFailedError)
+
+
+def one_line_errors(main: Callable[[list[str]], int]
+                    ) -> Callable[[list[str]], int]:
+  """Wraps a binary's `main`: an expected failure prints one line, exits 1."""
+
+  @functools.wraps(main)
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except EXPECTED_ERRORS as e:
+      print(f'{type(e).__name__}: {e}', file=sys.stderr)
+      return 1
+
+  return wrapped
 
 
 def usage_error(message: str) -> int:

@@ -10,6 +10,8 @@ import pytest
 from tooling import analysis
 from tooling import experiment
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 def test_angle_by_hand():
   assert np.isclose(analysis.angle_degrees(np.array([1., 0.]),

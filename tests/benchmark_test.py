@@ -16,6 +16,8 @@ from tooling import benchmark
 from tooling import experiment
 from tooling import pytorch_loop
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 @pytest.fixture(scope='module')
 def tiny_cifar(tmp_path_factory):
@@ -86,6 +88,7 @@ def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   assert moved > 0
 
 
+@pytest.mark.slow
 def test_benchmark_rejects_a_python_without_torch_before_any_work(tmp_path):
   output_dir = tmp_path / 'bench'
   result = subprocess.run(

@@ -88,6 +88,7 @@ def _accuracies(run_directory):
     return [row['eval/accuracy'] for row in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
   out = tmp_path / 'cmp'
   command = [sys.executable, '-m', 'binaries.compare',

@@ -1,13 +1,18 @@
-"""Test set-up: quiet TensorFlow, and one local TFF worker for the session.
+"""Test set-up: quiet TensorFlow; a local TFF worker for the tests that need it.
 
-The worker is started by `tff_methods.runtime`, which also ends it when the
-test process exits.
+Tests that run TFF computations ask for the `tff_worker` fixture (a module's
+`pytestmark = pytest.mark.usefixtures('tff_worker')`, or a test's own
+mark): the worker starts at the first of them and `tff_methods.runtime`
+ends it when the session exits. Any other test that ran a computation would
+fail at once, with no worker left behind. Tests that start binaries or
+workers of their own are marked `slow` (`pytest -m "not slow"` skips them;
+`make test` runs everything).
 """
 
 from tff_methods import runtime
 
 runtime.configure_process()
-runtime.set_local_execution_context(max_concurrent_clients=2)
+runtime.discard_default_context()
 
 
 import functools  # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -16,6 +21,12 @@ import pytest  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
 from tasks import datasets  # pylint: disable=g-import-not-at-top
 from tasks import models  # pylint: disable=g-import-not-at-top
+
+
+@pytest.fixture(scope='session')
+def tff_worker():
+  """TFF's context: one local worker, for the whole session."""
+  runtime.set_local_execution_context(max_concurrent_clients=2)
 
 
 @pytest.fixture(scope='session')

@@ -41,6 +41,7 @@ def test_digits_clients_hold_exactly_their_partition(digits):
   assert abs(digits.test_x.mean()) < 0.1
 
 
+@pytest.mark.usefixtures('tff_worker')
 def test_client_data_is_served_by_a_dataset_computation(digits):
   # What the TFF worker runs: client id in, dataset out.
   computation = digits.client_data.dataset_computation
@@ -107,6 +108,7 @@ def test_local_steps_carry_on_through_the_data_across_rounds():
   assert [len(r) for r in rows] == [4, 4, 2, 4]
 
 
+@pytest.mark.usefixtures('tff_worker')
 def test_dataset_computation_takes_a_client_and_a_round(digits):
   batches = datasets.LocalBatches(8, local_epochs=1, with_index=True)
   computation = datasets.round_dataset_computation(digits.client_data,

@@ -15,6 +15,8 @@ from tff_methods import model_lib
 from tff_methods import optimizers
 from tooling import experiment
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 def _plan(name, input_shape=(32, 32, 3)):
   return fed2.LayerPlan(**models.fed2_plan(name, input_shape))

@@ -16,6 +16,8 @@ from tff_methods import fedavg
 from tff_methods import methods
 from tff_methods import model_lib
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 HPARAMS = dict(client_learning_rate=0.1, client_momentum=0.9,
                weight_decay=1e-3)
 

@@ -15,6 +15,8 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import optimizers
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 def test_activation_entropy_loss_by_hand():
   # softmax([0, log 3]) = [1/4, 3/4]; elements (1/2)(log(1/2) - log p_j):

@@ -18,6 +18,8 @@ from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods import regularizers
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 @pytest.fixture(scope='module')
 def setup(digits_task, small_model_fn):

@@ -21,6 +21,8 @@ from tff_methods import moon
 from tff_methods import scaffold
 from tooling import experiment
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 @pytest.fixture(scope='module')
 def client_data(digits_task):

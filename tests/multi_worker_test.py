@@ -21,6 +21,8 @@ from tff_methods import model_lib
 from tff_methods import runtime
 from tooling import experiment
 
+pytestmark = [pytest.mark.usefixtures('tff_worker'), pytest.mark.slow]
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 2
 # Method, and a model it runs on (MOON needs a projection `z`, Fed2 a model

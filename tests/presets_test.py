@@ -118,6 +118,7 @@ def _one_round_configs():
   return list(runs.values())
 
 
+@pytest.mark.usefixtures('tff_worker')
 @pytest.mark.parametrize('preset, config', _one_round_configs(),
                          ids=lambda v: getattr(v, 'name', ''))
 def test_every_preset_runs_one_round_on_generated_data(preset, config,
@@ -146,6 +147,7 @@ def test_every_preset_runs_one_round_on_generated_data(preset, config,
   assert np.isfinite(results['final_eval']['accuracy'])
 
 
+@pytest.mark.slow
 def test_train_binary_takes_a_preset_and_lets_flags_win(tmp_path):
   # FedCos Table II on the offline digits: --task/--model/--rounds/
   # --local_steps given on the command line, the rest from the preset.
@@ -168,6 +170,7 @@ def test_train_binary_takes_a_preset_and_lets_flags_win(tmp_path):
           settings['partition']) == ('mlp1', 7, 128, 'mixed')
 
 
+@pytest.mark.slow
 def test_compare_binary_names_a_bad_preset_row(tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 'binaries.compare',
@@ -179,6 +182,7 @@ def test_compare_binary_names_a_bad_preset_row(tmp_path):
   assert not (tmp_path / 'runs').exists()
 
 
+@pytest.mark.slow
 def test_presets_binary_lists_every_preset_with_the_papers_numbers():
   result = subprocess.run(
       [sys.executable, '-m', 'binaries.presets'], cwd=REPO,

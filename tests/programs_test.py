@@ -22,6 +22,8 @@ from tff_methods import model_lib
 from tff_methods import runtime
 from tooling import experiment
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 ROUNDS = 3
 # A model each method can train (MOON needs `z`, Fed2 a model to group).
 MODELS = {'moon': 'fedcka_cnn', 'fed2': 'fedcka_cnn'}

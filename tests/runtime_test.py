@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tff_methods import runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,7 @@ def test_configure_environment_keeps_the_callers_settings(monkeypatch):
   assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
 
 
+@pytest.mark.slow
 def test_a_started_worker_gets_onednn_and_dies_when_ended(monkeypatch):
   monkeypatch.delenv('TF_ENABLE_ONEDNN_OPTS', raising=False)
   process, _ = runtime.start_worker()

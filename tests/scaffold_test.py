@@ -20,6 +20,8 @@ from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods import scaffold
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 DIM, EXAMPLES, LOCAL_STEPS, LR = 3, 40, 10, 0.05
 
 

@@ -29,6 +29,8 @@ from tff_methods import stateful
 from tooling import experiment
 from tooling import training_loop
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 # ---------------------------------------------------------------------------
 # The losses, by hand.
 

@@ -15,6 +15,8 @@ import pytest
 from binaries import train
 from tff_methods import methods
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

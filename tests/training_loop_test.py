@@ -15,6 +15,8 @@ from tff_methods import model_lib
 from tooling import experiment
 from tooling import training_loop
 
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
 
 class Interrupted(Exception):
   pass

@@ -102,6 +102,7 @@ def test_comparison_arms_take_tuned_settings_and_reference_rows():
                                       partition='iid')
 
 
+@pytest.mark.slow
 def test_tune_binary_writes_its_choice(tmp_path):
   out = tmp_path / 'tune'
   command = [sys.executable, '-m', 'binaries.tune', '--methods=fedavg',

@@ -28,6 +28,10 @@ import numpy as np
 from tooling import experiment
 
 
+class RunFailedError(RuntimeError):
+  """A run of a comparison failed in its job (`run_comparison(jobs > 1)`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Arm:
   """One line of a comparison: a label, its method and its own settings."""
@@ -199,7 +203,7 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
     for count in range(1, len(configs) + 1):
       label, accuracy, seconds, error = done.get()
       if error:
-        raise RuntimeError(f'{label} failed: {error}')
+        raise RunFailedError(f'{label} failed: {error}')
       if on_run:
         on_run(f'[{count}/{len(configs)}] {label}: final accuracy '
                f'{accuracy * 100:.2f}% ({seconds:.0f} s)')

@@ -1,0 +1,33 @@
+"""Tests for binaries/experiment_flags.py: how the binaries end on failures."""
+
+import pytest
+
+from binaries import experiment_flags
+from tasks import datasets
+from tooling import comparison
+
+
+@pytest.mark.parametrize('error', [
+    datasets.DataUnavailableError("Could not load 'cifar10' (no network)."),
+    comparison.RunFailedError('moon seed 1 failed: ValueError: bad.'),
+])
+def test_an_expected_failure_ends_in_one_line(error, capsys):
+
+  def main(argv):
+    del argv
+    raise error
+
+  assert experiment_flags.one_line_errors(main)(['train']) == 1
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and 'Traceback' not in err
+  assert err.startswith(type(error).__name__ + ': ')
+
+
+def test_an_unexpected_failure_keeps_its_traceback():
+
+  def main(argv):
+    del argv
+    raise KeyError('a bug')
+
+  with pytest.raises(KeyError):
+    experiment_flags.one_line_errors(main)(['train'])
