@@ -1,124 +1,41 @@
 """The flags that describe one experiment, shared by the binaries.
 
-`train.py` and `compare.py` define the same settings with the same names;
-`config_from_flags()` turns them into a `tooling.experiment.
-ExperimentConfig`. Importing this module imports TensorFlow, so binaries
-call `runtime.configure_process(...)` first.
+One flag per field of `tooling.experiment.ExperimentConfig`, with the
+field's default and help: the config is the single source of every setting.
+`config_from_flags()` turns the flags back into a config. Importing this
+module imports TensorFlow, so binaries call `runtime.configure_process(...)`
+first.
 """
 
 import dataclasses
 import functools
 import sys
+import typing
 from typing import Callable, Optional
 
 from absl import flags
 
 from tasks import datasets
-from tff_methods import methods
 from tff_methods import runtime
 from tooling import comparison
 from tooling import experiment
 from tooling import presets
 
-flags.DEFINE_string(
-    'method', 'fedavg',
-    f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
-    '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
-    'fedmax, fedcos, moon, fedcka).')
-flags.DEFINE_string(
-    'task', 'digits', 'digits (offline), cifar10, cifar100, fmnist, mnist, '
-    'emnist, shakespeare, synthetic or image_folder.')
-flags.DEFINE_string('model', None, 'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, '
-                    'resnet18, resnet50, vgg9, mobilenet, shakespeare_lstm, '
-                    'shakespeare_lstm100 (and vgg16 for fed2); '
-                    "by default the task's usual model.")
-flags.DEFINE_integer('projection_dim', 0, 'resnet18/resnet50: width of a '
-                     "MOON projection head 'z' (0: none; MOON needs one).")
-flags.DEFINE_string('partition', 'dirichlet',
-                    'iid, dirichlet, pathological, shards or mixed.')
-flags.DEFINE_float('alpha', 0.5, 'Dirichlet concentration (> 0).')
-flags.DEFINE_integer('min_size', 10, 'Dirichlet: fewest examples per client.')
-flags.DEFINE_integer('classes_per_client', 2, 'pathological: classes each.')
-flags.DEFINE_integer('shards_per_client', 2, 'shards: shards each.')
-flags.DEFINE_float('non_iid_fraction', 1.0,
-                   'mixed: share of each client kept label-sorted.')
-flags.DEFINE_float('synthetic_alpha', 1.0, 'synthetic(alpha, beta): alpha.')
-flags.DEFINE_float('synthetic_beta', 1.0, 'synthetic(alpha, beta): beta.')
-flags.DEFINE_integer('image_size', 32, 'image_folder: images resized to this.')
-flags.DEFINE_integer('num_clients', 10, 'Clients to split the data into.')
-flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round.')
-flags.DEFINE_integer('rounds', 10, 'Total communication rounds.')
-flags.DEFINE_integer('local_epochs', 1, 'Local epochs per round.')
-flags.DEFINE_integer('local_steps', None,
-                     'Local steps per round (instead of epochs).')
-flags.DEFINE_integer('batch_size', 32, 'Local batch size.')
-flags.DEFINE_bool('drop_last', False, "Drop each pass's last batch when it "
-                  'is partial (the MOON repo); by default it is kept, as '
-                  "PyTorch's DataLoader does.")
-flags.DEFINE_float('client_learning_rate', 0.05, 'Client SGD learning rate.')
-flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum (not used by '
-                   'scaffold, which trains with plain SGD).')
-flags.DEFINE_float('weight_decay', 0.0, 'Client L2 weight decay.')
-flags.DEFINE_float('server_learning_rate', None,
-                   'Server learning rate (default: 1.0 for averaging, 0.01 '
-                   'for fedadam/fedyogi).')
-flags.DEFINE_float('server_momentum', 0.9, 'fedavgm: server momentum.')
-flags.DEFINE_string('server_momentum_form', 'heavy_ball', 'fedavgm: '
-                    'heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
-                    'code: m = beta m + (1 - beta) delta).')
-flags.DEFINE_string('scaffold_weighting', 'uniform', 'scaffold: the model '
-                    'average, uniform (the paper) or num_examples '
-                    '(NIID-Bench).')
-flags.DEFINE_bool('scaffold_momentum', False, 'scaffold: clients use '
-                  '--client_momentum (NIID-Bench, the MOON repo); by '
-                  'default plain SGD (the paper).')
-flags.DEFINE_float('mu', None, "The strength of the method's term(s) "
-                   '(default: fedprox 0.01, moon 1, fedcka 3, fedcos 0.02).')
-flags.DEFINE_float('fedprox_mu', None, "FedProx's mu in a combination "
-                   '(overrides --mu).')
-flags.DEFINE_float('fedcos_mu', None, "FedCos's mu in a combination "
-                   '(overrides --mu).')
-flags.DEFINE_string('fedcos_direction', 'global_move', "fedcos: d, the "
-                    "global model's last move (global_move, the paper) or "
-                    'the mean client update before the server optimizer '
-                    '(mean_client_update, the FedCos code).')
-flags.DEFINE_float('beta', None, "fedmax: the prior's strength (default "
-                   '1000, the paper\'s CIFAR value).')
-flags.DEFINE_float('temperature', 0.5, "moon: the contrastive temperature.")
-flags.DEFINE_string('moon_first_round', 'skip', 'moon: a client first taking '
-                    'part after round 1 skips the term (skip, the paper) or '
-                    'contrasts against its own initial model (initial_model, '
-                    'the MOON repo).')
-flags.DEFINE_integer('cka_layers', 2, 'fedcka: M, the first M layers '
-                     'regularized.')
-flags.DEFINE_string('similarity', 'linear_cka', 'fedcka: linear_cka, '
-                    'kernel_cka, frobenius (||a1 - a2||^2), cosine (the '
-                    'inner product), normalized_cosine or '
-                    'normalized_frobenius.')
-flags.DEFINE_string('client_state_dir', None, 'moon/fedcka/scaffold: the '
-                    'directory of the client state files (default: a '
-                    'temporary one); TFF workers must see it.')
-flags.DEFINE_integer('fed2_groups', 10, 'fed2: G, the number of groups.')
-flags.DEFINE_integer('fed2_decouple_depth', None, 'fed2: how many final '
-                     'layers are grouped (default: 6 for VGG, 4 for the '
-                     'FedCKA CNN).')
-flags.DEFINE_string('fed2_pairing', 'uniform', 'fed2: uniform (the paper: '
-                    'group g averaged with group g, by examples) or '
-                    'class_weighted (group g weighted by examples of its '
-                    'classes; unstable under strong label skew).')
-flags.DEFINE_integer('seed', 0, 'Fixes partition, sampling and init.')
-flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate every N rounds.')
-flags.DEFINE_integer('rounds_per_checkpoint', 1, 'Save state every N rounds.')
-flags.DEFINE_string('output_dir', None,
-                    'Where results go (default runs/<task>_<method>_s<seed>).')
-flags.DEFINE_string('data_dir', None, 'tensorflow_datasets data directory, '
-                    'or the image folder for --task=image_folder.')
-flags.DEFINE_float('validation_fraction', 0.0, 'If > 0, hold out this share '
-                   'of the training data and evaluate on it instead of the '
-                   'test set (for tuning; binaries/tune.py sets it).')
-flags.DEFINE_string('cache_dir', None, "Clients' data files "
-                    '(default ~/.cache/tff_methods).')
 
+def _define_config_flags() -> None:
+  """One absl flag per `ExperimentConfig` field, of the field's type."""
+  define = {str: flags.DEFINE_string, int: flags.DEFINE_integer,
+            float: flags.DEFINE_float, bool: flags.DEFINE_bool}
+  for field in dataclasses.fields(experiment.ExperimentConfig):
+    kind = field.type
+    if typing.get_origin(kind) is typing.Union:  # Optional[X]
+      (kind,) = [a for a in typing.get_args(kind) if a is not type(None)]
+    # Without --output_dir a binary names the run after its settings.
+    default = None if field.name == 'output_dir' else field.default
+    define[kind](field.name, default, field.metadata['help'])
+
+
+_define_config_flags()
 flags.DEFINE_string('preset', None, 'A paper experiment by name (list them '
                     'with python -m binaries.presets): sets every flag above '
                     'that the command line does not set.')

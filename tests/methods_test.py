@@ -33,7 +33,8 @@ def client_data(digits_task):
 @pytest.mark.parametrize('name', methods.STATELESS_METHODS)
 def test_method_runs_in_tffs_training_loop(name, client_data, small_model_fn,
                                            tmp_path):
-  hparams = methods.Hyperparameters(client_learning_rate=0.05, mu=0.1,
+  hparams = methods.Hyperparameters(client_learning_rate=0.05,
+                                    client_momentum=0.0, mu=0.1,
                                     fed2_groups=2)
   # Fed2 trains its grouped form of a model it can group.
   model_fn = (experiment.model_fn_for(name, 'fedcka_cnn', 10, (8, 8, 1),

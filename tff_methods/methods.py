@@ -90,8 +90,8 @@ class Hyperparameters:
     fedcos_direction: FedCos's `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
   """
-  client_learning_rate: float = 0.01
-  client_momentum: float = 0.0
+  client_learning_rate: float = 0.05
+  client_momentum: float = 0.9
   weight_decay: float = 0.0
   server_learning_rate: Optional[float] = None
   server_momentum: float = 0.9
