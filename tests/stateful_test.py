@@ -1,4 +1,4 @@
-"""Tests for per-client state (tff_methods.stateful), MOON and FedCKA.
+"""Tests for per-client state (tff_methods.stateful): MOON and FedCKA as processes.
 
 The TFF computations are built once per module.
 """
@@ -24,122 +24,11 @@ from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import regularizers
-from tff_methods import similarity
 from tff_methods import stateful
 from tooling import experiment
 from tooling import training_loop
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
-
-# ---------------------------------------------------------------------------
-# The losses, by hand.
-
-
-def test_moon_loss_by_hand():
-  z = tf.constant([[1.0, 0.0]])
-  z_global = tf.constant([[2.0, 0.0]])  # cos = 1
-  z_prev = tf.constant([[0.0, 3.0]])    # cos = 0
-  # -log(e^{1/0.5} / (e^{1/0.5} + e^{0})) = log(1 + e^{-2}).
-  assert np.isclose(moon.contrastive_loss(z, z_global, z_prev, 0.5).numpy(),
-                    np.log1p(np.exp(-2.0)), rtol=1e-6)
-  # Batch mean: a second example with cos_g = 0, cos_p = 1 (tau = 1).
-  z2 = tf.constant([[1.0, 0.0], [0.0, 1.0]])
-  zg2 = tf.constant([[1.0, 0.0], [1.0, 0.0]])
-  zp2 = tf.constant([[0.0, 1.0], [0.0, 1.0]])
-  expected = (np.log1p(np.exp(-1.0)) + np.log1p(np.exp(1.0))) / 2
-  assert np.isclose(moon.contrastive_loss(z2, zg2, zp2, 1.0).numpy(),
-                    expected, rtol=1e-6)
-
-
-def _cos(a, b):
-  a, b = np.ravel(a), np.ravel(b)
-  return a @ b / np.linalg.norm(a) / np.linalg.norm(b)
-
-
-def test_moon_gradient_moves_z_towards_the_global_projection():
-  rng = np.random.default_rng(1)
-  z = tf.Variable(rng.normal(size=(1, 4)).astype(np.float32))
-  z_global = tf.constant(rng.normal(size=(1, 4)).astype(np.float32))
-  z_prev = tf.constant(rng.normal(size=(1, 4)).astype(np.float32))
-  before = _cos(z.numpy(), z_global.numpy())
-  for _ in range(20):
-    with tf.GradientTape() as tape:
-      loss = moon.contrastive_loss(z, z_global, z_prev, 0.5)
-    z.assign_sub(0.1 * tape.gradient(loss, z))
-  assert _cos(z.numpy(), z_global.numpy()) > before + 0.1
-
-
-def test_cka_loss_by_hand():
-  rng = np.random.default_rng(2)
-  a1, p1 = [rng.normal(size=(8, 5)).astype(np.float32) for _ in range(2)]
-  a2, p2 = [rng.normal(size=(8, 3, 3, 2)).astype(np.float32)
-            for _ in range(2)]
-  # The global model's activations equal the local ones: CKA = 1.
-  c1 = similarity.linear_cka(a1, p1).numpy()
-  c2 = similarity.linear_cka(a2, p2).numpy()
-  expected = (np.log1p(np.exp(c1 - 1)) + np.log1p(np.exp(c2 - 1))) / 2
-  loss = fedcka.cka_contrastive_loss([a1, a2], [a1, a2], [p1, p2])
-  assert np.isclose(loss.numpy(), expected, rtol=1e-5)
-
-
-def test_cka_gradient_moves_activations_towards_the_global_ones():
-  rng = np.random.default_rng(3)
-  a = tf.Variable(rng.normal(size=(10, 6)).astype(np.float32))
-  a_global = tf.constant(rng.normal(size=(10, 6)).astype(np.float32))
-  a_prev = tf.constant(rng.normal(size=(10, 6)).astype(np.float32))
-  before = similarity.linear_cka(a, a_global).numpy()
-  for _ in range(30):
-    with tf.GradientTape() as tape:
-      loss = fedcka.cka_contrastive_loss([a], [a_global], [a_prev])
-    a.assign_sub(0.5 * tape.gradient(loss, a))
-  assert similarity.linear_cka(a, a_global).numpy() > before + 0.05
-
-
-def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
-  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
-                               (32, 32, 3))
-  view = local_training._reference_view(model_fn,  # pylint: disable=protected-access
-                                        ('layer_1', 'layer_2'))
-  # Only the two conv layers (kernel + bias each) of the model's 14 tensors
-  # exist: no copy of the rest of the model is built.
-  assert len(view.model.variables) == 4
-  assert not any('dense' in v.name for v in view.model.variables)
-  # Given the full model's weights, it computes the full model's outputs.
-  full = model_fn()
-  view.assign(model_lib.get_weights(full))
-  x = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype(np.float32)
-  expected, got = full(x, training=False), view.model(x, training=False)
-  assert sorted(got) == ['layer_1', 'layer_2']
-  for name in got:
-    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
-                               atol=1e-6)
-
-
-@pytest.mark.parametrize('m, tensors', [(1, 2), (3, 6), (7, 14)])
-def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
-  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
-                               (32, 32, 3))
-  term = fedcka.CKAContrastiveTerm(1.0, num_layers=m)
-  view = local_training._reference_view(model_fn, term.global_outputs)  # pylint: disable=protected-access
-  # Kernel and bias of each of the first m layers; M = 7 is the whole CNN.
-  assert len(view.model.trainable_variables) == tensors
-  assert sorted(view.model.output) == [f'layer_{k}' for k in range(1, m + 1)]
-
-
-def test_reference_view_up_to_moons_projection_computes_the_models_z():
-  model_fn = functools.partial(models.get_model, 'resnet18', 10, (8, 8, 3),
-                               projection_dim=4)
-  view = local_training._reference_view(model_fn, ('z',))  # pylint: disable=protected-access
-  full = model_fn()
-  # The copy starts from its own initialization: equal outputs show every
-  # weight was taken from the right place of the full model's list.
-  view.assign(model_lib.get_weights(full))
-  assert len(view.model.trainable_variables) < len(full.trainable_variables)
-  x = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype(np.float32)
-  np.testing.assert_allclose(view.model(x, training=False)['z'],
-                             full(x, training=False)['z'], rtol=1e-4,
-                             atol=1e-5)
-
 
 def _indexed_digits_like(epochs, batch_size=4):
   x = np.random.default_rng(2).normal(size=(10, 8, 8, 1)).astype(np.float32)

@@ -1,43 +1,23 @@
-"""Tests for FedMAX and FedCos (and FedCos combinations)."""
+"""Tests for FedCos and its combinations: the penalty, the direction d."""
 
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_federated as tff
 
-from tasks import datasets
-from tff_methods import fedavg
 from tff_methods import fedcos
-from tff_methods import fedmax
 from tff_methods import methods
 from tff_methods import model_lib
-from tff_methods import optimizers
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
-
-def test_activation_entropy_loss_by_hand():
-  # softmax([0, log 3]) = [1/4, 3/4]; elements (1/2)(log(1/2) - log p_j):
-  # (1/2) log 2 and (1/2) log(2/3); their mean is (1/4) log(4/3).
-  act = tf.constant([[0.0, np.log(3.0)]])
-  assert np.isclose(fedmax.activation_entropy_loss(act).numpy(),
-                    0.25 * np.log(4 / 3), rtol=1e-6)
-  # Uniform softmax: KL(U || U) = 0.
-  assert np.isclose(fedmax.activation_entropy_loss(tf.ones((3, 5))).numpy(),
-                    0.0, atol=1e-7)
+HPARAMS = dict(client_learning_rate=0.05, client_momentum=0.9)
 
 
-def test_activation_entropy_gradient_flattens_the_softmax():
-  act = tf.Variable([[3.0, 0.0, -1.0, 0.5]])
-  entropy = lambda a: -np.sum(tf.nn.softmax(a).numpy() *
-                              tf.nn.log_softmax(a).numpy())
-  before = entropy(act)
-  with tf.GradientTape() as tape:
-    loss = fedmax.activation_entropy_loss(act)
-  act.assign_sub(1.0 * tape.gradient(loss, act))
-  assert entropy(act) > before
+@pytest.fixture(scope='module')
+def setup(digits_rounds):
+  return digits_rounds
 
 
 def test_direction_penalty_by_hand():
@@ -94,78 +74,33 @@ def test_the_fedcos_codes_direction_is_the_last_mean_client_move():
     fedcos.DirectionPenalty(0.1, direction='last')
 
 
-@pytest.fixture(scope='module')
-def setup(digits_task, small_model_fn):
-  client_data = digits_task.client_data.preprocess(
-      datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0))
-  return dict(client_data=client_data, model_fn=small_model_fn,
-              spec=client_data.element_type_structure,
-              ids=client_data.client_ids[:3],
-              initial=model_lib.initial_weights(small_model_fn, seed=0))
-
-
-def _run(setup, process, rounds=3):
-  process = tff.simulation.compose_dataset_computation_with_learning_process(
-      setup['client_data'].dataset_computation, process)
-  state = process.set_model_weights(process.initialize(), setup['initial'])
-  outputs = []
-  for _ in range(rounds):
-    output = process.next(state, setup['ids'])
-    state = output.state
-    outputs.append(output.metrics['client_work']['train'])
-  return model_lib.flat_trainable(process.get_model_weights(state)), outputs
-
-
-HPARAMS = dict(client_learning_rate=0.05, client_momentum=0.9)
-
-
-@pytest.fixture(scope='module')
-def fedavg_weights(setup):
-  return _run(setup, fedavg.build_tff_fedavg(
-      setup['model_fn'], setup['spec'],
-      client_optimizer=optimizers.build_client_sgd(0.05, 0.9)))[0]
-
-
-@pytest.mark.parametrize('name, hparams', [
-    ('fedmax', dict(beta=0.0)),
-    ('fedcos', dict(mu=0.0)),
-])
-def test_zero_strength_gives_fedavg_weights(name, hparams, setup,
-                                            fedavg_weights):
+def test_zero_strength_gives_fedavg_weights(setup, tff_fedavg_weights):
   process = methods.build_method(
-      name, setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, **hparams))
-  weights, _ = _run(setup, process)
-  np.testing.assert_allclose(weights, fedavg_weights, rtol=1e-5, atol=1e-6)
+      'fedcos', setup['model_fn'], setup['spec'],
+      methods.Hyperparameters(**HPARAMS, mu=0.0))
+  weights, _ = setup['run'](process)
+  np.testing.assert_allclose(weights, tff_fedavg_weights, rtol=1e-5, atol=1e-6)
 
 
 def test_fedcos_term_is_zero_in_round_one_then_active(setup):
   process = methods.build_method(
       'fedcos', setup['model_fn'], setup['spec'],
       methods.Hyperparameters(**HPARAMS, mu=0.5))
-  _, metrics = _run(setup, process)
+  _, metrics = setup['run'](process)
   assert np.isclose(metrics[0]['objective'], metrics[0]['loss'])
   assert metrics[1]['objective'] > metrics[1]['loss'] + 1e-3
 
 
-def test_fedmax_term_is_active(setup):
-  process = methods.build_method(
-      'fedmax', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, beta=100.0))
-  _, metrics = _run(setup, process, rounds=1)
-  assert metrics[0]['objective'] > metrics[0]['loss'] + 1e-3
-
-
 def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
-  prox, _ = _run(setup, methods.build_method(
+  prox, _ = setup['run'](methods.build_method(
       'fedprox', setup['model_fn'], setup['spec'],
       methods.Hyperparameters(**HPARAMS, mu=1.0)))
-  combined, _ = _run(setup, methods.build_method(
+  combined, _ = setup['run'](methods.build_method(
       'fedprox+fedcos', setup['model_fn'], setup['spec'],
       methods.Hyperparameters(**HPARAMS, strengths=(('fedprox', 1.0),
                                                     ('fedcos', 0.0)))))
   np.testing.assert_allclose(combined, prox, rtol=1e-5, atol=1e-6)
-  with_cos, _ = _run(setup, methods.build_method(
+  with_cos, _ = setup['run'](methods.build_method(
       'fedprox+fedcos', setup['model_fn'], setup['spec'],
       methods.Hyperparameters(**HPARAMS, strengths=(('fedprox', 1.0),
                                                     ('fedcos', 1.0)))))
@@ -176,7 +111,7 @@ def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
                                           ('fedavgm', False)])
 def test_fedcos_directions_agree_under_fedavg_only(setup, server, same):
   def weights(direction):
-    return _run(setup, methods.build_method(
+    return setup['run'](methods.build_method(
         f'{server}+fedcos', setup['model_fn'], setup['spec'],
         methods.Hyperparameters(**HPARAMS, mu=0.5,
                                 fedcos_direction=direction)))[0]
@@ -201,8 +136,8 @@ def test_fedadam_plus_fedcos_uses_adam_at_the_server(setup):
   process = methods.build_method(
       'fedadam+fedcos', setup['model_fn'], setup['spec'],
       methods.Hyperparameters(**HPARAMS, mu=0.02, server_learning_rate=lr))
-  weights, _ = _run(setup, process, rounds=1)
-  averaged, _ = _run(setup, methods.build_method(
+  weights, _ = setup['run'](process, rounds=1)
+  averaged, _ = setup['run'](methods.build_method(
       'fedavg', setup['model_fn'], setup['spec'],
       methods.Hyperparameters(**HPARAMS)), rounds=1)
   start = model_lib.flat_trainable(setup['initial'])
