@@ -165,6 +165,8 @@ SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = SINGLE_METHODS + (
     'fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
+
+
 def parse_method(name: str) -> list[str]:
   """Splits `name` into components and checks them (once per name).
 
