@@ -88,72 +88,39 @@ class ExperimentConfig:
       'resnet18/resnet50: width of a '
       "MOON projection head 'z' (0: none; MOON needs one).")
   partition: str = _setting(
-      'dirichlet',
-      'iid, dirichlet, pathological, shards or mixed.')
-  alpha: float = _setting(
-      0.5,
-      'Dirichlet concentration (> 0).')
-  min_size: int = _setting(
-      10,
-      'Dirichlet: fewest examples per client.')
-  classes_per_client: int = _setting(
-      2,
-      'pathological: classes each.')
-  shards_per_client: int = _setting(
-      2,
-      'shards: shards each.')
+      'dirichlet', 'iid, dirichlet, pathological, shards or mixed.')
+  alpha: float = _setting(0.5, 'Dirichlet concentration (> 0).')
+  min_size: int = _setting(10, 'Dirichlet: fewest examples per client.')
+  classes_per_client: int = _setting(2, 'pathological: classes each.')
+  shards_per_client: int = _setting(2, 'shards: shards each.')
   non_iid_fraction: float = _setting(
-      1.0,
-      'mixed: share of each client kept label-sorted.')
-  synthetic_alpha: float = _setting(
-      1.0,
-      'synthetic(alpha, beta): alpha.')
-  synthetic_beta: float = _setting(
-      1.0,
-      'synthetic(alpha, beta): beta.')
-  image_size: int = _setting(
-      32,
-      'image_folder: images resized to this.')
-  num_clients: int = _setting(
-      10,
-      'Clients to split the data into.')
-  clients_per_round: int = _setting(
-      10,
-      'Clients sampled per round.')
-  rounds: int = _setting(
-      10,
-      'Total communication rounds.')
-  local_epochs: int = _setting(
-      1,
-      'Local epochs per round.')
+      1.0, 'mixed: share of each client kept label-sorted.')
+  synthetic_alpha: float = _setting(1.0, 'synthetic(alpha, beta): alpha.')
+  synthetic_beta: float = _setting(1.0, 'synthetic(alpha, beta): beta.')
+  image_size: int = _setting(32, 'image_folder: images resized to this.')
+  num_clients: int = _setting(10, 'Clients to split the data into.')
+  clients_per_round: int = _setting(10, 'Clients sampled per round.')
+  rounds: int = _setting(10, 'Total communication rounds.')
+  local_epochs: int = _setting(1, 'Local epochs per round.')
   local_steps: Optional[int] = _setting(
-      None,
-      'Local steps per round (instead of epochs).')
-  batch_size: int = _setting(
-      32,
-      'Local batch size.')
+      None, 'Local steps per round (instead of epochs).')
+  batch_size: int = _setting(32, 'Local batch size.')
   drop_last: bool = _setting(
       False,
       "Drop each pass's last batch when it "
       'is partial (the MOON repo); by default it is kept, as '
       "PyTorch's DataLoader does.")
-  client_learning_rate: float = _setting(
-      0.05,
-      'Client SGD learning rate.')
+  client_learning_rate: float = _setting(0.05, 'Client SGD learning rate.')
   client_momentum: float = _setting(
       0.9,
       'Client SGD momentum (not used by '
       'scaffold, which trains with plain SGD).')
-  weight_decay: float = _setting(
-      0.0,
-      'Client L2 weight decay.')
+  weight_decay: float = _setting(0.0, 'Client L2 weight decay.')
   server_learning_rate: Optional[float] = _setting(
       None,
       'Server learning rate (default: 1.0 for averaging, 0.01 '
       'for fedadam/fedyogi).')
-  server_momentum: float = _setting(
-      0.9,
-      'fedavgm: server momentum.')
+  server_momentum: float = _setting(0.9, 'fedavgm: server momentum.')
   mu: Optional[float] = _setting(
       None,
       "The strength of the method's term(s) "
@@ -170,9 +137,7 @@ class ExperimentConfig:
       None,
       "fedmax: the prior's strength (default "
       '1000, the paper\'s CIFAR value).')
-  temperature: float = _setting(
-      0.5,
-      "moon: the contrastive temperature.")
+  temperature: float = _setting(0.5, "moon: the contrastive temperature.")
   cka_layers: int = _setting(
       2,
       'fedcka: M, the first M layers '
@@ -188,9 +153,7 @@ class ExperimentConfig:
       'moon/fedcka/scaffold: the '
       'directory of the client state files (default: a '
       'temporary one); TFF workers must see it.')
-  fed2_groups: int = _setting(
-      10,
-      'fed2: G, the number of groups.')
+  fed2_groups: int = _setting(10, 'fed2: G, the number of groups.')
   fed2_decouple_depth: Optional[int] = _setting(
       None,
       'fed2: how many final '
@@ -229,15 +192,9 @@ class ExperimentConfig:
       "global model's last move (global_move, the paper) or "
       'the mean client update before the server optimizer '
       '(mean_client_update, the FedCos code).')
-  seed: int = _setting(
-      0,
-      'Fixes partition, sampling and init.')
-  rounds_per_eval: int = _setting(
-      1,
-      'Evaluate every N rounds.')
-  rounds_per_checkpoint: int = _setting(
-      1,
-      'Save state every N rounds.')
+  seed: int = _setting(0, 'Fixes partition, sampling and init.')
+  rounds_per_eval: int = _setting(1, 'Evaluate every N rounds.')
+  rounds_per_checkpoint: int = _setting(1, 'Save state every N rounds.')
   output_dir: str = _setting(
       'runs/experiment',
       'Where results go (the binaries default to '
