@@ -340,8 +340,8 @@ def validate(config: ExperimentConfig) -> None:
          f'--projection_dim > 0, not --model={model_name}')
   if 'fed2' in parts:
     need(model_name in task_models.FED2_MODELS,
-         f'--method=fed2 supports --model={"/".join(task_models.FED2_MODELS)}, not '
-         f'{model_name}')
+         '--method=fed2 supports --model='
+         f'{"/".join(task_models.FED2_MODELS)}, not {model_name}')
     need(config.fed2_groups >= 1,
          f'--fed2_groups={config.fed2_groups} must be >= 1')
     need(config.fed2_pairing in fed2.PAIRINGS,
