@@ -1,4 +1,4 @@
-"""FedCKA (Son, Kim and Chung, 2022): contrastive regularization of the first layers.
+"""FedCKA (Son et al., 2022): contrastive regularization of the first layers.
 
 Paper: Son, Kim and Chung, "Comparisons Where It Matters: Using Layer-Wise
 Regularization to Improve Federated Learning on Heterogeneous Data",
