@@ -121,13 +121,12 @@ def grouped_model(plan: LayerPlan, num_classes: int,
   """
   name, padding, global_pool = plan.name, plan.padding, plan.global_pool
   depth = plan.decouple_depth if decouple_depth is None else decouple_depth
-  layers = plan.layers
+  layers = plan.layers  # (the classifier comes after them)
   if not 1 <= depth <= len(layers) + 1:
     raise ValueError(f'Fed2 decouple depth for {name} must be in [1, '
                      f'{len(layers) + 1}] (its layers), got {depth!r}.')
   groups = class_groups(num_classes, num_groups, seed)
-  plan = layers
-  first_decoupled = len(plan) + 1 - depth  # index into plan (+ classifier)
+  first_decoupled = len(layers) + 1 - depth  # index into layers
 
   inputs = tf.keras.Input(tuple(input_shape))
   x = inputs
@@ -139,7 +138,7 @@ def grouped_model(plan: LayerPlan, num_classes: int,
     return t
 
   for i in range(first_decoupled):
-    spec = plan[i]
+    spec = layers[i]
     x = flatten_if_needed(x, spec)
     x = _layer(spec, spec[1], f'shared_{i + 1}', padding)(x)
     if spec[0] == 'conv' and spec[3]:
@@ -149,8 +148,8 @@ def grouped_model(plan: LayerPlan, num_classes: int,
   # Past the shared layers, `x` holds the groups' features side by side
   # (`grouped`), each group reading back only its own block.
   grouped = False
-  for i in range(first_decoupled, len(plan)):
-    spec = plan[i]
+  for i in range(first_decoupled, len(layers)):
+    spec = layers[i]
     width = math.ceil(spec[1] / num_groups)
     if spec[0] == 'fc':
       x = _flatten_groups(x, num_groups) if grouped else (
