@@ -665,11 +665,34 @@ class LocalBatches:
   def __call__(self, dataset: tf.data.Dataset, client_id: Any = '',
                round_num: Any = 0) -> tf.data.Dataset:
     """The batches `client_id` trains on in `round_num` (eager or graph)."""
-    # The client's examples, decoded once per round and gathered by batch.
-    examples = dataset.batch(_ALL).get_single_element()
+    examples = read_all(dataset)
     size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
+    positions, batch_sizes = self._round_plan(size, client_id, round_num)
+    round_examples = collections.OrderedDict(
+        (k, tf.gather(v, positions)) for k, v in examples.items())
+    if self.with_index:
+      round_examples['index'] = positions
+    # No tf.data function (map, flat_map, reduce) anywhere: the TFF worker
+    # instantiates a data set's functions on every call, about 4 ms each,
+    # which dominated a small client's round. `rebatch` cuts the round's
+    # examples, gathered in order, into its batches; `take` stops it before
+    # it looks for a batch that is not there (it would wait forever on an
+    # empty round). The extra size is never reached: `rebatch` cannot take
+    # an empty list of sizes.
+    sizes = tf.concat([batch_sizes, [self.batch_size]], 0)
+    return tf.data.Dataset.from_tensors(round_examples).rebatch(sizes).take(
+        tf.size(batch_sizes, out_type=tf.int64)).with_options(PLAIN_OPTIONS)
+
+  def _round_plan(self, size, client_id, round_num):
+    """(positions of the round's examples in order, sizes of its batches)."""
     batch = tf.constant(self.batch_size, tf.int64)
-    per_pass = size // batch if self.drop_last else -(-size // batch)
+    full_batches = size // batch
+    partial = (tf.constant(0, tf.int64) if self.drop_last else size % batch)
+    # One pass: `full_batches` of B, then the partial one if it is kept.
+    pass_sizes = tf.concat([tf.fill([full_batches], batch),
+                            tf.fill([tf.minimum(partial, 1)], partial)], 0)
+    per_pass = tf.size(pass_sizes, out_type=tf.int64)
+    pass_examples = full_batches * batch + partial
     client_seed = tf.stack([
         tf.constant(self.seed, tf.int64),
         tf.strings.to_hash_bucket_fast(client_id, _HASH_BUCKETS)])
@@ -677,6 +700,8 @@ class LocalBatches:
     if self.local_steps is None:
       first_pass = round_num * self.local_epochs
       num_passes = tf.constant(self.local_epochs, tf.int64)
+      skip = tf.constant(0, tf.int64)
+      num_batches = num_passes * per_pass
     else:
       start = round_num * self.local_steps
       first_pass = start // tf.maximum(per_pass, 1)
@@ -684,28 +709,38 @@ class LocalBatches:
       num_passes = tf.where(per_pass > 0,
                             -(-(skip + self.local_steps) // tf.maximum(
                                 per_pass, 1)), 0)
+      num_batches = tf.minimum(tf.constant(self.local_steps, tf.int64),
+                               num_passes * per_pass)
 
-    def batches_of_pass(pass_num):
+    def add_pass(pass_num, orders):
       pass_seed = tf.random.experimental.stateless_fold_in(client_seed,
                                                            pass_num)
-      order = tf.random.experimental.stateless_shuffle(
-          tf.range(size), pass_seed)
-      return tf.data.Dataset.from_tensor_slices(order).batch(
-          self.batch_size, drop_remainder=self.drop_last)
+      order = tf.random.experimental.stateless_shuffle(tf.range(size),
+                                                       pass_seed)
+      return pass_num + 1, tf.concat([orders, order[:pass_examples]], 0)
 
-    indices = tf.data.Dataset.range(first_pass, first_pass + num_passes
-                                    ).flat_map(batches_of_pass)
-    if self.local_steps is not None:
-      indices = indices.skip(skip).take(self.local_steps)
+    _, orders = tf.while_loop(
+        lambda pass_num, _: pass_num < first_pass + num_passes, add_pass,
+        (first_pass, tf.zeros([0], tf.int64)),
+        shape_invariants=(first_pass.shape, tf.TensorShape([None])))
+    batch_sizes = tf.tile(pass_sizes, [num_passes])[skip:skip + num_batches]
+    # Every batch before `skip` in its pass is full.
+    first = skip * batch
+    positions = orders[first:first + tf.reduce_sum(batch_sizes)]
+    return positions, batch_sizes
 
-    def gather(index):
-      out = collections.OrderedDict(
-          (k, tf.gather(v, index)) for k, v in examples.items())
-      if self.with_index:
-        out['index'] = index
-      return out
 
-    return indices.map(gather)
+# tf.data's default rewrites and autotuning run whenever an iterator is made,
+# which for a small client's data costs more than reading it.
+PLAIN_OPTIONS = tf.data.Options()
+PLAIN_OPTIONS.experimental_optimization.apply_default_optimizations = False
+PLAIN_OPTIONS.autotune.enabled = False
+
+
+def read_all(dataset: tf.data.Dataset) -> Any:
+  """Every element of `dataset`, stacked: one tensor per component."""
+  return dataset.with_options(PLAIN_OPTIONS).batch(
+      _ALL).get_single_element()
 
 
 # Larger than any client's number of examples: one batch holds them all.

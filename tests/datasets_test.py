@@ -108,6 +108,45 @@ def test_local_steps_carry_on_through_the_data_across_rounds():
   assert [len(r) for r in rows] == [4, 4, 2, 4]
 
 
+def _pass_order(seed, client, pass_num, size):
+  client_seed = tf.stack([tf.constant(seed, tf.int64),
+                          tf.strings.to_hash_bucket_fast(client, 2**62)])
+  return tf.random.experimental.stateless_shuffle(
+      tf.range(size, dtype=tf.int64),
+      tf.random.experimental.stateless_fold_in(
+          client_seed, tf.constant(pass_num, tf.int64))).numpy().tolist()
+
+
+def test_batches_cut_each_pass_order_in_turn():
+  # Pass p of a client is stateless_shuffle(range(n)) seeded by (seed,
+  # client, p), cut into batches of B; 11 examples, B = 4, 2 epochs, round 3:
+  # passes 6 and 7.
+  rows = _rows(datasets.LocalBatches(4, local_epochs=2, seed=5)(
+      _labelled(11), 'c', 3))
+  expected = []
+  for p in (6, 7):
+    order = _pass_order(5, 'c', p, 11)
+    expected += [order[0:4], order[4:8], order[8:11]]
+  assert rows == expected
+  # 2 steps a round from the stream of 3-batch passes: round 1 is batches
+  # 2 and 3, pass 0's last batch and pass 1's first.
+  steps = datasets.LocalBatches(4, local_steps=2, seed=5)
+  assert _rows(steps(_labelled(11), 'c', 1)) == [
+      _pass_order(5, 'c', 0, 11)[8:11], _pass_order(5, 'c', 1, 11)[0:4]]
+  # drop_last: 2-batch passes; 3 steps, round 1 is batches 3, 4 and 5.
+  dropped = _rows(datasets.LocalBatches(4, local_steps=3, drop_last=True,
+                                        seed=5)(_labelled(11), 'c', 1))
+  assert dropped == [_pass_order(5, 'c', 1, 11)[4:8],
+                     _pass_order(5, 'c', 2, 11)[0:4],
+                     _pass_order(5, 'c', 2, 11)[4:8]]
+
+
+def test_a_client_smaller_than_a_dropped_batch_has_no_batches():
+  for batches in (datasets.LocalBatches(8, local_epochs=2, drop_last=True),
+                  datasets.LocalBatches(8, local_steps=3, drop_last=True)):
+    assert _rows(batches(_labelled(5), 'c', 1)) == []
+
+
 @pytest.mark.usefixtures('tff_worker')
 def test_dataset_computation_takes_a_client_and_a_round(digits):
   batches = datasets.LocalBatches(8, local_epochs=1, with_index=True)

@@ -126,6 +126,12 @@ def _reference_view(keras_model_fn: model_lib.KerasModelFn,
   return ReferenceView(keras_model_fn, output_names)
 
 
+# tf.data's default rewrites and autotuning run whenever an iterator is made,
+# which for a small client's data costs more than reading it.
+_PLAIN_OPTIONS = tf.data.Options()
+_PLAIN_OPTIONS.experimental_optimization.apply_default_optimizations = False
+_PLAIN_OPTIONS.autotune.enabled = False
+
 # Per client, at most this much of its round's batches is read into memory
 # before training (`reduce_over_batches`); the rest is streamed.
 BATCHES_IN_MEMORY_MAX_MB = 1024
@@ -172,13 +178,21 @@ class BatchesInMemory:
       kept_bytes = tf.where(keep, kept_bytes + size, kept_bytes)
       return arrays, kept, seen + 1, kept_bytes
 
-    # A tuple: tf.data would read a list as one tensor.
     empty = tuple(tf.TensorArray(s.dtype, size=0, dynamic_size=True,
                                  infer_shape=False, element_shape=s.shape)
                   for s in flat_specs)
-    self._arrays, self.kept, self.seen, _ = dataset.reduce(
-        (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64)),
-        append)
+    # An iterator in a `tf.while_loop`, not `Dataset.reduce`: the TFF worker
+    # instantiates a reduce function on every call (a few ms per client).
+    iterator = iter(dataset.with_options(_PLAIN_OPTIONS))
+
+    def body(next_batch, state):
+      return iterator.get_next_as_optional(), append(
+          state, next_batch.get_value())
+
+    _, (self._arrays, self.kept, self.seen, _) = tf.while_loop(
+        lambda next_batch, _: next_batch.has_value(), body,
+        (iterator.get_next_as_optional(),
+         (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64))))
 
   def batch(self, i: tf.Tensor):
     """The i-th kept batch."""
