@@ -8,10 +8,15 @@ project's, and TFF's own builder's; measured interleaved in the same run)
 for the FedCKA CNN and ResNet-18 (`--models` adds resnet50), clients per
 second and peak memory; FedAvg through TFF against the same local training
 as a plain TF loop and, when PyTorch imports, a plain PyTorch loop (the
-reference code's way) at 5 local epochs;
-and resident memory over 200 rounds of a small model. Writes `benchmark.json`
-and `benchmark.md` (each figure beside its target and the FedCKA paper's
-Table 4) to `--output_dir`. The logic lives in `tooling.benchmark`.
+reference code's way) at 5 local epochs, with TFF's cost per client; the
+same comparison at 10, 100 and 1,000 small clients per round
+(`--scaling_clients`); a cross-device run (EMNIST-shaped data, 3,400
+clients of 100 to 300 examples, 100 sampled per round: seconds per round,
+clients per second, memory growth, and for SCAFFOLD and MOON the
+client-state store's size and read time); and resident memory over 200
+rounds of a small model. Writes `benchmark.json` and `benchmark.md` (each
+figure beside its target and the FedCKA paper's Table 4) to
+`--output_dir`. The logic lives in `tooling.benchmark`.
 """
 
 import json
@@ -58,6 +63,28 @@ flags.DEFINE_integer('memory_rounds', 200,
 flags.DEFINE_integer('loopback_workers', 2,
                      'Time FedAvg over 1..N TFF workers on 127.0.0.1 '
                      '(0 skips it).')
+flags.DEFINE_list('scaling_clients', ['10', '100', '1000'],
+                  'Cohort sizes of the clients-per-round table (FedAvg and '
+                  'the plain TF loop, one local epoch; empty skips it).')
+flags.DEFINE_integer('scaling_examples_per_client', 20,
+                     'Examples per client in the clients-per-round table '
+                     '(one batch of --batch_size or less).')
+flags.DEFINE_integer('cross_device_rounds', 100,
+                     'Rounds of the cross-device run (0 skips it).')
+flags.DEFINE_list('cross_device_methods', ['fedavg', 'scaffold', 'moon'],
+                  'Methods of the cross-device run.')
+flags.DEFINE_integer('cross_device_clients', 3400,
+                     'Clients of the cross-device run (EMNIST has 3,400 '
+                     'writers).')
+flags.DEFINE_integer('cross_device_clients_per_round', 100,
+                     'Clients sampled per round in the cross-device run.')
+flags.DEFINE_integer('cross_device_min_examples', 100,
+                     'Fewest examples of a cross-device client.')
+flags.DEFINE_integer('cross_device_max_examples', 300,
+                     'Most examples of a cross-device client.')
+flags.DEFINE_string('cross_device_model', 'fedcka_cnn',
+                    'Model of the cross-device run (MOON needs one with a '
+                    'projection head: fedcka_cnn or a ResNet).')
 flags.DEFINE_string('pytorch_python', None,
                     'Python interpreter that times the PyTorch loop in the '
                     'floor comparison (a virtual environment with torch; '
@@ -83,7 +110,37 @@ def _check_flags() -> list[str]:
                'repeats'):
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
-  for name in ('floor_local_epochs', 'memory_rounds', 'loopback_workers'):
+  for name in FLAGS.cross_device_methods:
+    if name not in benchmark.BENCHMARK_METHODS:
+      errors.append(f'--cross_device_methods: {name!r} is not one of '
+                    f'{", ".join(benchmark.BENCHMARK_METHODS)}')
+  if FLAGS.cross_device_model not in task_models.MODEL_NAMES:
+    errors.append(f'--cross_device_model={FLAGS.cross_device_model!r} is not '
+                  f'one of {", ".join(task_models.MODEL_NAMES)}')
+  needs_z = [m for m in FLAGS.cross_device_methods if m in ('moon', 'fedcka')]
+  if needs_z and FLAGS.cross_device_model not in benchmark.PROJECTION_MODELS:
+    errors.append(f'--cross_device_model={FLAGS.cross_device_model!r} has no '
+                  f'projection head, which {", ".join(needs_z)} need: use '
+                  f'one of {", ".join(benchmark.PROJECTION_MODELS)}')
+  for value in FLAGS.scaling_clients:
+    if not value.isdigit() or int(value) < 1:
+      errors.append(f'--scaling_clients: {value!r} is not a whole number '
+                    '>= 1')
+  for name in ('scaling_examples_per_client', 'cross_device_clients',
+               'cross_device_clients_per_round', 'cross_device_min_examples'):
+    if FLAGS[name].value < 1:
+      errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
+  if FLAGS.cross_device_max_examples < FLAGS.cross_device_min_examples:
+    errors.append(f'--cross_device_max_examples='
+                  f'{FLAGS.cross_device_max_examples} must be >= '
+                  f'--cross_device_min_examples='
+                  f'{FLAGS.cross_device_min_examples}')
+  if FLAGS.cross_device_clients_per_round > FLAGS.cross_device_clients:
+    errors.append(f'--cross_device_clients_per_round='
+                  f'{FLAGS.cross_device_clients_per_round} must be <= '
+                  f'--cross_device_clients={FLAGS.cross_device_clients}')
+  for name in ('floor_local_epochs', 'memory_rounds', 'loopback_workers',
+               'cross_device_rounds'):
     if FLAGS[name].value < 0:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 0')
   if 0 < FLAGS.memory_rounds < 21:
@@ -202,6 +259,33 @@ def main(argv):
         tff_fedavg_all=tff_timings[benchmark.TFF_FEDAVG]['seconds'],
         plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
         plain_tf_all=plain, **pytorch_figures)
+    save()
+  if FLAGS.scaling_clients:
+    counts = [int(c) for c in FLAGS.scaling_clients]
+    print(f'== FedAvg and the plain TF loop at {counts} clients per round',
+          flush=True)
+    results['scaling'] = dict(
+        model='fedcka_cnn',
+        examples_per_client=FLAGS.scaling_examples_per_client,
+        by_count=benchmark.scaling(
+            counts, 'fedcka_cnn', FLAGS.scaling_examples_per_client,
+            FLAGS.batch_size, hparams, cache_dir, FLAGS.repeats, FLAGS.seed))
+    save()
+  if FLAGS.cross_device_rounds:
+    print(f'== cross-device: {FLAGS.cross_device_clients} clients, '
+          f'{FLAGS.cross_device_clients_per_round} per round', flush=True)
+    results['cross_device'] = benchmark.cross_device(
+        FLAGS.cross_device_methods, num_clients=FLAGS.cross_device_clients,
+        min_examples=FLAGS.cross_device_min_examples,
+        max_examples=FLAGS.cross_device_max_examples,
+        clients_per_round=FLAGS.cross_device_clients_per_round,
+        rounds=FLAGS.cross_device_rounds,
+        model_name=FLAGS.cross_device_model, batch_size=FLAGS.batch_size,
+        hparams=hparams,
+        output_dir=os.path.join(FLAGS.output_dir, 'cross_device'),
+        seed=FLAGS.seed,
+        on_round=lambda m, r, s: print(f'  {m} round {r}: {s:.2f} s',
+                                       flush=True))
     save()
   if FLAGS.loopback_workers:
     print('== FedAvg over 1..N loopback TFF workers', flush=True)

@@ -375,13 +375,17 @@ def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
 def generated_like(task: str, num_clients: int, examples_per_client: int,
                    cache_dir: str, seed: int = 0, image_size: int = 32,
                    num_classes: Optional[int] = None,
-                   num_test: int = 64) -> FederatedData:
+                   num_test: int = 64,
+                   max_examples_per_client: Optional[int] = None
+                   ) -> FederatedData:
   """Random data of task `task`'s shape, in place of the real data set.
 
   For tests and benchmarks that need a task's input shape and classes but
   not its content (the real sets need a download): standard-normal inputs
   (integer ids for text) and uniform labels, `examples_per_client` for each
-  of `num_clients` clients, written and served as `from_arrays` does.
+  of `num_clients` clients (or between `examples_per_client` and
+  `max_examples_per_client`, uniformly, as a natural split's clients
+  differ), written and served as `from_arrays` does.
 
   Args:
     task: One of `TASK_NAMES`.
@@ -392,6 +396,8 @@ def generated_like(task: str, num_clients: int, examples_per_client: int,
     image_size: The side of `image_folder` images.
     num_classes: Classes (default: the task's; `image_folder` needs it).
     num_test: Central test examples.
+    max_examples_per_client: When set, each client's size is drawn from
+      [examples_per_client, max_examples_per_client].
   """
   if task not in TASK_SHAPES:
     raise ValueError(f'Unknown task {task!r}; choose one of {TASK_NAMES}.')
@@ -401,8 +407,17 @@ def generated_like(task: str, num_clients: int, examples_per_client: int,
   num_classes = num_classes or default_classes
   if not num_classes:
     raise ValueError(f'Task {task!r} needs num_classes to be generated.')
+  if (max_examples_per_client is not None
+      and max_examples_per_client < examples_per_client):
+    raise ValueError(
+        f'max_examples_per_client={max_examples_per_client} is below '
+        f'examples_per_client={examples_per_client}.')
   rng = np.random.default_rng(seed)
-  total = num_clients * examples_per_client + num_test
+  sizes = (np.full(num_clients, examples_per_client)
+           if max_examples_per_client is None else
+           rng.integers(examples_per_client, max_examples_per_client + 1,
+                        num_clients))
+  total = int(sizes.sum()) + num_test
   if task == 'shakespeare':
     ids = rng.integers(0, num_classes, (total, input_shape[0] + 1),
                        dtype=np.int32)
@@ -411,7 +426,7 @@ def generated_like(task: str, num_clients: int, examples_per_client: int,
     x = rng.standard_normal((total,) + tuple(input_shape)).astype(np.float32)
     y = rng.integers(0, num_classes, total, dtype=np.int32)
   n = total - num_test
-  parts = np.array_split(np.arange(n), num_clients)
+  parts = np.split(np.arange(n), np.cumsum(sizes)[:-1])
   return from_arrays(f'generated_{task}', x[:n], y[:n], x[n:], y[n:], parts,
                      cache_dir, num_classes=num_classes)
 

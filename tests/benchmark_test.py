@@ -157,8 +157,28 @@ def test_report_marks_each_figure_against_its_target():
                        1: dict(median=4.0, clients_per_second=2.5),
                        2: dict(median=5.0, clients_per_second=2.0)}),
       memory=dict(model='mlp', rss_mb=[100.0] * 20 + [105.0, 120.0],
-                  after_round=20, growth=0.2))
+                  after_round=20, growth=0.2),
+      scaling=dict(model='fedcka_cnn', examples_per_client=20, by_count={
+          100: dict(fedavg_seconds=0.5, plain_tf_seconds=0.4,
+                    overhead_ms_per_client=1.0)}),
+      cross_device=dict(
+          num_clients=3400, min_examples=100, max_examples=300,
+          clients_per_round=100, rounds=100, model='fedcka_cnn',
+          batch_size=20, data_seconds=30.0, after_round=10, methods={
+              'fedavg': dict(median=2.0, clients_per_second=50.0,
+                             growth=0.02),
+              'moon': dict(median=4.0, clients_per_second=25.0, growth=0.15,
+                           state_store=dict(clients=3400, megabytes=1700.0,
+                                            load_seconds=6.8))}))
   text = benchmark.report_markdown(results)
+  # 10 clients, 2.2 s against 2.0: 20 ms per client beyond the plain loop.
+  assert ("TFF's cost per client beyond the plain loop: 20.0 ms (target <= "
+          "3: **no**).") in text
+  assert '| 100 | 0.50 | 5.0 | 0.40 | 4.0 | 1.0 |' in text
+  assert "Building the partition and the clients' files: 30.0 s." in text
+  assert '| fedavg | 2.00 | 50.0 | +2.0% (yes) | none |  |' in text
+  assert ('| moon | 4.00 | 25.0 | +15.0% (**no**) | 1700 MB (3400 clients) '
+          '| 6.8 s (2.00 ms each) |') in text
   assert '| fedcka | 2.20 | 1.10 | 1.25 | <= 1.2 | **no** | 1.9 |' in text
   assert '| moon | 2.20 | 1.10 | 1.15 | <= 1.2 | yes | 1.78 |' in text
   assert '| fedmax | 2.20 | 1.10 |  | <= 1.05 | **no** |  |' in text
@@ -230,3 +250,40 @@ def test_fed2_is_timed_only_on_groupable_models():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_scaling_reports_tffs_cost_per_client(tmp_path):
+  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  by_count = benchmark.scaling([2, 4], 'mlp', 3, 8, hparams, str(tmp_path),
+                               repeats=1)
+  assert sorted(by_count) == [2, 4]
+  for count, row in by_count.items():
+    assert row['overhead_ms_per_client'] == pytest.approx(
+        1000 * (row['fedavg_seconds'] - row['plain_tf_seconds']) / count)
+
+
+def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):
+  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  rounds_seen = []
+  results = benchmark.cross_device(
+      ['fedavg', 'moon'], num_clients=8, min_examples=2, max_examples=6,
+      clients_per_round=3, rounds=2, model_name='fedcka_cnn', batch_size=4,
+      hparams=hparams, output_dir=str(tmp_path),
+      on_round=lambda m, r, s: rounds_seen.append((m, r)))
+  assert rounds_seen == [('fedavg', 1), ('fedavg', 2), ('moon', 1),
+                         ('moon', 2)]
+  assert 'state_store' not in results['methods']['fedavg']
+  store = results['methods']['moon']['state_store']
+  # Every one of the 8 clients has exactly one stored state (MOON's previous
+  # model: the model's weights), sampled or not.
+  state_dirs = [d for d in os.listdir(tmp_path / 'client_states' / 'moon')
+                if d != 'initial.state']
+  assert store['clients'] == 8 and len(state_dirs) == 8
+  assert all(len(os.listdir(tmp_path / 'client_states' / 'moon' / d)) == 1
+             for d in state_dirs)
+  weights = experiment.model_fn_for('fedavg', 'fedcka_cnn', 62, (28, 28, 1),
+                                    hparams)().trainable_weights
+  state_bytes = sum(int(np.prod(w.shape)) * 4 for w in weights)
+  assert store['megabytes'] * 2**20 >= 8 * state_bytes
+  for run in results['methods'].values():
+    assert run['clients_per_second'] == pytest.approx(3 / run['median'])

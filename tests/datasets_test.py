@@ -247,3 +247,14 @@ def test_partition_report_text_and_heatmap(tmp_path):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_generated_clients_sizes_span_the_asked_range(tmp_path):
+  data = datasets.generated_like('emnist', 40, 2, str(tmp_path), num_test=3,
+                                 max_examples_per_client=5)
+  sizes = [len(y) for y in data.train_labels]
+  assert min(sizes) == 2 and max(sizes) == 5 and set(sizes) <= {2, 3, 4, 5}
+  assert data.num_classes == 62 and data.input_shape == (28, 28, 1)
+  with pytest.raises(ValueError, match='max_examples_per_client=1'):
+    datasets.generated_like('emnist', 4, 2, str(tmp_path),
+                            max_examples_per_client=1)

@@ -19,7 +19,9 @@ fixed seed (`tasks.datasets.generated_like`), every client taking part:
   paper's Table 4 ratios.
 """
 
+import dataclasses
 import os
+import shutil
 import statistics
 import threading
 import time
@@ -57,6 +59,8 @@ PAPER_RATIO = {
 # epochs; memory growth.
 TARGET_TFF_OVER_FLOOR = 1.2
 TARGET_MEMORY_GROWTH = 0.10
+# Issue 23: what TFF adds per client beyond the plain loop's arithmetic.
+TARGET_OVERHEAD_MS_PER_CLIENT = 3.0
 
 BENCHMARK_METHODS = ('fedavg', 'tff_fedavg', 'fedprox', 'scaffold', 'moon',
                      'fedcka', 'fedmax', 'fedcos', 'fed2')
@@ -70,6 +74,10 @@ def applicable_methods(model_name: str,
   """The methods that run on `model_name` (Fed2 needs a groupable model)."""
   return [m for m in names
           if m != 'fed2' or model_name in task_models.FED2_MODELS]
+
+
+# Models with MOON's projection head `z` (ResNets through `model_kwargs`).
+PROJECTION_MODELS = ('fedcka_cnn', 'resnet18', 'resnet50')
 
 
 def model_kwargs(model_name: str) -> dict:
@@ -464,8 +472,145 @@ def memory_growth(data: datasets.FederatedData, model_name: str,
               growth=(rss[-1] - base) / base)
 
 
+def scaling(client_counts: Sequence[int], model_name: str,
+            examples_per_client: int, batch_size: int,
+            hparams: methods_lib.Hyperparameters, cache_dir: str,
+            repeats: int = 3, seed: int = 0) -> dict[int, dict[str, Any]]:
+  """FedAvg's seconds per round as the cohort grows, against the plain loop.
+
+  For each N of `client_counts`: N generated CIFAR-shaped clients of
+  `examples_per_client` examples, all taking part, one local epoch; the
+  project's FedAvg through TFF and `PlainTFFedAvg` at the same settings.
+
+  Returns:
+    By N: `fedavg_seconds`, `plain_tf_seconds` (medians), and
+    `overhead_ms_per_client`: what TFF adds per client beyond the plain
+    loop's arithmetic.
+  """
+  results = {}
+  for count in client_counts:
+    data = datasets.generated_like('cifar10', count, examples_per_client,
+                                   cache_dir, seed=seed)
+    fedavg = time_methods(model_name, ['fedavg'], data, hparams, 1,
+                          batch_size, repeats, seed)['fedavg']['median']
+    plain = _median(plain_tf_round_seconds(
+        model_name, client_arrays(data), data.num_classes, 1, batch_size,
+        hparams.client_learning_rate, hparams.client_momentum, repeats,
+        seed))
+    results[count] = dict(fedavg_seconds=fedavg, plain_tf_seconds=plain,
+                          overhead_ms_per_client=1000 * (fedavg - plain)
+                          / count)
+  return results
+
+
+# The cross-device run's task: EMNIST's writers (3,400 of 100 to 300
+# examples, 62 classes) in generated form.
+CROSS_DEVICE_TASK = 'emnist'
+
+
+def cross_device(method_names: Sequence[str], *, num_clients: int,
+                 min_examples: int, max_examples: int,
+                 clients_per_round: int, rounds: int, model_name: str,
+                 batch_size: int, hparams: methods_lib.Hyperparameters,
+                 output_dir: str, seed: int = 0,
+                 on_round: Optional[Callable[[str, int, float], None]] = None
+                 ) -> dict[str, Any]:
+  """A cross-device federation: many small clients, a sample per round.
+
+  Generated EMNIST-shaped data (`num_clients` clients of `min_examples` to
+  `max_examples`), `clients_per_round` sampled per round as
+  `tooling.training_loop` samples them, one local epoch. For each method:
+  seconds per round, clients per second, and resident memory (Python + TFF
+  worker) after every round. For methods with per-client state, after the
+  rounds: every client is given a state (those never sampled get one
+  written from Python), and the store's size on disk and the time to read
+  every client's state back are measured.
+
+  Returns:
+    The settings, `data_seconds` (building the partition and writing the
+    clients' files), and under `methods`, by method: `seconds` per round, `median`, `clients_per_second`,
+    `rss_mb` per round, `growth` (from round 10 to the last), and for
+    stateful methods `state_store` (`clients`, `megabytes`,
+    `load_seconds`).
+  """
+  cache_dir = os.path.join(output_dir, 'cache')
+  shutil.rmtree(cache_dir, ignore_errors=True)  # Timed from scratch.
+  start = time.perf_counter()
+  data = datasets.generated_like(
+      CROSS_DEVICE_TASK, num_clients, min_examples, cache_dir, seed=seed,
+      max_examples_per_client=max_examples)
+  after_round = min(10, rounds)
+  results = dict(num_clients=num_clients, min_examples=min_examples,
+                 max_examples=max_examples,
+                 clients_per_round=clients_per_round, rounds=rounds,
+                 model=model_name, batch_size=batch_size,
+                 data_seconds=time.perf_counter() - start,
+                 after_round=after_round, methods={})
+  client_ids = list(data.client_data.client_ids)
+  for name in method_names:
+    state_dir = os.path.join(output_dir, 'client_states', name)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    method_hparams = dataclasses.replace(
+        hparams, num_clients=num_clients, client_state_dir=state_dir)
+    batches = datasets.LocalBatches(
+        batch_size, 1, seed=seed,
+        with_index=methods_lib.wants_example_index(name, 1))
+    model_fn = experiment.model_fn_for(name, model_name, data.num_classes,
+                                       data.input_shape, method_hparams,
+                                       **model_kwargs(model_name))
+    process = methods_lib.build_method_for_client_ids(
+        name, model_fn, *_round_datasets(data, batches), method_hparams)
+    state = process.set_model_weights(
+        process.initialize(), model_lib.initial_weights(model_fn, seed))
+    client_states = getattr(process, 'client_states', None)
+    seconds, rss = [], []
+    for round_num in range(1, rounds + 1):
+      cohort = datasets.sample_clients(client_ids, clients_per_round,
+                                       round_num, seed)
+      begin = time.perf_counter()
+      state = process.next(state, _keys(cohort, round_num)).state
+      seconds.append(time.perf_counter() - begin)
+      if client_states is not None:
+        # As the training loop does: only the newest version is kept.
+        client_states.prune(cohort, round_num)
+      rss.append(resident_mb()['total_rss_mb'])
+      if on_round:
+        on_round(name, round_num, seconds[-1])
+    timed = seconds[1:] or seconds  # The first round builds the graphs.
+    base = rss[after_round - 1]
+    results['methods'][name] = dict(
+        seconds=seconds, median=_median(timed),
+        clients_per_second=clients_per_round / _median(timed), rss_mb=rss,
+        growth=(rss[-1] - base) / base)
+    if client_states is not None:
+      results['methods'][name]['state_store'] = _fill_and_load_states(
+          client_states, client_ids, rounds)
+  return results
+
+
+def _fill_and_load_states(client_states, client_ids: Sequence[str],
+                          rounds: int) -> dict[str, float]:
+  """Size and read time of the store once every client has a state."""
+  for client_id in client_ids:
+    if client_id not in client_states:
+      client_states.put(client_id, client_states.initial_state, rounds)
+  size = 0
+  for root, _, files in os.walk(client_states.directory):
+    size += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+  start = time.perf_counter()
+  for client_id in client_ids:
+    client_states.get(client_id)
+  return dict(clients=len(client_ids), megabytes=size / 2**20,
+              load_seconds=time.perf_counter() - start)
+
+
 def _format(value: Optional[float]) -> str:
   return '' if value is None else f'{value:.2f}'
+
+
+def _overhead_ms(fedavg_seconds: float, plain_seconds: float,
+                 num_clients: int) -> float:
+  return 1000 * (fedavg_seconds - plain_seconds) / num_clients
 
 
 def _mark(value: float, target: float) -> str:
@@ -541,6 +686,8 @@ def report_markdown(results: dict) -> str:
   floor = results.get('floor')
   if floor:
     plain = floor['plain_tf_seconds']
+    overhead = _overhead_ms(floor['fedavg_seconds'], plain,
+                            results['settings']['num_clients'])
     ratio = floor['fedavg_seconds'] / plain
     tff_ratio = floor['tff_fedavg_seconds'] / plain
     lines += [f"## FedAvg through TFF against a plain TF loop "
@@ -559,7 +706,11 @@ def report_markdown(results: dict) -> str:
               f"The project's FedAvg / plain TF: {ratio:.2f} (target <= "
               f"{TARGET_TFF_OVER_FLOOR}: "
               f"{_mark(ratio, TARGET_TFF_OVER_FLOOR)}); TFF's builder: "
-              f"{tff_ratio:.2f}."]
+              f"{tff_ratio:.2f}.",
+              "TFF's cost per client beyond the plain loop: "
+              f"{overhead:.1f} ms (target <= "
+              f"{TARGET_OVERHEAD_MS_PER_CLIENT:.0f}: "
+              f"{_mark(overhead, TARGET_OVERHEAD_MS_PER_CLIENT)})."]
     if floor.get('pytorch_seconds'):
       pytorch = floor['pytorch_seconds']
       lines.append(
@@ -582,6 +733,54 @@ def report_markdown(results: dict) -> str:
               'computations at once: the figures show the runtime\'s '
               'overhead of splitting a round, not a second machine\'s '
               'speed-up.', '']
+  scaling_results = results.get('scaling')
+  if scaling_results:
+    lines += [f"## Clients per round ({scaling_results['model']}, "
+              f"{scaling_results['examples_per_client']} examples per "
+              'client, one local epoch, all taking part)', '',
+              '| clients | FedAvg s/round | ms/client | plain TF s/round | '
+              'ms/client | TFF\'s cost per client (ms) |',
+              '|---|---|---|---|---|---|']
+    for count, row in scaling_results['by_count'].items():
+      count = int(count)
+      lines.append(
+          f"| {count} | {row['fedavg_seconds']:.2f} | "
+          f"{1000 * row['fedavg_seconds'] / count:.1f} | "
+          f"{row['plain_tf_seconds']:.2f} | "
+          f"{1000 * row['plain_tf_seconds'] / count:.1f} | "
+          f"{row['overhead_ms_per_client']:.1f} |")
+    lines.append('')
+  device = results.get('cross_device')
+  if device:
+    lines += [f"## Cross-device: {device['num_clients']} EMNIST-shaped "
+              f"clients of {device['min_examples']} to "
+              f"{device['max_examples']} examples, "
+              f"{device['clients_per_round']} per round "
+              f"({device['model']}, batch {device['batch_size']}, one local "
+              'epoch)', '',
+              f"Building the partition and the clients' files: "
+              f"{device['data_seconds']:.1f} s.", '',
+              '| method | s/round | clients/s | memory growth | '
+              'client states on disk | reading every state |',
+              '|---|---|---|---|---|---|']
+    for name, run in device['methods'].items():
+      store = run.get('state_store')
+      store_cells = (
+          f"{store['megabytes']:.0f} MB ({store['clients']} clients) | "
+          f"{store['load_seconds']:.1f} s "
+          f"({1000 * store['load_seconds'] / store['clients']:.2f} ms each)"
+          if store else 'none | ')
+      lines.append(
+          f"| {name} | {run['median']:.2f} | "
+          f"{run['clients_per_second']:.1f} | "
+          f"{100 * run['growth']:+.1f}% "
+          f"({_mark(run['growth'], TARGET_MEMORY_GROWTH)}) | {store_cells} |")
+    lines += ['', 'Seconds per round: median over the rounds after the '
+              'first. Memory growth: resident memory (Python + TFF worker) '
+              f"from round {device['after_round']} to the last, target < "
+              f"{100 * TARGET_MEMORY_GROWTH:.0f}%. The state store is "
+              'measured once every client has a state (clients never '
+              'sampled get one written), read back from Python.', '']
   memory = results.get('memory')
   if memory:
     lines += [f"## Memory over {len(memory['rss_mb'])} rounds "
