@@ -212,16 +212,17 @@ def main(argv):
     results['models'][model_name] = dict(
         examples_per_client=examples, local_epochs=FLAGS.local_epochs,
         methods=timings, peak_mb=benchmark.resident_mb()['total_peak_mb'])
-    if 'fedcka' in names:
-      results['models'][model_name]['fedcka_extra'] = (
-          benchmark.fedcka_extra_seconds(
-              model_name, data.num_classes, data.input_shape, examples,
-              FLAGS.batch_size, FLAGS.local_epochs, repeats=FLAGS.repeats,
-              # (Non-positive: no limit, every client at once.)
-              concurrent_clients=(FLAGS.max_concurrent_clients
-                                  if FLAGS.max_concurrent_clients > 0
-                                  else FLAGS.num_clients),
-              seed=FLAGS.seed))
+    for method, extra_seconds in (('fedcka', benchmark.fedcka_extra_seconds),
+                                  ('moon', benchmark.moon_extra_seconds)):
+      if method in names:
+        results['models'][model_name][f'{method}_extra'] = extra_seconds(
+            model_name, data.num_classes, data.input_shape, examples,
+            FLAGS.batch_size, FLAGS.local_epochs, repeats=FLAGS.repeats,
+            # (Non-positive: no limit, every client at once.)
+            concurrent_clients=(FLAGS.max_concurrent_clients
+                                if FLAGS.max_concurrent_clients > 0
+                                else FLAGS.num_clients),
+            seed=FLAGS.seed)
     save()
   # The CNN-sized data of the floor and the workers' phases (same files).
   cnn_data = lambda: datasets.generated_like(

@@ -209,7 +209,7 @@ def test_report_marks_each_figure_against_its_target():
 
 def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
   # 10 clients in a 2 s FedAvg round: 200 ms each; 50 ms more each.
-  assert np.isclose(benchmark.fedcka_floor_ratio(0.05, 2.0, 10), 1.25)
+  assert np.isclose(benchmark.floor_ratio(0.05, 2.0, 10), 1.25)
   results = dict(
       settings=dict(num_clients=10, repeats=3, batch_size=64,
                     max_concurrent_clients=2),
@@ -222,7 +222,19 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
   text = benchmark.report_markdown(results)
   assert ("reference passes 30 ms and the Gram products 20 ms, against "
           "FedAvg's 200 ms per client: FedCKA cannot go below 1.25 of "
-          "FedAvg here.") in text
+          "FedAvg here. It ran at 1.30: 0.05 above its floor (target <= "
+          "0.07: yes).") in text
+  # MOON: 10 + 2 ms more per client, 1.06 at best; it ran at 1.2.
+  results['models']['fedcka_cnn']['methods']['moon'] = dict(median=2.4,
+                                                            ratio=1.2)
+  results['models']['fedcka_cnn']['moon_extra'] = dict(
+      reference_passes_seconds=0.01, contrastive_seconds=0.002,
+      extra_seconds=0.012)
+  text = benchmark.report_markdown(results)
+  assert ("reference passes 10 ms and the contrastive terms 2 ms, against "
+          "FedAvg's 200 ms per client: MOON cannot go below 1.06 of FedAvg "
+          "here. It ran at 1.20: 0.14 above its floor (target <= 0.07: "
+          "**no**).") in text
   del results['models']['fedcka_cnn']['fedcka_extra']
   assert "FedCKA's floor" not in benchmark.report_markdown(results)
 
@@ -241,6 +253,17 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
   with pytest.raises(ValueError, match='layer_8'):
     benchmark.fedcka_extra_seconds('fedcka_cnn', 10, (32, 32, 3), 6, 4, 1,
                                    num_layers=8, repeats=1)
+
+
+def test_moon_extra_work_is_timed_on_the_models_shapes():
+  figures = benchmark.moon_extra_seconds(
+      'fedcka_cnn', 10, (32, 32, 3), examples_per_client=6, batch_size=4,
+      local_epochs=2, repeats=1)
+  assert figures['reference_passes_seconds'] > 0
+  assert figures['contrastive_seconds'] > 0
+  assert np.isclose(figures['extra_seconds'],
+                    figures['reference_passes_seconds'] +
+                    figures['contrastive_seconds'])
 
 
 def test_fed2_is_timed_only_on_groupable_models():

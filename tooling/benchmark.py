@@ -59,7 +59,9 @@ PAPER_RATIO = {
 # epochs; memory growth.
 TARGET_TFF_OVER_FLOOR = 1.2
 TARGET_MEMORY_GROWTH = 0.10
-# Issue 23: what TFF adds per client beyond the plain loop's arithmetic.
+# MOON's and FedCKA's ratio to FedAvg at most this far above their floors.
+TARGET_ABOVE_FLOOR = 0.07
+# What TFF adds per client beyond the plain loop's arithmetic.
 TARGET_OVERHEAD_MS_PER_CLIENT = 3.0
 
 BENCHMARK_METHODS = ('fedavg', 'tff_fedavg', 'fedprox', 'scaffold', 'moon',
@@ -169,6 +171,85 @@ def time_methods(model_name: str,
   return timings
 
 
+def _share_of_one_call(fn: Callable[[], tf.Tensor], repeats: int,
+                       concurrent_clients: int) -> float:
+  """Seconds of one call when `concurrent_clients` threads call at once.
+
+  As the TFF worker runs clients: several at a time, so a client's share of
+  the machine is the wall time over the calls.
+  """
+  def calls():
+    for _ in range(repeats):
+      fn().numpy()
+  threads = [threading.Thread(target=calls)
+             for _ in range(concurrent_clients)]
+  start = time.perf_counter()
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  return (time.perf_counter() - start) / (repeats * concurrent_clients)
+
+
+def _least_shares(fns: dict[str, Callable[[], tf.Tensor]], repeats: int,
+                  concurrent_clients: int) -> dict[str, float]:
+  """Each function's least share of three runs after a warm-up call."""
+  figures = {}
+  for name, fn in fns.items():
+    fn()  # Warm-up: tracing.
+    figures[name] = min(_share_of_one_call(fn, repeats, concurrent_clients)
+                        for _ in range(3))
+  figures['extra_seconds'] = sum(figures[name] for name in fns)
+  return figures
+
+
+def _reference_passes_fn(method: str, model_name: str, num_classes: int,
+                         input_shape: Sequence[int], output_names,
+                         examples: tf.Tensor, batch_size: int):
+  """The global and the previous model up to `output_names` over every
+  example once, in batches: a `tf.function` of no arguments."""
+  model_fn = experiment.model_fn_for(method, model_name, num_classes,
+                                     tuple(input_shape),
+                                     methods_lib.Hyperparameters(),
+                                     **model_kwargs(model_name))
+  views = [local_training.ReferenceView(model_fn, output_names)
+           for _ in range(2)]
+  count = int(examples.shape[0])
+
+  @tf.function
+  def reference_passes():
+    total = tf.constant(0.0)
+    for view in views:
+      for start in range(0, count, batch_size):
+        outputs = view(examples[start:start + batch_size])
+        total += tf.add_n([tf.reduce_sum(t) for t in outputs.values()])
+    return total
+
+  return reference_passes, views[0]
+
+
+def _per_step_fn(step: Callable[[tf.Tensor, int, tf.Tensor], tf.Tensor],
+                 examples_per_client: int, batch_size: int,
+                 local_epochs: int):
+  """`step(batch_index, rows, total)` over a round's local steps, as
+  `tasks.datasets.LocalBatches` cuts it: each pass's full batches, then
+  one of the rest."""
+  full_per_pass, last_rows = divmod(examples_per_client, batch_size)
+  full_steps = local_epochs * full_per_pass
+
+  @tf.function
+  def steps():
+    _, total = tf.while_loop(
+        lambda i, _: i < full_steps,
+        lambda i, total: (i + 1, step(i % 2, batch_size, total)),
+        (tf.constant(0), tf.constant(0.0)))
+    for _ in range(local_epochs if last_rows else 0):
+      total = step(0, last_rows, total)
+    return total
+
+  return steps
+
+
 def fedcka_extra_seconds(model_name: str, num_classes: int,
                          input_shape: Sequence[int], examples_per_client: int,
                          batch_size: int, local_epochs: int,
@@ -195,33 +276,18 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
     `reference_passes_seconds`, `grams_seconds` and their sum,
     `extra_seconds`.
   """
-  model_fn = experiment.model_fn_for('fedcka', model_name, num_classes,
-                                     tuple(input_shape),
-                                     methods_lib.Hyperparameters(),
-                                     **model_kwargs(model_name))
-  layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
-  views = [local_training.ReferenceView(model_fn, layers) for _ in range(2)]
   rng = np.random.default_rng(seed)
   examples = tf.constant(rng.standard_normal(
       (examples_per_client,) + tuple(input_shape)).astype(np.float32))
-  # The round's batches (`tasks.datasets.LocalBatches`): each pass has its
-  # full batches, then one of the rest.
-  full_per_pass, last_rows = divmod(examples_per_client, batch_size)
-  full_steps = local_epochs * full_per_pass
-  sizes = [int(np.prod(s)) for s in views[0].output_shapes().values()]
+  layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
+  reference_passes, view = _reference_passes_fn(
+      'fedcka', model_name, num_classes, input_shape, layers, examples,
+      batch_size)
+  sizes = [int(np.prod(s)) for s in view.output_shapes().values()]
   # Two different batches per layer, alternated, so no step repeats the
   # previous one's inputs.
   activations = [tf.constant(rng.standard_normal(
       (2, 3, batch_size, size)).astype(np.float32)) for size in sizes]
-
-  @tf.function
-  def reference_passes():
-    total = tf.constant(0.0)
-    for view in views:
-      for start in range(0, examples_per_client, batch_size):
-        outputs = view(examples[start:start + batch_size])
-        total += tf.add_n([tf.reduce_sum(t) for t in outputs.values()])
-    return total
 
   def gram(a):
     return tf.matmul(a, a, transpose_b=True)
@@ -233,47 +299,68 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
       total += tf.reduce_sum(tf.matmul(upstream, local)[0])
     return total
 
-  @tf.function
-  def grams():
-    _, total = tf.while_loop(
-        lambda i, _: i < full_steps,
-        lambda i, total: (i + 1, gram_step(i % 2, batch_size, total)),
-        (tf.constant(0), tf.constant(0.0)))
-    for _ in range(local_epochs if last_rows else 0):
-      total = gram_step(0, last_rows, total)
-    return total
-
-  def share_of_one_call(fn):
-    # As the TFF worker runs clients: `concurrent_clients` at a time, so a
-    # client's share of the machine is the wall time over the calls.
-    def calls():
-      for _ in range(repeats):
-        fn().numpy()
-    threads = [threading.Thread(target=calls)
-               for _ in range(concurrent_clients)]
-    start = time.perf_counter()
-    for thread in threads:
-      thread.start()
-    for thread in threads:
-      thread.join()
-    return (time.perf_counter() - start) / (repeats * concurrent_clients)
-
-  figures = {}
-  for name, fn in (('reference_passes_seconds', reference_passes),
-                   ('grams_seconds', grams)):
-    fn()  # Warm-up: tracing.
-    figures[name] = min(share_of_one_call(fn) for _ in range(3))
-  figures['extra_seconds'] = (figures['reference_passes_seconds'] +
-                              figures['grams_seconds'])
-  return figures
+  return _least_shares(
+      {'reference_passes_seconds': reference_passes,
+       'grams_seconds': _per_step_fn(gram_step, examples_per_client,
+                                     batch_size, local_epochs)},
+      repeats, concurrent_clients)
 
 
-def fedcka_floor_ratio(extra_seconds: float, fedavg_round_seconds: float,
-                       num_clients: int) -> float:
-  """FedCKA's lowest possible ratio to FedAvg: 1 + extra / FedAvg's share.
+def moon_extra_seconds(model_name: str, num_classes: int,
+                       input_shape: Sequence[int], examples_per_client: int,
+                       batch_size: int, local_epochs: int,
+                       repeats: int = 5, concurrent_clients: int = 2,
+                       seed: int = 0) -> dict[str, float]:
+  """The work MOON adds to one client's round, timed on its own.
 
-  A round of `num_clients` clients is FedAvg's training of each; FedCKA's
-  round adds at least `extra_seconds` per client (`fedcka_extra_seconds`).
+  Beyond FedAvg's training MOON computes the global and the previous
+  model up to the projection `z` over each of the client's examples once
+  (the reference passes), and at each local step the model-contrastive
+  term on B x d projections: the cosine similarities of the local `z` with
+  both references, the two-way softmax, and its gradient with respect to
+  the local `z` (the rest of the backward pass is FedAvg's). Timed as
+  `fedcka_extra_seconds` times FedCKA's; `1 + extra_seconds / (FedAvg's
+  seconds per client)` is MOON's floor.
+
+  Returns:
+    `reference_passes_seconds`, `contrastive_seconds` and their sum,
+    `extra_seconds`.
+  """
+  rng = np.random.default_rng(seed)
+  examples = tf.constant(rng.standard_normal(
+      (examples_per_client,) + tuple(input_shape)).astype(np.float32))
+  reference_passes, view = _reference_passes_fn(
+      'moon', model_name, num_classes, input_shape, ('z',), examples,
+      batch_size)
+  dim = int(np.prod(view.output_shapes()['z']))
+  projections = tf.constant(rng.standard_normal(
+      (2, 3, batch_size, dim)).astype(np.float32))
+
+  def contrastive_step(batch_index, rows, total):
+    local, global_, previous = tf.unstack(projections[batch_index, :, :rows])
+    with tf.GradientTape() as tape:
+      tape.watch(local)
+      logits = tf.stack([
+          -tf.keras.losses.cosine_similarity(local, global_),
+          -tf.keras.losses.cosine_similarity(local, previous)], 1) / 0.5
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+          tf.zeros([rows], tf.int32), logits))
+    return total + tf.reduce_sum(tape.gradient(loss, local)[0])
+
+  return _least_shares(
+      {'reference_passes_seconds': reference_passes,
+       'contrastive_seconds': _per_step_fn(
+           contrastive_step, examples_per_client, batch_size, local_epochs)},
+      repeats, concurrent_clients)
+
+
+def floor_ratio(extra_seconds: float, fedavg_round_seconds: float,
+                num_clients: int) -> float:
+  """A method's lowest possible ratio to FedAvg: 1 + extra / FedAvg's share.
+
+  A round of `num_clients` clients is FedAvg's training of each; the
+  method's round adds at least `extra_seconds` per client
+  (`fedcka_extra_seconds`, `moon_extra_seconds`).
   """
   return 1.0 + extra_seconds * num_clients / fedavg_round_seconds
 
@@ -659,20 +746,29 @@ def report_markdown(results: dict) -> str:
           f"{'' if target is None else _mark(_judged_ratio(timing), target)}"
           f" | {paper.get(name, '')} |")
     fedavg = model['methods']['fedavg']['median']
-    extra = model.get('fedcka_extra')
-    if extra:
-      num_clients = results['settings']['num_clients']
-      floor_ratio = fedcka_floor_ratio(extra['extra_seconds'], fedavg,
-                                       num_clients)
+    num_clients = results['settings']['num_clients']
+    for method, label, per_step_key, per_step_label in (
+        ('fedcka', 'FedCKA', 'grams_seconds', 'the Gram products'),
+        ('moon', 'MOON', 'contrastive_seconds', 'the contrastive terms')):
+      extra = model.get(f'{method}_extra')
+      if not extra:
+        continue
+      lowest = floor_ratio(extra['extra_seconds'], fedavg, num_clients)
       passes_ms = 1000 * extra['reference_passes_seconds']
-      grams_ms = 1000 * extra['grams_seconds']
+      step_ms = 1000 * extra[per_step_key]
       fedavg_ms = 1000 * fedavg / num_clients
-      lines += ['', "FedCKA's floor: what it computes beyond FedAvg, timed "
-                "alone, per client: the global and previous models' "
-                f'reference passes {passes_ms:.0f} ms and the Gram products '
-                f"{grams_ms:.0f} ms, against FedAvg's {fedavg_ms:.0f} ms per "
-                f'client: FedCKA cannot go below {floor_ratio:.2f} of FedAvg '
-                'here.']
+      measured = model['methods'].get(method)
+      above = (f" It ran at {measured['ratio']:.2f}: "
+               f"{measured['ratio'] - lowest:.2f} above its floor (target "
+               f"<= {TARGET_ABOVE_FLOOR}: "
+               f"{_mark(measured['ratio'] - lowest, TARGET_ABOVE_FLOOR)})."
+               if measured else '')
+      lines += ['', f"{label}'s floor: what it computes beyond FedAvg, "
+                "timed alone, per client: the global and previous models' "
+                f'reference passes {passes_ms:.0f} ms and {per_step_label} '
+                f"{step_ms:.0f} ms, against FedAvg's {fedavg_ms:.0f} ms per "
+                f'client: {label} cannot go below {lowest:.2f} of FedAvg '
+                f'here.{above}']
     lines += ['', "FedAvg is the project's `fedavg`, the local-training "
               'loop every other method shares, with no regularizer: the '
               "ratio to it is what a method's own computation costs. "
