@@ -642,6 +642,9 @@ class LocalBatches:
   (as the FedCos code's iterator does) and every example is used within
   ceil(n / (K*B)) rounds. Pass p's order is a stateless function of
   (`seed`, the client id, p): reruns repeat it exactly, on any TFF worker.
+  The round's examples are gathered in order once, so a round holds as many
+  copies of the client's data as it makes passes (the local training loop
+  holds the round's batches in memory anyway).
 
   Attributes:
     batch_size: Examples per batch, B.
