@@ -554,9 +554,14 @@ def memory_growth(data: datasets.FederatedData, model_name: str,
   for round_num in range(rounds):
     state = process.next(state, _keys(client_ids, round_num)).state
     rss.append(resident_mb()['total_rss_mb'])
-  base = rss[min(after_round, rounds) - 1]
   return dict(rss_mb=rss, after_round=after_round,
-              growth=(rss[-1] - base) / base)
+              growth=_growth(rss, after_round))
+
+
+def _growth(rss_mb: Sequence[float], after_round: int) -> float:
+  """Relative growth of resident memory from `after_round` to the last."""
+  base = rss_mb[min(after_round, len(rss_mb)) - 1]
+  return (rss_mb[-1] - base) / base
 
 
 def scaling(client_counts: Sequence[int], model_name: str,
@@ -584,9 +589,9 @@ def scaling(client_counts: Sequence[int], model_name: str,
         model_name, client_arrays(data), data.num_classes, 1, batch_size,
         hparams.client_learning_rate, hparams.client_momentum, repeats,
         seed))
-    results[count] = dict(fedavg_seconds=fedavg, plain_tf_seconds=plain,
-                          overhead_ms_per_client=1000 * (fedavg - plain)
-                          / count)
+    results[count] = dict(
+        fedavg_seconds=fedavg, plain_tf_seconds=plain,
+        overhead_ms_per_client=_overhead_ms(fedavg, plain, count))
   return results
 
 
@@ -664,11 +669,10 @@ def cross_device(method_names: Sequence[str], *, num_clients: int,
       if on_round:
         on_round(name, round_num, seconds[-1])
     timed = seconds[1:] or seconds  # The first round builds the graphs.
-    base = rss[after_round - 1]
     results['methods'][name] = dict(
         seconds=seconds, median=_median(timed),
         clients_per_second=clients_per_round / _median(timed), rss_mb=rss,
-        growth=(rss[-1] - base) / base)
+        growth=_growth(rss, after_round))
     if client_states is not None:
       results['methods'][name]['state_store'] = _fill_and_load_states(
           client_states, client_ids, rounds)
