@@ -109,12 +109,12 @@ def test_control_variates_follow_option_two_with_partial_participation(
   process = _build_scaffold(problem)
   cohort = [problem['client_data'].client_ids[2]]
   state, weights = _train(process, problem, rounds=1, cohort=cohort)
-  client_control = process.client_states.get(cohort[0])
+  client_control = process.client_states.get(cohort[0])['scaffold']
   start = model_lib.flat_trainable(problem['initial'])
   expected = (start - weights) / (LOCAL_STEPS * LR)
   np.testing.assert_allclose(np.ravel(client_control[0]), expected,
                              rtol=1e-4, atol=1e-6)
-  server_control = np.ravel(state.client_work['control_variate'][0])
+  server_control = np.ravel(state.distributor['scaffold'][0])
   np.testing.assert_allclose(server_control, expected / 4, rtol=1e-4,
                              atol=1e-6)
   # Clients not sampled keep the zero initial state.
@@ -139,12 +139,12 @@ def test_a_client_with_a_non_finite_update_is_not_counted_in_s(problem):
   weights = model_lib.flat_trainable(process.get_model_weights(output.state))
   expected = (model_lib.flat_trainable(problem['initial']) - weights) / (
       LOCAL_STEPS * LR)
-  server_control = np.ravel(output.state.client_work['control_variate'][0])
+  server_control = np.ravel(output.state.distributor['scaffold'][0])
   np.testing.assert_allclose(server_control, expected / 4, rtol=1e-4,
                              atol=1e-6)
   # The diverged client keeps its (zero) control variate.
   np.testing.assert_array_equal(
-      process.client_states.get('client_bad')[0], 0.0)
+      process.client_states.get('client_bad')['scaffold'][0], 0.0)
 
 
 def test_niid_benchs_variant_averages_by_examples_and_keeps_option_two(
@@ -181,7 +181,7 @@ def test_niid_benchs_variant_averages_by_examples_and_keeps_option_two(
   # With momentum the control variate still follows option II.
   start = model_lib.flat_trainable(problem['initial'])
   np.testing.assert_allclose(
-      np.ravel(process.client_states.get('client_0')[0]),
+      np.ravel(process.client_states.get('client_0')['scaffold'][0]),
       (start - alone_0) / (LOCAL_STEPS * LR), rtol=1e-4, atol=1e-6)
 
 

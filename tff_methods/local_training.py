@@ -617,10 +617,10 @@ def build_local_training_client_work(
     A `tff.learning.templates.ClientWorkProcess` with stateless server state.
   """
   regularizers = tuple(regularizers)
-  if regularizers_lib.needs_previous_model(regularizers):
+  if regularizers_lib.needs_client_state(regularizers):
     raise ValueError(
-        'A regularizer reads the client\'s previous model, which needs '
-        'per-client state: use tff_methods.stateful.'
+        'A regularizer reads the client\'s previous model or keeps client '
+        'state, which needs per-client state: use tff_methods.stateful.'
         'build_stateful_local_training_process.')
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   if received_type is None:

@@ -40,8 +40,9 @@ class LocalStep:
       (False in the first round it takes part in).
     broadcast: What regularizers with server state broadcast this round,
       by regularizer name (e.g. FedCos's last global move under 'fedcos').
-    client_state: The client's own state in stateful processes (e.g.
-      SCAFFOLD's control variate), or None.
+    client_state: In stateful processes, the client's own state of each
+      regularizer that keeps one (`keeps_client_state`), by regularizer
+      name (e.g. SCAFFOLD's control variate under 'scaffold'); else None.
   """
   weights: Sequence[tf.Variable]
   global_weights: Sequence[tf.Tensor]
@@ -60,7 +61,17 @@ class Regularizer(abc.ABC):
   Subclasses set `name` and implement `__call__`, returning a scalar that is
   already multiplied by the regularizer's strength. They declare the
   reference-model outputs they read; a regularizer that reads the previous
-  model makes its method keep per-client state (`tff_methods.stateful`).
+  model, or keeps state of its own on each client (`keeps_client_state`),
+  makes its method keep per-client state (`tff_methods.stateful`).
+
+  Server and client state, for the terms that need them (FedCos, SCAFFOLD):
+  the server state lives in the process's distributor, which runs
+  `server_broadcast` each round and sends its value to every client
+  (`LocalStep.broadcast`); after the round it may learn the mean client
+  update (`record_mean_update`) and the mean of what clients report
+  (`record_client_reports`). A client's own state is read before its
+  training (`LocalStep.client_state`) and replaced after it by
+  `next_client_state`, which also returns the client's report.
   """
 
   name: str = 'regularizer'
@@ -74,6 +85,11 @@ class Regularizer(abc.ABC):
   # (`record_mean_update`), after aggregation and before the server
   # optimizer.
   reads_mean_update: bool = False
+  # Whether each client keeps state of its own for this term.
+  keeps_client_state: bool = False
+  # Whether the server state learns the mean of the clients' reports
+  # (`record_client_reports`).
+  reads_client_reports: bool = False
 
   def initial_server_state(self, trainable_zeros: Sequence[Any]) -> Any:
     """Server state this regularizer keeps across rounds, or None.
@@ -104,6 +120,35 @@ class Regularizer(abc.ABC):
     """
     raise NotImplementedError(f'{self.name} does not read the mean update.')
 
+  def initial_client_state(self, trainable_zeros: Sequence[Any]) -> Any:
+    """The state of a client that has not taken part yet (arrays)."""
+    raise NotImplementedError(f'{self.name} keeps no client state.')
+
+  def next_client_state(self, client_state: Any, *,
+                        update: Sequence[tf.Tensor], num_steps: tf.Tensor,
+                        broadcast: Any) -> tuple[Any, Any]:
+    """(the client's new state, its report) after its local training.
+
+    Runs on the client in TensorFlow, when `keeps_client_state`; the
+    report is None unless `reads_client_reports`. A client whose update
+    is not finite keeps its old state and reports nothing.
+
+    Args:
+      client_state: The state the client trained with.
+      update: Its update `w_g - w`, by trainable weight.
+      num_steps: The local steps it took (float scalar).
+      broadcast: This regularizer's broadcast value of the round.
+    """
+    raise NotImplementedError(f'{self.name} keeps no client state.')
+
+  def record_client_reports(self, server_state: Any, mean_report: Any,
+                            num_reports: tf.Tensor) -> Any:
+    """The server state after the mean of `num_reports` clients' reports.
+
+    Runs at the server in TensorFlow, when `reads_client_reports`.
+    """
+    raise NotImplementedError(f'{self.name} reads no client reports.')
+
   @abc.abstractmethod
   def __call__(self, step: LocalStep) -> tf.Tensor:
     ...
@@ -119,6 +164,18 @@ def check_strength(name: str, value: float) -> float:
 def needs_previous_model(regularizers: Sequence[Regularizer]) -> bool:
   """Whether any regularizer reads the client's previous local model."""
   return any(r.previous_outputs for r in regularizers)
+
+
+def needs_client_state(regularizers: Sequence[Regularizer]) -> bool:
+  """Whether the regularizers make each client keep state between rounds:
+  its previous model, or state of their own."""
+  return needs_previous_model(regularizers) or any(
+      r.keeps_client_state for r in regularizers)
+
+
+def reads_client_reports(regularizers: Sequence[Regularizer]) -> bool:
+  """Whether any regularizer's server state learns the clients' reports."""
+  return any(r.reads_client_reports for r in regularizers)
 
 
 def with_server_state(regularizers: Sequence[Regularizer],

@@ -25,10 +25,8 @@ Either way `c` moves by the unweighted mean over the clients with a finite
 update. Needs per-client state (`tff_methods.stateful`).
 """
 
-import collections
 from typing import Any, Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -40,15 +38,55 @@ from tff_methods import stateful
 
 
 class ControlVariateCorrection(regularizers.Regularizer):
-  """`<w, c - c_i>` with `c - c_i` constant: adds `c - c_i` to the gradient."""
+  """`<w, c - c_i>` with `c - c_i` constant: adds `c - c_i` to the gradient.
+
+  Keeps `c` as server state (broadcast every round) and `c_i` on each
+  client; a client reports `c_i_new - c_i`, whose mean moves `c`.
+
+  Args:
+    client_learning_rate: eta, the local learning rate in `c_i_new`.
+    num_clients: N, all clients (for the |S|/N update of `c`).
+  """
 
   name = 'scaffold'
+  keeps_server_state = True
+  keeps_client_state = True
+  reads_client_reports = True
+
+  def __init__(self, client_learning_rate: float, num_clients: int):
+    if not isinstance(num_clients, int) or num_clients < 1:
+      raise ValueError(f'SCAFFOLD num_clients must be >= 1, got '
+                       f'{num_clients!r}.')
+    self.client_learning_rate = client_learning_rate
+    self.num_clients = num_clients
+
+  def initial_server_state(self, trainable_zeros):
+    return [tf.constant(z) for z in trainable_zeros]
+
+  def server_broadcast(self, server_state, global_weights):
+    del global_weights
+    return [tf.identity(c) for c in server_state], server_state
+
+  def initial_client_state(self, trainable_zeros):
+    return list(trainable_zeros)
 
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
     server_control = step.broadcast[self.name]
+    client_control = step.client_state[self.name]
     return tf.add_n([
         tf.reduce_sum(w * tf.stop_gradient(c - ci))
-        for w, c, ci in zip(step.weights, server_control, step.client_state)])
+        for w, c, ci in zip(step.weights, server_control, client_control)])
+
+  def next_client_state(self, client_state, *, update, num_steps, broadcast):
+    steps = tf.maximum(num_steps, 1.0)
+    new_control = [ci - c + u / (steps * self.client_learning_rate)
+                   for ci, c, u in zip(client_state, broadcast, update)]
+    return new_control, [n - o for n, o in zip(new_control, client_state)]
+
+  def record_client_reports(self, server_state, mean_report, num_reports):
+    share = num_reports / float(self.num_clients)
+    return [c + share * tf.where(tf.math.is_finite(d), d, tf.zeros_like(d))
+            for c, d in zip(server_state, mean_report)]
 
 
 def build_scaffold(
@@ -68,6 +106,11 @@ def build_scaffold(
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
+  The shared stateful round (`stateful.build_stateful_local_training_process`)
+  with one term, `ControlVariateCorrection`: `c` lives in the process's
+  distributor state (`state.distributor['scaffold']`), each `c_i` in the
+  client's state files (`client_states.get(id)['scaffold']`).
+
   Args:
     keras_model_fn: Builds one of the project's models.
     element_spec: The spec of one batch of client data.
@@ -84,107 +127,13 @@ def build_scaffold(
     client_weighting: How client models are averaged: UNIFORM (the paper)
       or NUM_EXAMPLES (NIID-Bench).
   """
-  if not isinstance(num_clients, int) or num_clients < 1:
-    raise ValueError(f'SCAFFOLD num_clients must be >= 1, got '
-                     f'{num_clients!r}.')
-  key_type = stateful.check_client_key_type(dataset_computation)
-  client_optimizer = optimizers.build_client_sgd(
-      client_learning_rate, momentum=client_momentum,
-      weight_decay=weight_decay)
-  server_optimizer = optimizers.build_server_optimizer('sgd',
-                                                       server_learning_rate)
-  correction = ControlVariateCorrection()
-  weights_type = model_lib.weights_type(keras_model_fn, element_spec)
-  control_type = weights_type.trainable
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
-  zeros = [np.asarray(z) for z in model_lib.zero_weights(
-      keras_model_fn).trainable]
-  client_states = stateful.ClientStateFiles(zeros, client_state_dir)
-
-  initial_model_weights_fn = model_lib.initial_weights_computation(
-      keras_model_fn)
-
-  @tff.tensorflow.computation
-  def initial_control_fn():
-    return collections.OrderedDict(
-        control_variate=[tf.constant(z) for z in zeros])
-
-  @tff.tensorflow.computation(weights_type, control_type, key_type,
-                              data_type)
-  def client_update_computation(weights, server_control, key, dataset):
-    client_id, round_num = stateful.split_client_key(key)
-    client_control = client_states.read(client_id, round_num)
-    client_update = local_training.build_client_update_fn(
-        keras_model_fn, client_optimizer, [correction], client_weighting,
-        loss_fn)
-    result, sums, _ = client_update(
-        weights, dataset, broadcast={correction.name: server_control},
-        client_state=client_control)
-    steps = tf.maximum(sums['num_batches'], 1.0)
-    trained = [ci - c + u / (steps * client_learning_rate) for ci, c, u in
-               zip(client_control, server_control, result.update)]
-    # A diverged client (weight 0) keeps its control variate.
-    new_control = tf.cond(result.update_weight > 0, lambda: trained,
-                          lambda: [tf.identity(ci) for ci in client_control])
-    control_delta = [n - o for n, o in zip(new_control, client_control)]
-    written = client_states.write(client_id, round_num, new_control)
-    # Only clients with a finite update count in |S|.
-    counted = tf.cast(result.update_weight > 0, tf.float32)
-    return result, sums, written, control_delta, counted
-
-  server_state_type = initial_control_fn.type_signature.result
-
-  @tff.tensorflow.computation(server_state_type, control_type, tf.float32)
-  def update_server_control(state, mean_delta, num_sampled):
-    share = num_sampled / float(num_clients)
-    return collections.OrderedDict(control_variate=[
-        c + share * tf.where(tf.math.is_finite(d), d, tf.zeros_like(d))
-        for c, d in zip(state['control_variate'], mean_delta)])
-
-  distributor = tff.learning.templates.build_broadcast_process(weights_type)
-  aggregator = tff.aggregators.MeanFactory().create(
-      weights_type.trainable, tff.TensorType(np.float32))
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
-
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
-        distributor.initialize(),
-        tff.federated_eval(initial_control_fn, tff.SERVER),
-        aggregator.initialize(), finalizer.initialize()))
-
-  state_type = initialize_fn.type_signature.result
-
-  @tff.federated_computation(state_type, tff.FederatedType(key_type,
-                                                           tff.CLIENTS))
-  def next_fn(state, keys):
-    client_data = tff.federated_map(dataset_computation, keys)
-    distributed = distributor.next(state.distributor,
-                                   state.global_model_weights)
-    server_control = tff.federated_broadcast(
-        state.client_work.control_variate)
-    result, sums, written, deltas, counted = tff.federated_map(
-        client_update_computation,
-        (distributed.result, server_control, keys, client_data))
-    aggregated = aggregator.next(state.aggregator, result.update,
-                                 result.update_weight)
-    finalized = finalizer.next(state.finalizer, state.global_model_weights,
-                               aggregated.result)
-    mean_delta = tff.federated_mean(deltas, weight=counted)
-    new_control = tff.federated_map(
-        update_server_control,
-        (state.client_work, mean_delta, tff.federated_sum(counted)))
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        finalized.result, distributed.state, new_control, aggregated.state,
-        finalized.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        distributor=distributed.measurements,
-        client_work=local_training.sum_train_metrics(sums),
-        aggregator=aggregated.measurements,
-        finalizer=finalized.measurements,
-        client_states=stateful.client_states_metrics(written)))
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
-
-  return stateful.build_process(initialize_fn, next_fn, client_states)
+  correction = ControlVariateCorrection(client_learning_rate, num_clients)
+  return stateful.build_stateful_local_training_process(
+      keras_model_fn, element_spec, dataset_computation,
+      client_optimizer=optimizers.build_client_sgd(
+          client_learning_rate, momentum=client_momentum,
+          weight_decay=weight_decay),
+      server_optimizer=optimizers.build_server_optimizer(
+          'sgd', server_learning_rate),
+      regularizers=[correction], client_state_dir=client_state_dir,
+      client_weighting=client_weighting, loss_fn=loss_fn)

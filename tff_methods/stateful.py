@@ -297,6 +297,27 @@ def previous_model_client_state(weights: tff.learning.models.ModelWeights):
       model=tf.nest.map_structure(np.zeros_like, weights))
 
 
+def initial_client_state(regularizers: Sequence[regularizers_lib.Regularizer],
+                         zero_weights: tff.learning.models.ModelWeights):
+  """A new client's state: what `regularizers` keep on each client.
+
+  `has_previous` and `model` (its local model at the end of the last round
+  it took part in) when a regularizer reads the previous model, and each
+  regularizer's own state (`keeps_client_state`) under its name.
+  """
+  state = collections.OrderedDict()
+  if regularizers_lib.needs_previous_model(regularizers):
+    state.update(previous_model_client_state(zero_weights))
+  for r in regularizers:
+    if r.keeps_client_state:
+      if r.name in state:
+        raise ValueError(f'Two regularizers named {r.name!r} keep client '
+                         'state; names must be unique.')
+      state[r.name] = tf.nest.map_structure(
+          np.asarray, r.initial_client_state(zero_weights.trainable))
+  return state
+
+
 def build_stateful_local_training_process(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
@@ -307,15 +328,22 @@ def build_stateful_local_training_process(
     client_state_dir: Optional[str] = None,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> StatefulClientsLearningProcess:
-  """Local training whose regularizers read each client's previous model.
+  """Local training whose clients keep state between rounds.
 
-  Each client's state is `OrderedDict(has_previous, model)`: its local model
-  at the end of the last round it took part in. The round is the shared
-  local-training loop (`local_training.build_client_update_fn`), TFF's
-  broadcast, a weighted mean and TFF's server-optimizer finalizer, as in
-  `local_training.build_local_training_process`. A client whose update is
-  not finite keeps its old state.
+  What a client keeps is what its regularizers ask for
+  (`initial_client_state`): its previous local model (MOON, FedCKA), and
+  state of their own (SCAFFOLD's control variate), read before the
+  client trains and replaced after (`Regularizer.next_client_state`). The
+  round is the shared local-training loop
+  (`local_training.build_client_update_fn`), the distributor (TFF's
+  broadcast, with the regularizers' server state), a weighted mean and
+  TFF's server-optimizer finalizer, as in
+  `local_training.build_local_training_process`; after aggregation the
+  regularizers' server state learns the mean update and the mean of the
+  clients' reports. A client whose update is not finite keeps its old
+  state and reports nothing.
 
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models.
@@ -324,16 +352,23 @@ def build_stateful_local_training_process(
       batches (`tasks.datasets.round_dataset_computation`).
     client_optimizer: The client optimizer.
     server_optimizer: SGD with learning rate 1 by default.
-    regularizers: Terms added to every client's local objective.
+    regularizers: Terms added to every client's local objective; at least
+      one keeps client state (`regularizers.needs_client_state`).
     client_state_dir: Where the clients' state files live (default: a
       temporary directory).
     client_weighting: How client updates are weighted.
+    loss_fn: The data term; cross-entropy by default.
 
   Returns:
     A `tff.learning.templates.LearningProcess` whose `next` takes the
     clients' keys; its `client_states` are the state files.
   """
   regularizers = tuple(regularizers)
+  if not regularizers_lib.needs_client_state(regularizers):
+    raise ValueError(
+        'No regularizer keeps client state (reads the previous model or '
+        'keeps_client_state); use local_training.'
+        'build_local_training_process.')
   key_type = check_client_key_type(dataset_computation)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
@@ -343,13 +378,21 @@ def build_stateful_local_training_process(
   distributor = local_training.build_distributor(weights_type, regularizers,
                                                  zero_weights.trainable)
   received_type = distributor.next.type_signature.result.result.member
-  recorder = local_training.build_mean_update_recorder(
+  mean_update_recorder = local_training.build_mean_update_recorder(
       distributor, regularizers, weights_type.trainable)
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
+  reads_previous = regularizers_lib.needs_previous_model(regularizers)
+  state_keepers = [r for r in regularizers if r.keeps_client_state]
+  reporters = [r for r in state_keepers if r.reads_client_reports]
+  for r in regularizers:
+    if r.reads_client_reports and not (r.keeps_client_state and
+                                       r.keeps_server_state):
+      raise ValueError(f'{r.name} reads client reports, so it must keep '
+                       'client and server state.')
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
-  client_states = ClientStateFiles(previous_model_client_state(zero_weights),
-                                   client_state_dir)
+  client_states = ClientStateFiles(
+      initial_client_state(regularizers, zero_weights), client_state_dir)
 
   @tff.tensorflow.computation(received_type, key_type, data_type)
   def client_update_computation(received, key, dataset):
@@ -358,21 +401,42 @@ def build_stateful_local_training_process(
     initial_weights, broadcast = local_training.split_received(
         received, has_broadcast)
     client_update = local_training.build_client_update_fn(
-        keras_model_fn, client_optimizer, regularizers, client_weighting)
+        keras_model_fn, client_optimizer, regularizers, client_weighting,
+        loss_fn)
+    own_states = {r.name: client_state[r.name] for r in state_keepers}
     result, sums, final_weights = client_update(
-        initial_weights, dataset, client_state['model'],
-        client_state['has_previous'] > 0, broadcast)
-    trained = collections.OrderedDict(has_previous=tf.constant(1),
-                                      model=final_weights)
-    # A diverged client (weight 0) keeps its old state.
-    new_state = tf.cond(result.update_weight > 0, lambda: trained,
-                        lambda: client_state)
-    return result, sums, client_states.write(client_id, round_num, new_state)
+        initial_weights, dataset,
+        client_state['model'] if reads_previous else None,
+        client_state['has_previous'] > 0 if reads_previous else False,
+        broadcast, own_states or None)
+    trained = collections.OrderedDict()
+    if reads_previous:
+      trained.update(has_previous=tf.constant(1), model=final_weights)
+    reports = collections.OrderedDict()
+    for r in state_keepers:
+      trained[r.name], report = r.next_client_state(
+          client_state[r.name], update=result.update,
+          num_steps=sums['num_batches'],
+          broadcast=broadcast[r.name] if r.keeps_server_state else None)
+      if r.reads_client_reports:
+        reports[r.name] = report
+    # A diverged client (weight 0) keeps its old state, reports zeros and
+    # is not counted.
+    finite = result.update_weight > 0
+    new_state = tf.cond(finite, lambda: trained, lambda: client_state)
+    if reports:
+      reports = tf.cond(
+          finite, lambda: reports,
+          lambda: tf.nest.map_structure(tf.zeros_like, reports))
+    written = client_states.write(client_id, round_num, new_state)
+    return result, sums, written, reports, tf.cast(finite, tf.float32)
 
   aggregator = tff.aggregators.MeanFactory().create(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
+  report_recorder = _build_report_recorder(
+      distributor, reporters, client_update_computation.type_signature.result[3])
 
   @tff.federated_computation
   def initialize_fn():
@@ -389,16 +453,20 @@ def build_stateful_local_training_process(
     client_data = tff.federated_map(dataset_computation, keys)
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
-    client_result, sums, written = tff.federated_map(
+    client_result, sums, written, reports, reported = tff.federated_map(
         client_update_computation, (distributed.result, keys, client_data))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
                                aggregated.result)
     distributor_state = distributed.state
-    if recorder is not None:
+    if mean_update_recorder is not None:
       distributor_state = tff.federated_map(
-          recorder, (distributor_state, aggregated.result))
+          mean_update_recorder, (distributor_state, aggregated.result))
+    if report_recorder is not None:
+      distributor_state = tff.federated_map(report_recorder, (
+          distributor_state, tff.federated_mean(reports, weight=reported),
+          tff.federated_sum(reported)))
     new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
         finalized.result, distributor_state, state.client_work,
         aggregated.state, finalized.state))
@@ -411,3 +479,23 @@ def build_stateful_local_training_process(
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   return build_process(initialize_fn, next_fn, client_states)
+
+
+def _build_report_recorder(distributor, reporters, reports_type):
+  """(distributor state, mean reports, number of reports) -> the state that
+  has learnt them; None without reporting regularizers."""
+  if not reporters:
+    return None
+  state_type = distributor.initialize.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, reports_type, np.float32)
+  def record_client_reports(state, mean_reports, num_reports):
+    new_state = collections.OrderedDict(
+        (name, tf.nest.map_structure(tf.identity, value))
+        for name, value in state.items())
+    for r in reporters:
+      new_state[r.name] = r.record_client_reports(
+          state[r.name], mean_reports[r.name], num_reports)
+    return new_state
+
+  return record_client_reports
