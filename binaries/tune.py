@@ -78,7 +78,8 @@ def main(argv):
       configs, progress=FLAGS.progress,
       on_run=lambda label: print(f'== {label}', flush=True), jobs=FLAGS.jobs,
       max_concurrent_clients=FLAGS.max_concurrent_clients)
-  chosen = tuning.choose(output_dir, points, seeds, FLAGS.last_rounds)
+  chosen = tuning.choose(output_dir, points, seeds, FLAGS.last_rounds,
+                         dict(client_momentum=FLAGS.client_momentum))
   paths = tuning.write_report(
       output_dir, points, seeds, chosen,
       f'{FLAGS.task}, {FLAGS.partition} partition, {FLAGS.num_clients} '

@@ -46,14 +46,18 @@ def test_choice_is_the_best_mean_validation_accuracy(tmp_path):
   for p in points:
     for seed, final in zip((0, 1), finals[p.client_learning_rate]):
       _write_run(out, p.label, seed, [0.1, final])
-  chosen = tuning.choose(out, points, [0, 1])
+  chosen = tuning.choose(out, points, [0, 1],
+                         shared_settings=dict(client_momentum=0.0))
   # Means 0.55, 0.75, 0.65: 0.1 wins (0.3 has the single best run).
   assert chosen['fedavg']['client_learning_rate'] == 0.1
   assert np.isclose(chosen['fedavg']['validation_accuracy'], 0.75)
   paths = tuning.write_report(out, points, [0, 1], chosen, 't')
-  assert '| fedavg | **0.1** |' in open(paths['markdown']).read()
+  markdown = open(paths['markdown']).read()
+  assert '| fedavg | **0.1** |' in markdown
+  assert markdown.count('**') == 2
+  # The search's shared settings go with the choice.
   assert tuning.read_settings(paths['json']) == {
-      'fedavg': {'client_learning_rate': 0.1}}
+      'fedavg': {'client_learning_rate': 0.1, 'client_momentum': 0.0}}
   assert os.path.exists(paths['curves_fedavg'])
 
 
@@ -108,13 +112,14 @@ def test_tune_binary_writes_its_choice(tmp_path):
   command = [sys.executable, '-m', 'binaries.tune', '--methods=fedavg',
              '--client_learning_rates=0.01,0.1', '--task=digits',
              '--model=mlp', '--num_clients=2', '--clients_per_round=2',
-             '--rounds=1', f'--output_dir={out}',
+             '--rounds=1', '--client_momentum=0.5', f'--output_dir={out}',
              f'--cache_dir={tmp_path / "cache"}', '--noprogress']
   run = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
                        timeout=600, check=False)
   assert run.returncode == 0, run.stderr[-2000:]
   chosen = json.loads((out / 'tuning.json').read_text())
   assert chosen['fedavg']['client_learning_rate'] in (0.01, 0.1)
+  assert chosen['fedavg']['client_momentum'] == 0.5
   bad = subprocess.run(command[:3] + ['--client_learning_rates=fast'],
                        cwd=REPO, capture_output=True, text=True,
                        timeout=600, check=False)

@@ -24,7 +24,7 @@ method.
 import dataclasses
 import json
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from tff_methods import methods as methods_lib
 from tooling import comparison
@@ -102,13 +102,17 @@ def plan(base: experiment.ExperimentConfig, points: Sequence[GridPoint],
 
 
 def choose(output_dir: str, points: Sequence[GridPoint],
-           seeds: Sequence[int],
-           last_rounds: int = 1) -> dict[str, dict[str, Any]]:
+           seeds: Sequence[int], last_rounds: int = 1,
+           shared_settings: Optional[Mapping[str, Any]] = None
+           ) -> dict[str, dict[str, Any]]:
   """By method: its best grid point's settings and validation accuracy.
 
   The accuracy is the final one, averaged over the last `last_rounds`
   evaluations (`comparison.summarize`): with more than one, a setting that
-  oscillates from round to round loses to a steady one.
+  oscillates from round to round loses to a steady one. `shared_settings`
+  (e.g. the client momentum every run of the search used) are recorded
+  with each choice, so that `compare --settings_from` trains as the search
+  did even where a comparison's own flags differ.
   """
   summaries = {s.method: s for s in comparison.summarize(
       output_dir, [p.label for p in points], seeds, target_accuracy=1.0,
@@ -118,7 +122,7 @@ def choose(output_dir: str, points: Sequence[GridPoint],
     accuracy = summaries[point.label].final_accuracy[0]
     best = chosen.get(point.method)
     if best is None or accuracy > best['validation_accuracy']:
-      chosen[point.method] = dict(point.settings(),
+      chosen[point.method] = dict(shared_settings or {}, **point.settings(),
                                   validation_accuracy=accuracy)
   return chosen
 
@@ -145,8 +149,8 @@ def write_report(output_dir: str, points: Sequence[GridPoint],
   for point in points:
     accuracy = summaries[point.label].final_accuracy[0] * 100
     best = chosen[point.method]
-    mark = '**' if point.settings() == {
-        k: v for k, v in best.items() if k != 'validation_accuracy'} else ''
+    mark = '**' if all(best.get(k) == v
+                       for k, v in point.settings().items()) else ''
     server = ('' if point.server_learning_rate is None
               else f'{mark}{point.server_learning_rate:g}{mark}')
     lines.append(f'| {point.method} | {mark}{point.client_learning_rate:g}'
