@@ -242,7 +242,9 @@ def main(argv):
         FLAGS.seed)
     if pytorch_error is None:
       pytorch, _ = pytorch_loop.run_in(
-          pytorch_python, benchmark.client_arrays(data), data.num_classes,
+          pytorch_python, benchmark.client_arrays(data),
+          pytorch_loop.layer_plan(task_models.get_model(
+              'fedcka_cnn', data.num_classes, data.input_shape)),
           FLAGS.floor_local_epochs, FLAGS.batch_size,
           FLAGS.client_learning_rate, FLAGS.client_momentum, FLAGS.repeats,
           FLAGS.seed)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tasks import datasets
+from tasks import models as task_models
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import runtime
@@ -75,8 +76,10 @@ def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   plain = benchmark.PlainTFFedAvg('fedcka_cnn', clients, 10, **settings)
   initial = [np.array(w) for w in plain.global_weights]
   plain.run_round()
+  plan = pytorch_loop.layer_plan(task_models.get_model(
+      'fedcka_cnn', 10, clients[0][0].shape[1:]))
   seconds, torch_weights = pytorch_loop.run_in(
-      PYTORCH_PYTHON, clients, 10, repeats=0, initial_weights=initial,
+      PYTORCH_PYTHON, clients, plan, repeats=0, initial_weights=initial,
       **settings)
   assert seconds == []  # The warm-up round only.
   moved = 0.0
@@ -86,6 +89,23 @@ def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
     np.testing.assert_allclose(torch_w, tf_w, rtol=1e-4, atol=1e-5)
     moved += float(np.abs(torch_w - start).sum())
   assert moved > 0
+
+
+def test_layer_plan_reads_the_keras_chain():
+  plan = pytorch_loop.layer_plan(task_models.get_model('fedcka_cnn', 10,
+                                                       (32, 32, 3)))
+  assert plan['input_shape'] == [32, 32, 3]
+  assert [layer['kind'] for layer in plan['layers']] == (
+      ['Conv2D', 'MaxPooling2D'] * 2 + ['Flatten'] + ['Dense'] * 5)
+  first, last = plan['layers'][0], plan['layers'][-1]
+  assert (first['filters'], first['kernel_size'], first['padding'],
+          first['activation']) == (16, [5, 5], 'valid', 'relu')
+  # The logits: 10 units, no activation; z (256) feeds them.
+  assert (last['units'], last['activation']) == (10, 'linear')
+  assert plan['layers'][-2]['units'] == 256
+  with pytest.raises(ValueError, match="'resnet18' has"):
+    pytorch_loop.layer_plan(task_models.get_model('resnet18', 10,
+                                                  (32, 32, 3)))
 
 
 @pytest.mark.slow

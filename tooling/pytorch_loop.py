@@ -1,4 +1,4 @@
-"""FedAvg of the FedCKA CNN as a plain PyTorch loop: the reference code's way.
+"""FedAvg as a plain PyTorch loop: the reference code's way.
 
 The FedCKA, MOON and NIID-Bench reference implementations train clients
 with a PyTorch loop like this one. `binaries/benchmark` times it beside
@@ -6,8 +6,9 @@ with a PyTorch loop like this one. `binaries/benchmark` times it beside
 FedAvg through TFF, so the project's speed can be judged against the code
 researchers would otherwise run.
 
-It computes what `benchmark.PlainTFFedAvg` computes for `fedcka_cnn`: every
-client starts from the global weights, takes momentum-SGD steps
+It computes what `benchmark.PlainTFFedAvg` computes for a chain-shaped
+model of `tasks.models` (such as `fedcka_cnn`), built in PyTorch from the
+Keras model's layers (`layer_plan`): every client starts from the global weights, takes momentum-SGD steps
 (m = momentum * m + g; w -= lr * m, which is `torch.optim.SGD` with
 dampening 0) on shuffled in-memory batches, and the new global weights are
 the example-weighted mean of the clients' weights.
@@ -20,7 +21,7 @@ interpreter of its own, which may be another virtual environment's
 JSON and the final weights in another .npz); this module imports only
 numpy at its top.
 
-  python -m tooling.pytorch_loop --clients=clients.npz --num_classes=10
+  python -m tooling.pytorch_loop --clients=clients.npz --model_plan=plan.json
 """
 
 import argparse
@@ -50,41 +51,106 @@ def torch_import_error(python: str) -> Optional[str]:
   return f'{python} cannot import torch: {lines[-1] if lines else "?"}'
 
 
-def _fedcka_cnn(num_classes: int, input_shape: Sequence[int]):
-  """`tasks.models.fedcka_cnn` ('valid' convs, 32x32 inputs) in PyTorch."""
+# Keras layers the PyTorch loop can build, by class name.
+_PLAN_LAYERS = ('Conv2D', 'MaxPooling2D', 'Flatten', 'Dense')
+
+
+def layer_plan(keras_model) -> dict:
+  """A chain-shaped Keras model as data the PyTorch interpreter can build.
+
+  The architecture stays defined once, in `tasks.models`: this reads the
+  layers on the path from the input to `logits` (Conv2D, MaxPooling2D,
+  Flatten, Dense; side outputs such as `layer_k` or `z` are on that path or
+  ignored) and `_torch_model` builds the same network in PyTorch. Needs no
+  TensorFlow import of its own: it reads the model's layers and configs.
+
+  Raises:
+    ValueError: for a model that is not such a chain (e.g. a ResNet).
+  """
+  layers = []
+  previous = keras_model.layers[0]
+  for layer in keras_model.layers[1:]:
+    kind = type(layer).__name__
+    if kind not in _PLAN_LAYERS or layer.input is not previous.output:
+      raise ValueError(
+          f'The PyTorch loop builds chains of {", ".join(_PLAN_LAYERS)}; '
+          f'{keras_model.name!r} has {kind} {layer.name!r}'
+          + (' off the chain' if kind in _PLAN_LAYERS else '') + '.')
+    previous = layer
+    config = layer.get_config()
+    entry = dict(kind=kind, padding=config.get('padding'),
+                 activation=config.get('activation'))
+    if kind == 'Conv2D':
+      if tuple(config['strides']) != (1, 1) or tuple(
+          config['dilation_rate']) != (1, 1):
+        raise ValueError(f'{layer.name}: the PyTorch loop builds stride-1, '
+                         'undilated convolutions only.')
+      entry.update(filters=config['filters'],
+                   kernel_size=list(config['kernel_size']))
+    elif kind == 'MaxPooling2D':
+      entry.update(pool_size=list(config['pool_size']),
+                   strides=list(config['strides']))
+    elif kind == 'Dense':
+      entry.update(units=config['units'])
+    layers.append(entry)
+  return dict(name=keras_model.name,
+              input_shape=list(keras_model.input_shape[1:]), layers=layers)
+
+
+def _torch_model(plan: dict):
+  """The network of `layer_plan` in PyTorch (NCHW inputs); its parameters
+  are in Keras' weight order."""
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
 
-  height, width, channels = input_shape
-  if min(height, width) < 20:
-    raise ValueError(f'input_shape={tuple(input_shape)}: the PyTorch CNN '
-                     'uses valid convs and needs inputs of at least 20x20.')
-  # Sizes after conv5 (valid) and 2x2 pooling (ceil, as Keras' 'same').
-  size = lambda n: -(-(n - 4) // 2)
-  flat = 32 * size(size(height)) * size(size(width))
+  activations = {None: None, 'linear': None, 'relu': torch.relu}
+  height, width, channels = plan['input_shape']
+  shape = [channels, height, width]
+  modules, steps = nn.ModuleList(), []
+  for layer in plan['layers']:
+    kind = layer['kind']
+    if kind == 'Conv2D':
+      module = nn.Conv2d(shape[0], layer['filters'], layer['kernel_size'],
+                         padding=layer['padding'])
+    elif kind == 'MaxPooling2D':
+      if layer['padding'] == 'same' and layer['pool_size'] != layer['strides']:
+        raise ValueError('The PyTorch loop builds "same" pooling only with '
+                         'the pool size as stride (ceil mode).')
+      module = nn.MaxPool2d(layer['pool_size'], layer['strides'],
+                            ceil_mode=layer['padding'] == 'same')
+    elif kind == 'Flatten':
+      # Keras' (H, W, C) order, so Keras weights load unchanged.
+      module = nn.Flatten()
+      steps.append(lambda x: x.permute(0, 2, 3, 1))
+    else:
+      module = nn.Linear(shape[0], layer['units'])
+    if layer['activation'] not in activations:
+      raise ValueError(f'The PyTorch loop has no {layer["activation"]!r} '
+                       'activation.')
+    modules.append(module)
+    activation = activations[layer['activation']]
+    steps.append(module if activation is None else
+                 (lambda m, a: lambda x: a(m(x)))(module, activation))
+    with torch.no_grad():
+      shape = list(_run(steps[-2:] if kind == 'Flatten' else steps[-1:],
+                        torch.zeros([1] + shape)).shape[1:])
 
-  class FedCKACNN(nn.Module):
+  class KerasChain(nn.Module):
 
     def __init__(self):
       super().__init__()
-      self.conv1 = nn.Conv2d(channels, 16, 5)
-      self.conv2 = nn.Conv2d(16, 32, 5)
-      self.pool = nn.MaxPool2d(2, ceil_mode=True)
-      self.dense = nn.ModuleList([nn.Linear(flat, 120), nn.Linear(120, 84),
-                                  nn.Linear(84, 84)])
-      self.projection = nn.Linear(84, 256)
-      self.classifier = nn.Linear(256, num_classes)
+      self.layers = modules
 
     def forward(self, x):
-      x = self.pool(torch.relu(self.conv1(x)))
-      x = self.pool(torch.relu(self.conv2(x)))
-      # Flatten in Keras' (H, W, C) order, so Keras weights load unchanged.
-      x = x.permute(0, 2, 3, 1).flatten(1)
-      for layer in self.dense:
-        x = torch.relu(layer(x))
-      return self.classifier(self.projection(x))
+      return _run(steps, x)
 
-  return FedCKACNN()
+  return KerasChain()
+
+
+def _run(steps, x):
+  for step in steps:
+    x = step(x)
+  return x
 
 
 # Conv kernels: Keras' HWIO <-> PyTorch's OIHW; dense kernels are transposed.
@@ -101,21 +167,21 @@ def _relayout(weights: Sequence[np.ndarray],
 
 
 class PyTorchFedAvg:
-  """FedAvg of the FedCKA CNN, clients trained by a plain PyTorch loop.
+  """FedAvg of a `layer_plan` model, clients trained by a plain PyTorch loop.
 
   Clients are `(x, y)` numpy arrays, x in (N, H, W, C) as in TensorFlow;
   `global_weights` are in Keras' order and layout, so the result can be
   compared with `benchmark.PlainTFFedAvg` and TFF's FedAvg.
   """
 
-  def __init__(self, clients, num_classes: int, local_epochs: int,
+  def __init__(self, clients, model_plan: dict, local_epochs: int,
                batch_size: int, learning_rate: float, momentum: float,
                seed: int = 0,
                initial_weights: Optional[Sequence[np.ndarray]] = None):
     import torch  # pylint: disable=g-import-not-at-top
     self._torch = torch
     torch.manual_seed(seed)
-    self._model = _fedcka_cnn(num_classes, clients[0][0].shape[1:])
+    self._model = _torch_model(model_plan)
     self._params = list(self._model.parameters())
     self._optimizer = torch.optim.SGD(self._params, lr=learning_rate,
                                       momentum=momentum)
@@ -170,7 +236,7 @@ def time_rounds(run_round: Callable[[], None], repeats: int) -> list[float]:
   return seconds
 
 
-def run_in(python: str, clients, num_classes: int, local_epochs: int,
+def run_in(python: str, clients, model_plan: dict, local_epochs: int,
            batch_size: int, learning_rate: float, momentum: float,
            repeats: int = 3, seed: int = 0,
            initial_weights: Optional[Sequence[np.ndarray]] = None
@@ -180,7 +246,7 @@ def run_in(python: str, clients, num_classes: int, local_epochs: int,
   Args:
     python: Path of a Python interpreter that imports torch and numpy.
     clients: Each client's (x, y) numpy arrays, x in (N, H, W, C).
-    num_classes: Number of classes.
+    model_plan: The model, `layer_plan` of a Keras model.
     local_epochs: Local epochs per round.
     batch_size: Local batch size.
     learning_rate: Client SGD learning rate.
@@ -201,11 +267,14 @@ def run_in(python: str, clients, num_classes: int, local_epochs: int,
     clients_path = os.path.join(tmp, 'clients.npz')
     weights_in = os.path.join(tmp, 'initial_weights.npz')
     weights_out = os.path.join(tmp, 'final_weights.npz')
+    plan_path = os.path.join(tmp, 'model_plan.json')
+    with open(plan_path, 'w') as f:
+      json.dump(model_plan, f)
     np.savez(clients_path,
              **{f'x{i}': x for i, (x, _) in enumerate(clients)},
              **{f'y{i}': y for i, (_, y) in enumerate(clients)})
     command = [python, '-m', 'tooling.pytorch_loop',
-               f'--clients={clients_path}', f'--num_classes={num_classes}',
+               f'--clients={clients_path}', f'--model_plan={plan_path}',
                f'--local_epochs={local_epochs}', f'--batch_size={batch_size}',
                f'--learning_rate={learning_rate}', f'--momentum={momentum}',
                f'--repeats={repeats}', f'--seed={seed}',
@@ -240,7 +309,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--clients', required=True,
                       help='.npz with x0, y0, x1, y1, ... (x as NHWC).')
-  parser.add_argument('--num_classes', type=int, required=True)
+  parser.add_argument('--model_plan', required=True,
+                      help='.json of layer_plan(keras_model).')
   parser.add_argument('--local_epochs', type=int, default=5)
   parser.add_argument('--batch_size', type=int, default=64)
   parser.add_argument('--learning_rate', type=float, default=0.01)
@@ -253,8 +323,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument('--weights_out',
                       help='Where the final global weights go (.npz).')
   args = parser.parse_args(argv)
+  with open(args.model_plan) as f:
+    model_plan = json.load(f)
   loop = PyTorchFedAvg(
-      _load_clients(args.clients), args.num_classes, args.local_epochs,
+      _load_clients(args.clients), model_plan, args.local_epochs,
       args.batch_size, args.learning_rate, args.momentum, args.seed,
       initial_weights=(_load_weights(args.initial_weights)
                        if args.initial_weights else None))
