@@ -1,9 +1,11 @@
 """Tests for tasks.models."""
 
+import collections
 import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tasks import models
 from tff_methods import model_lib
@@ -43,6 +45,24 @@ def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
   last = model.layers[-1]
   np.testing.assert_allclose(last(out.get('z', out['features'])).numpy(),
                              out['logits'].numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('name', ['fedcka_cnn', 'resnet18',
+                                  'shakespeare_lstm'])
+def test_weights_type_is_tffs(name):
+  # Read off the zero weights (one model build), it must equal the type TFF
+  # derives from its own view of the model, or computations won't compose.
+  input_shape, kwargs = SMALL[name]
+  num_classes = 90 if name.startswith('shakespeare') else 7
+  model_fn = lambda: models.get_model(name, num_classes, input_shape,
+                                      **kwargs)
+  dtype = tf.int32 if name.startswith('shakespeare') else tf.float32
+  spec = collections.OrderedDict(
+      x=tf.TensorSpec([None] + list(input_shape), dtype),
+      y=tf.TensorSpec([None], tf.int32))
+  assert model_lib.weights_type(model_fn) == (
+      tff.learning.models.weights_type_from_model(
+          model_lib.tff_model_fn(model_fn, spec)))
 
 
 @pytest.mark.parametrize('name, kwargs', [

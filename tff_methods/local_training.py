@@ -624,7 +624,7 @@ def build_local_training_client_work(
         'build_stateful_local_training_process.')
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   if received_type is None:
-    received_type = model_lib.weights_type(keras_model_fn, element_spec)
+    received_type = model_lib.weights_type(keras_model_fn)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
   num_classes = 0
   if client_weight_fn is not None:
@@ -698,15 +698,15 @@ def build_local_training_process(
   """
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
-  weights_type = model_lib.weights_type(keras_model_fn, element_spec)
+  zero_weights = model_lib.zero_weights(keras_model_fn)
+  weights_type = model_lib.weights_type_of(zero_weights)
 
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
 
   regularizers = tuple(regularizers)
-  distributor = build_distributor(
-      weights_type, regularizers,
-      model_lib.zero_weights(keras_model_fn).trainable)
+  distributor = build_distributor(weights_type, regularizers,
+                                  zero_weights.trainable)
   client_work = build_local_training_client_work(
       keras_model_fn, element_spec, client_optimizer, regularizers,
       client_weighting,

@@ -75,10 +75,18 @@ def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
   return model_fn
 
 
-def weights_type(keras_model_fn: KerasModelFn, element_spec: Any):
-  """The TFF type of the model's `ModelWeights`, as TFF's builders see it."""
-  return tff.learning.models.weights_type_from_model(
-      tff_model_fn(keras_model_fn, element_spec))
+def weights_type(keras_model_fn: KerasModelFn) -> tff.Type:
+  """The TFF type of the model's `ModelWeights`, as TFF's builders see it
+  (`tff.learning.models.weights_type_from_model`)."""
+  return weights_type_of(zero_weights(keras_model_fn))
+
+
+def weights_type_of(weights: tff.learning.models.ModelWeights) -> tff.Type:
+  """The TFF type of numpy `ModelWeights` (e.g. `zero_weights`'), so a
+  builder that needs both builds the model once."""
+  return tff.types.tensorflow_to_type(tf.nest.map_structure(
+      lambda w: tf.TensorSpec(np.shape(w), tf.as_dtype(np.asarray(w).dtype)),
+      weights))
 
 
 def initial_weights_computation(keras_model_fn: KerasModelFn

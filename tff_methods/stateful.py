@@ -372,9 +372,9 @@ def build_stateful_local_training_process(
   key_type = check_client_key_type(dataset_computation)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
-  weights_type = model_lib.weights_type(keras_model_fn, element_spec)
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
   zero_weights = model_lib.zero_weights(keras_model_fn)
+  weights_type = model_lib.weights_type_of(zero_weights)
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
   distributor = local_training.build_distributor(weights_type, regularizers,
                                                  zero_weights.trainable)
   received_type = distributor.next.type_signature.result.result.member
