@@ -173,11 +173,6 @@ def needs_client_state(regularizers: Sequence[Regularizer]) -> bool:
       r.keeps_client_state for r in regularizers)
 
 
-def reads_client_reports(regularizers: Sequence[Regularizer]) -> bool:
-  """Whether any regularizer's server state learns the clients' reports."""
-  return any(r.reads_client_reports for r in regularizers)
-
-
 def with_server_state(regularizers: Sequence[Regularizer],
                       trainable_zeros: Sequence[Any]) -> dict[str, Any]:
   """The initial server state of each regularizer that keeps one, by name."""
