@@ -369,6 +369,11 @@ def build_stateful_local_training_process(
         'No regularizer keeps client state (reads the previous model or '
         'keeps_client_state); use local_training.'
         'build_local_training_process.')
+  for r in regularizers:
+    if r.reads_client_reports and not (r.keeps_client_state and
+                                       r.keeps_server_state):
+      raise ValueError(f'{r.name} reads client reports, so it must keep '
+                       'client and server state.')
   key_type = check_client_key_type(dataset_computation)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
@@ -384,11 +389,6 @@ def build_stateful_local_training_process(
   reads_previous = regularizers_lib.needs_previous_model(regularizers)
   state_keepers = [r for r in regularizers if r.keeps_client_state]
   reporters = [r for r in state_keepers if r.reads_client_reports]
-  for r in regularizers:
-    if r.reads_client_reports and not (r.keeps_client_state and
-                                       r.keeps_server_state):
-      raise ValueError(f'{r.name} reads client reports, so it must keep '
-                       'client and server state.')
   initial_model_weights_fn = model_lib.initial_weights_computation(
       keras_model_fn)
   client_states = ClientStateFiles(
@@ -436,7 +436,8 @@ def build_stateful_local_training_process(
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
   report_recorder = _build_report_recorder(
-      distributor, reporters, client_update_computation.type_signature.result[3])
+      distributor, reporters,
+      client_update_computation.type_signature.result[3])
 
   @tff.federated_computation
   def initialize_fn():

@@ -8,10 +8,11 @@ researchers would otherwise run.
 
 It computes what `benchmark.PlainTFFedAvg` computes for a chain-shaped
 model of `tasks.models` (such as `fedcka_cnn`), built in PyTorch from the
-Keras model's layers (`layer_plan`): every client starts from the global weights, takes momentum-SGD steps
-(m = momentum * m + g; w -= lr * m, which is `torch.optim.SGD` with
-dampening 0) on shuffled in-memory batches, and the new global weights are
-the example-weighted mean of the clients' weights.
+Keras model's layers (`layer_plan`): every client starts from the global
+weights, takes momentum-SGD steps (m = momentum * m + g; w -= lr * m,
+which is `torch.optim.SGD` with dampening 0) on shuffled in-memory batches,
+and the new global weights are the example-weighted mean of the clients'
+weights.
 
 PyTorch is optional and not in requirements.txt: its Linux wheels pull
 several GB of CUDA libraries, and current releases need newer packages
@@ -119,21 +120,18 @@ def _torch_model(plan: dict):
       module = nn.MaxPool2d(layer['pool_size'], layer['strides'],
                             ceil_mode=layer['padding'] == 'same')
     elif kind == 'Flatten':
-      # Keras' (H, W, C) order, so Keras weights load unchanged.
       module = nn.Flatten()
-      steps.append(lambda x: x.permute(0, 2, 3, 1))
     else:
       module = nn.Linear(shape[0], layer['units'])
     if layer['activation'] not in activations:
       raise ValueError(f'The PyTorch loop has no {layer["activation"]!r} '
                        'activation.')
     modules.append(module)
-    activation = activations[layer['activation']]
-    steps.append(module if activation is None else
-                 (lambda m, a: lambda x: a(m(x)))(module, activation))
+    # Flatten in Keras' (H, W, C) order, so its weights load as they are.
+    steps.append(_step(module, activations[layer['activation']],
+                       channels_last=kind == 'Flatten'))
     with torch.no_grad():
-      shape = list(_run(steps[-2:] if kind == 'Flatten' else steps[-1:],
-                        torch.zeros([1] + shape)).shape[1:])
+      shape = list(steps[-1](torch.zeros([1] + shape)).shape[1:])
 
   class KerasChain(nn.Module):
 
@@ -145,6 +143,17 @@ def _torch_model(plan: dict):
       return _run(steps, x)
 
   return KerasChain()
+
+
+def _step(module, activation, channels_last=False):
+  """`module` as one step: its input permuted to NHWC first if
+  `channels_last`, its output through `activation` if any."""
+
+  def step(x):
+    x = module(x.permute(0, 2, 3, 1) if channels_last else x)
+    return x if activation is None else activation(x)
+
+  return step
 
 
 def _run(steps, x):
