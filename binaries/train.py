@@ -66,8 +66,9 @@ def main(argv):
     print(f'error: {e}', file=sys.stderr)
     return 2
   evals = results['final_eval']
+  split = 'validation' if config.validation_fraction else 'test'
   print(f"{config.method} on {config.task}: round {results['rounds']}, "
-        f"test accuracy {evals.get('accuracy', float('nan')):.4f}, "
+        f"{split} accuracy {evals.get('accuracy', float('nan')):.4f}, "
         f"macro-F1 {evals.get('macro_f1', float('nan')):.4f}, "
         f"{results['seconds_per_round']:.2f} s/round; "
         f'results in {config.output_dir}')

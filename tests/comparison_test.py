@@ -1,6 +1,7 @@
 """Tests for tooling.comparison (and binaries/compare.py)."""
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -116,6 +117,54 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
   assert one.returncode == 0, one.stderr[-2000:]
   assert _accuracies(alone / 'fedprox' / 'seed1') == _accuracies(
       out / 'fedprox' / 'seed1')
+
+
+_KILL_THE_WORKER_MID_RUN = r"""
+import json, os, signal, sys
+from tff_methods import runtime
+runtime.configure_process()
+from tooling import comparison, experiment
+
+def start_worker():
+  runtime.set_local_execution_context(max_concurrent_clients=2)
+
+def config(name):
+  return experiment.ExperimentConfig(
+      task='digits', model='mlp', num_clients=4, clients_per_round=4,
+      rounds=4, rounds_per_checkpoint=2, cache_dir=sys.argv[1] + '/cache',
+      output_dir=os.path.join(sys.argv[1], name))
+
+def kill_after_round_2(round_num, metrics):
+  del metrics
+  if round_num == 2 and not killed:
+    killed.append(runtime.worker_pids())
+    for pid in runtime.worker_pids():
+      os.kill(pid, signal.SIGSEGV)
+
+killed = []
+start_worker()
+clean = comparison.run_restarting_worker(config('clean'), start_worker,
+                                         progress=False)
+restarted = comparison.run_restarting_worker(
+    config('restarted'), start_worker, progress=False,
+    round_hook=kill_after_round_2)
+print(json.dumps(dict(killed=killed, clean=clean['final_eval'],
+                      restarted=restarted['final_eval'])))
+"""
+
+
+@pytest.mark.slow
+def test_a_run_whose_worker_dies_resumes_on_a_new_worker(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-c', _KILL_THE_WORKER_MID_RUN, str(tmp_path)],
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'exited with code -11' in result.stderr  # the kill was seen
+  figures = json.loads(result.stdout.strip().splitlines()[-1])
+  assert figures['killed'] and figures['killed'][0]
+  # Resumed from round 2's checkpoint: the same run as without the crash.
+  assert figures['restarted'] == figures['clean']
+  assert _accuracies(tmp_path / 'restarted') == _accuracies(tmp_path / 'clean')
 
 
 if __name__ == '__main__':

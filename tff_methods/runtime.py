@@ -72,6 +72,17 @@ _GRPC_CHANNEL_OPTIONS = [
 ]
 _PR_SET_PDEATHSIG = 1
 
+
+
+class WorkerExitedError(RuntimeError):
+  """The local TFF worker died (e.g. a crash) while a computation needed it.
+
+  What ran on it is lost. A new context (`set_local_execution_context`,
+  called from the main thread) starts a new worker; a run then resumes from
+  its last checkpoint.
+  """
+
+
 _workers: list[subprocess.Popen] = []
 _workers_lock = threading.Lock()
 _handlers_installed = False
@@ -246,7 +257,7 @@ def _install_exit_handlers() -> None:
 
 
 class _WorkerService:
-  """Keeps one local worker serving, restarting it if it went down."""
+  """Keeps one local worker serving, or says that it died."""
 
   def __init__(self, binary, max_concurrent_computation_calls, log_path):
     self._binary = binary
@@ -262,7 +273,7 @@ class _WorkerService:
       if self._stub is not None and self._stub.is_ready:
         return self._stub
       if self._process is not None and self._process.poll() is not None:
-        raise RuntimeError(
+        raise WorkerExitedError(
             f'The TFF worker (pid {self._process.pid}) exited with code '
             f'{self._process.returncode} during the run.')
       if self._process is None:

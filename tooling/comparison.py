@@ -218,18 +218,43 @@ def _job(configs, max_concurrent_clients, done):
   """One job's runs, in a process of its own (`run_comparison`)."""
   from tff_methods import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_process()
-  runtime.set_local_execution_context(
-      max_concurrent_clients=max_concurrent_clients)
+
+  def start_worker():
+    runtime.set_local_execution_context(
+        max_concurrent_clients=max_concurrent_clients)
+
+  start_worker()
   for config in configs:
     start = time.monotonic()
     try:
-      results = experiment.run(config, progress=False)
+      results = run_restarting_worker(config, start_worker, progress=False)
     except Exception as e:  # pylint: disable=broad-except
       done.put((_label(config), 0.0, 0.0, f'{type(e).__name__}: {e}'))
       return
     final_eval = results.get('final_eval') or {}
     done.put((_label(config), final_eval.get('accuracy', float('nan')),
               time.monotonic() - start, None))
+
+
+def run_restarting_worker(config: experiment.ExperimentConfig,
+                          start_worker: Callable[[], None],
+                          **run_kwargs) -> dict[str, Any]:
+  """`experiment.run`, once more on a new worker if the worker died.
+
+  TFF's C++ worker has crashed (SIGSEGV) once in a few hundred runs of a
+  tuning grid, in a job that had trained dozens of runs; the run itself
+  trained normally on a fresh worker. So a run whose worker died resumes
+  from its last checkpoint on a new one (`start_worker`, which sets a new
+  execution context); a second death is an error.
+  """
+  from tff_methods import runtime  # pylint: disable=g-import-not-at-top
+  try:
+    return experiment.run(config, **run_kwargs)
+  except runtime.WorkerExitedError as e:
+    logging.warning('%s: %s Starting a new worker; the run resumes from its '
+                    'last checkpoint.', _label(config), e)
+    start_worker()
+    return experiment.run(config, **run_kwargs)
 
 
 def _read_metrics(run_directory: str) -> list[dict]:
