@@ -75,26 +75,27 @@ class ExperimentConfig:
       'fedmax, fedcos, moon, fedcka).')
   task: str = _setting(
       'digits',
-      'digits (offline), cifar10, cifar100, fmnist, mnist, '
-      'emnist, shakespeare, synthetic or image_folder.')
+      'digits (offline), cifar10, cifar100, fmnist, mnist, emnist, '
+      'shakespeare, synthetic or image_folder.')
   model: Optional[str] = _setting(
       None,
-      'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, '
-      'resnet18, resnet50, vgg9, mobilenet, shakespeare_lstm, '
-      'shakespeare_lstm100 (and vgg16 for fed2); '
-      "by default the task's usual model.")
+      'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, resnet18, resnet50, vgg9, '
+      'mobilenet, shakespeare_lstm, shakespeare_lstm100 (and vgg16 for '
+      "fed2); by default the task's usual model.")
   projection_dim: int = _setting(
       0,
-      'resnet18/resnet50: width of a '
-      "MOON projection head 'z' (0: none; MOON needs one).")
+      "resnet18/resnet50: width of a MOON projection head 'z' (0: none; "
+      'MOON needs one).')
   partition: str = _setting(
-      'dirichlet', 'iid, dirichlet, pathological, shards or mixed.')
+      'dirichlet',
+      'iid, dirichlet, pathological, shards or mixed.')
   alpha: float = _setting(0.5, 'Dirichlet concentration (> 0).')
   min_size: int = _setting(10, 'Dirichlet: fewest examples per client.')
   classes_per_client: int = _setting(2, 'pathological: classes each.')
   shards_per_client: int = _setting(2, 'shards: shards each.')
   non_iid_fraction: float = _setting(
-      1.0, 'mixed: share of each client kept label-sorted.')
+      1.0,
+      'mixed: share of each client kept label-sorted.')
   synthetic_alpha: float = _setting(1.0, 'synthetic(alpha, beta): alpha.')
   synthetic_beta: float = _setting(1.0, 'synthetic(alpha, beta): beta.')
   image_size: int = _setting(32, 'image_folder: images resized to this.')
@@ -103,93 +104,77 @@ class ExperimentConfig:
   rounds: int = _setting(10, 'Total communication rounds.')
   local_epochs: int = _setting(1, 'Local epochs per round.')
   local_steps: Optional[int] = _setting(
-      None, 'Local steps per round (instead of epochs).')
+      None,
+      'Local steps per round (instead of epochs).')
   batch_size: int = _setting(32, 'Local batch size.')
   drop_last: bool = _setting(
       False,
-      "Drop each pass's last batch when it "
-      'is partial (the MOON repo); by default it is kept, as '
-      "PyTorch's DataLoader does.")
+      "Drop each pass's last batch when it is partial (the MOON repo); by "
+      "default it is kept, as PyTorch's DataLoader does.")
   client_learning_rate: float = _setting(0.05, 'Client SGD learning rate.')
   client_momentum: float = _setting(
       0.9,
-      'Client SGD momentum (not used by '
-      'scaffold, which trains with plain SGD).')
+      'Client SGD momentum (not used by scaffold, which trains with plain '
+      'SGD).')
   weight_decay: float = _setting(0.0, 'Client L2 weight decay.')
   server_learning_rate: Optional[float] = _setting(
       None,
-      'Server learning rate (default: 1.0 for averaging, 0.01 '
-      'for fedadam/fedyogi).')
+      'Server learning rate (default: 1.0 for averaging, 0.01 for '
+      'fedadam/fedyogi).')
   server_momentum: float = _setting(0.9, 'fedavgm: server momentum.')
   mu: Optional[float] = _setting(
       None,
-      "The strength of the method's term(s) "
-      '(default: fedprox 0.01, moon 1, fedcka 3, fedcos 0.02).')
+      "The strength of the method's term(s) (default: fedprox 0.01, moon 1, "
+      'fedcka 3, fedcos 0.02).')
   fedprox_mu: Optional[float] = _setting(
       None,
-      "FedProx's mu in a combination "
-      '(overrides --mu).')
+      "FedProx's mu in a combination (overrides --mu).")
   fedcos_mu: Optional[float] = _setting(
       None,
-      "FedCos's mu in a combination "
-      '(overrides --mu).')
+      "FedCos's mu in a combination (overrides --mu).")
   beta: Optional[float] = _setting(
       None,
-      "fedmax: the prior's strength (default "
-      '1000, the paper\'s CIFAR value).')
-  temperature: float = _setting(0.5, "moon: the contrastive temperature.")
-  cka_layers: int = _setting(
-      2,
-      'fedcka: M, the first M layers '
-      'regularized.')
+      "fedmax: the prior's strength (default 1000, the paper's CIFAR value).")
+  temperature: float = _setting(0.5, 'moon: the contrastive temperature.')
+  cka_layers: int = _setting(2, 'fedcka: M, the first M layers regularized.')
   similarity: str = _setting(
       'linear_cka',
-      'fedcka: linear_cka, '
-      'kernel_cka, frobenius (||a1 - a2||^2), cosine (the '
-      'inner product), normalized_cosine or '
-      'normalized_frobenius.')
+      'fedcka: linear_cka, kernel_cka, frobenius (||a1 - a2||^2), cosine '
+      '(the inner product), normalized_cosine or normalized_frobenius.')
   client_state_dir: Optional[str] = _setting(
       None,
-      'moon/fedcka/scaffold: the '
-      'directory of the client state files (default: a '
-      'temporary one); TFF workers must see it.')
+      'moon/fedcka/scaffold: the directory of the client state files '
+      '(default: a temporary one); TFF workers must see it.')
   fed2_groups: int = _setting(10, 'fed2: G, the number of groups.')
   fed2_decouple_depth: Optional[int] = _setting(
       None,
-      'fed2: how many final '
-      'layers are grouped (default: 6 for VGG, 4 for the '
-      'FedCKA CNN).')
+      'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
+      'the FedCKA CNN).')
   fed2_pairing: str = _setting(
       'uniform',
-      'fed2: uniform (the paper: '
-      'group g averaged with group g, by examples) or '
-      'class_weighted (group g weighted by examples of its '
+      'fed2: uniform (the paper: group g averaged with group g, by '
+      'examples) or class_weighted (group g weighted by examples of its '
       'classes; unstable under strong label skew).')
   server_momentum_form: str = _setting(
       'heavy_ball',
-      'fedavgm: '
-      'heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
+      'fedavgm: heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
       'code: m = beta m + (1 - beta) delta).')
   scaffold_weighting: str = _setting(
       'uniform',
-      'scaffold: the model '
-      'average, uniform (the paper) or num_examples '
+      'scaffold: the model average, uniform (the paper) or num_examples '
       '(NIID-Bench).')
   scaffold_momentum: bool = _setting(
       False,
-      'scaffold: clients use '
-      '--client_momentum (NIID-Bench, the MOON repo); by '
-      'default plain SGD (the paper).')
+      'scaffold: clients use --client_momentum (NIID-Bench, the MOON repo); '
+      'by default plain SGD (the paper).')
   moon_first_round: str = _setting(
       'skip',
-      'moon: a client first taking '
-      'part after round 1 skips the term (skip, the paper) or '
-      'contrasts against its own initial model (initial_model, '
-      'the MOON repo).')
+      'moon: a client first taking part after round 1 skips the term (skip, '
+      'the paper) or contrasts against its own initial model '
+      '(initial_model, the MOON repo).')
   fedcos_direction: str = _setting(
       'global_move',
-      "fedcos: d, the "
-      "global model's last move (global_move, the paper) or "
+      "fedcos: d, the global model's last move (global_move, the paper) or "
       'the mean client update before the server optimizer '
       '(mean_client_update, the FedCos code).')
   seed: int = _setting(0, 'Fixes partition, sampling and init.')
@@ -201,17 +186,15 @@ class ExperimentConfig:
       'runs/<task>_<method>_s<seed>).')
   data_dir: Optional[str] = _setting(
       None,
-      'tensorflow_datasets data directory, '
-      'or the image folder for --task=image_folder.')
+      'tensorflow_datasets data directory, or the image folder for '
+      '--task=image_folder.')
   cache_dir: Optional[str] = _setting(
       None,
-      "Clients' data files "
-      '(default ~/.cache/tff_methods).')
+      "Clients' data files (default ~/.cache/tff_methods).")
   validation_fraction: float = _setting(
       0.0,
-      'If > 0, hold out this share '
-      'of the training data and evaluate on it instead of the '
-      'test set (for tuning; binaries/tune.py sets it).')
+      'If > 0, hold out this share of the training data and evaluate on it '
+      'instead of the test set (for tuning; binaries/tune.py sets it).')
 
   def model_name(self) -> str:
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
