@@ -28,9 +28,9 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/python -m binaries.compare --task=digits \
 	  --partition=pathological --classes_per_client=2 --num_clients=10 \
-	  --clients_per_round=10 --rounds=30 --local_epochs=5 \
+	  --clients_per_round=10 --rounds=60 --local_epochs=2 \
 	  --seeds=0,1,2 --settings_from=demo/tuning.json --reference_rows \
-	  --last_rounds=5 --jobs=2 --rounds_per_checkpoint=30 \
+	  --last_rounds=5 --jobs=2 --rounds_per_checkpoint=60 \
 	  --output_dir=runs/demo_compare
 
 test: $(STAMP)
