@@ -18,7 +18,6 @@ import dataclasses
 import json
 import multiprocessing
 import os
-import sys
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -191,12 +190,17 @@ def _label(config: experiment.ExperimentConfig) -> str:
 def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
   # Spawned, not forked: a job starts its own TFF worker and TensorFlow from
   # a clean interpreter, and `runtime` ends that worker when the job exits.
+  # Each job takes the next run when it is free: no job idles while the
+  # other still has several runs to go.
   context = multiprocessing.get_context('spawn')
-  done = context.Queue()
-  groups = [configs[i::jobs] for i in range(jobs)]
-  processes = [context.Process(target=_job, args=(group, max_concurrent_clients,
+  pending, done = context.Queue(), context.Queue()
+  num_jobs = min(jobs, len(configs))
+  for config in list(configs) + [None] * num_jobs:  # None: no runs left
+    pending.put(config)
+  processes = [context.Process(target=_job, args=(pending,
+                                                  max_concurrent_clients,
                                                   done))
-               for group in groups if group]
+               for _ in range(num_jobs)]
   for process in processes:
     process.start()
   try:
@@ -207,15 +211,19 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
       if on_run:
         on_run(f'[{count}/{len(configs)}] {label}: final accuracy '
                f'{accuracy * 100:.2f}% ({seconds:.0f} s)')
+  except BaseException:
+    # A failed run or an interruption: the other jobs stop too (SIGTERM
+    # ends their workers first).
+    for process in processes:
+      process.terminate()
+    raise
   finally:
     for process in processes:
-      if process.is_alive() and sys.exc_info()[0] is not None:
-        process.terminate()
       process.join()
 
 
-def _job(configs, max_concurrent_clients, done):
-  """One job's runs, in a process of its own (`run_comparison`)."""
+def _job(pending, max_concurrent_clients, done):
+  """Runs from `pending` until a None, in a process of its own."""
   from tff_methods import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_process()
 
@@ -224,7 +232,7 @@ def _job(configs, max_concurrent_clients, done):
         max_concurrent_clients=max_concurrent_clients)
 
   start_worker()
-  for config in configs:
+  for config in iter(pending.get, None):
     start = time.monotonic()
     try:
       results = run_restarting_worker(config, start_worker, progress=False)

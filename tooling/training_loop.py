@@ -202,6 +202,8 @@ def run_training(
                   disable=not progress, dynamic_ncols=True)
   eval_metrics = {}
   durations = []
+  # The global model of `state`, once fetched (a TFF call per fetch).
+  weights = None
   try:
     for round_num in range(start_round + 1, total_rounds + 1):
       cohort = datasets.sample_clients(client_ids, clients_per_round,
@@ -221,9 +223,10 @@ def run_training(
       # here. Either way the round is rejected and the model kept.
       finalizer_skipped = bool(
           metrics.get('finalizer', {}).get('update_non_finite', 0))
-      if (not finalizer_skipped and
-          model_lib.all_finite(process.get_model_weights(output.state))):
-        state = output.state
+      new_weights = (None if finalizer_skipped else
+                     process.get_model_weights(output.state))
+      if new_weights is not None and model_lib.all_finite(new_weights):
+        state, weights = output.state, new_weights
         metrics['rejected'] = 0
       else:
         rejected_rounds += 1
@@ -239,7 +242,9 @@ def run_training(
       metrics['seconds'] = seconds
       if evaluate_fn is not None and (round_num % rounds_per_eval == 0 or
                                       round_num == total_rounds):
-        eval_metrics = dict(evaluate_fn(process.get_model_weights(state)))
+        if weights is None:  # Every round so far was rejected.
+          weights = process.get_model_weights(state)
+        eval_metrics = dict(evaluate_fn(weights))
         metrics['eval'] = eval_metrics
       release(metrics, round_num)
       if (round_num % rounds_per_checkpoint == 0 or
@@ -256,10 +261,12 @@ def run_training(
         round_hook(round_num, metrics)
   finally:
     bar.close()
+  if weights is None:
+    weights = process.get_model_weights(state)
   if evaluate_fn is not None and not eval_metrics:
-    eval_metrics = dict(evaluate_fn(process.get_model_weights(state)))
+    eval_metrics = dict(evaluate_fn(weights))
   return dict(rounds=total_rounds,
-              final_weights=process.get_model_weights(state),
+              final_weights=weights,
               final_eval=eval_metrics,
               rejected_rounds=rejected_rounds,
               seconds_per_round=(float(np.median(durations))
