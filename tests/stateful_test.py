@@ -162,6 +162,7 @@ def test_a_client_reads_its_newest_version_written_before_the_round(
   assert read('a', 1)['flag'].numpy() == 0  # nothing before round 1
   assert read('a', 2)['w'][0].numpy()[0] == 1.0
   assert read('a', 3)['w'][0].numpy()[0] == 1.0  # round 3's own: not read
+  assert read('a', 4)['w'][0].numpy()[0] == 3.0  # the last round's
   assert read('a', 9)['w'][0].numpy()[0] == 3.0
   assert read('b', 3)['w'][1].numpy()[0, 0] == 2.0
   assert read('new', 5)['flag'].numpy() == 0
