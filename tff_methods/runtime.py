@@ -73,7 +73,6 @@ _GRPC_CHANNEL_OPTIONS = [
 _PR_SET_PDEATHSIG = 1
 
 
-
 class WorkerExitedError(RuntimeError):
   """The local TFF worker died (e.g. a crash) while a computation needed it.
 

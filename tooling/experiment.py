@@ -87,15 +87,13 @@ class ExperimentConfig:
       "resnet18/resnet50: width of a MOON projection head 'z' (0: none; "
       'MOON needs one).')
   partition: str = _setting(
-      'dirichlet',
-      'iid, dirichlet, pathological, shards or mixed.')
+      'dirichlet', 'iid, dirichlet, pathological, shards or mixed.')
   alpha: float = _setting(0.5, 'Dirichlet concentration (> 0).')
   min_size: int = _setting(10, 'Dirichlet: fewest examples per client.')
   classes_per_client: int = _setting(2, 'pathological: classes each.')
   shards_per_client: int = _setting(2, 'shards: shards each.')
   non_iid_fraction: float = _setting(
-      1.0,
-      'mixed: share of each client kept label-sorted.')
+      1.0, 'mixed: share of each client kept label-sorted.')
   synthetic_alpha: float = _setting(1.0, 'synthetic(alpha, beta): alpha.')
   synthetic_beta: float = _setting(1.0, 'synthetic(alpha, beta): beta.')
   image_size: int = _setting(32, 'image_folder: images resized to this.')
@@ -104,8 +102,7 @@ class ExperimentConfig:
   rounds: int = _setting(10, 'Total communication rounds.')
   local_epochs: int = _setting(1, 'Local epochs per round.')
   local_steps: Optional[int] = _setting(
-      None,
-      'Local steps per round (instead of epochs).')
+      None, 'Local steps per round (instead of epochs).')
   batch_size: int = _setting(32, 'Local batch size.')
   drop_last: bool = _setting(
       False,

@@ -242,7 +242,7 @@ def run_training(
       metrics['seconds'] = seconds
       if evaluate_fn is not None and (round_num % rounds_per_eval == 0 or
                                       round_num == total_rounds):
-        if weights is None:  # Every round so far was rejected.
+        if weights is None:  # No round accepted since the (re)start.
           weights = process.get_model_weights(state)
         eval_metrics = dict(evaluate_fn(weights))
         metrics['eval'] = eval_metrics
