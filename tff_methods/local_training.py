@@ -467,12 +467,10 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
         (k, tf.constant(0.0)) for k in _TRAIN_SUMS)
     if count_labels:
       initial_sums['label_counts'] = tf.zeros([count_labels])
-    # What a regularizer's gradient reads besides the step's own outputs
-    # rides along as loop variables instead of being captured. Captured, it
-    # entered the loop beside the step, and TensorFlow's oneDNN layout pass
-    # (which needs a forward MaxPool rewritten before its gradient) left one
-    # MaxPool gradient on the generic kernel in every FedCKA and MOON build
-    # traced; carried, in 2 of 8. FedCKA: 1.51 -> 1.33-1.44 of FedAvg.
+    # Loop variables, not captures: a tensor captured into the loop lets
+    # TensorFlow's oneDNN layout pass meet a MaxPool gradient before its
+    # forward op and leave it on the slow generic kernel
+    # (docs/performance.md).
     carried = (tables or (), tf.convert_to_tensor(has_previous))
     sums, _, _ = batches.reduce(
         (initial_sums, optimizer.initialize(specs), carried), reduce_fn)

@@ -117,7 +117,7 @@ class ClientStateFiles:
         self.write_path(client_id, round_num - 1))
     return tf.cond(
         tf.logical_and(round_num > 1, tf.size(last_round) > 0),
-        lambda: tf.reshape(last_round, [-1])[0],
+        lambda: last_round[0],
         lambda: self._newest_path(client_id, round_num))
 
   def _newest_path(self, client_id: tf.Tensor, round_num: tf.Tensor

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from absl import logging
 import numpy as np
 
+from tff_methods import runtime
 from tooling import experiment
 
 
@@ -224,7 +225,6 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
 
 def _job(pending, max_concurrent_clients, done):
   """Runs from `pending` until a None, in a process of its own."""
-  from tff_methods import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_process()
 
   def start_worker():
@@ -255,7 +255,6 @@ def run_restarting_worker(config: experiment.ExperimentConfig,
   from its last checkpoint on a new one (`start_worker`, which sets a new
   execution context); a second death is an error.
   """
-  from tff_methods import runtime  # pylint: disable=g-import-not-at-top
   try:
     return experiment.run(config, **run_kwargs)
   except runtime.WorkerExitedError as e:
