@@ -53,19 +53,23 @@ class _CountingView:
     return self._view(x)
 
 
-@pytest.mark.parametrize('max_mb,batch_size,expected_computed', [
+@pytest.mark.parametrize('max_mb,batch_size,chunk_max,expected_computed', [
     # 3 passes of 10 examples in batches of 4 (8 batches, 30 examples): the
     # first 3 batches hold every example (batch 3 spans passes 1 and 2);
-    # only first occurrences are computed, so 10 examples, each once; the
-    # rest is read back.
-    (1.0, 4, 10),
+    # only first occurrences are computed, so 10 examples, each once, in
+    # one chunk; the rest is read back.
+    (1.0, 4, 512, 10),
+    # The same in chunks of a batch (4, 4 and 2 examples).
+    (1.0, 4, 1, 10),
     # Fewer examples than a batch: the first batch of 16 holds 6 examples
     # twice; they are computed once (10, not 16).
-    (1.0, 16, 10),
+    (1.0, 16, 512, 10),
     # Tables too large for the cap: computed at every step.
-    (0.0, 4, 30)])
+    (0.0, 4, 512, 30)])
 def test_reference_outputs_are_computed_once_per_example(
-    max_mb, batch_size, expected_computed):
+    max_mb, batch_size, chunk_max, expected_computed, monkeypatch):
+  monkeypatch.setattr(local_training, 'REFERENCE_CHUNK_MAX_EXAMPLES',
+                      chunk_max)
   model_fn = functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
                                hidden=(16, 8))
   view = _CountingView(local_training.ReferenceView(
@@ -91,6 +95,14 @@ def test_reference_outputs_are_computed_once_per_example(
     # batch).
     assert one_round(_indexed_digits_like(3, batch_size)).numpy() < 1e-5
     assert view.computed.numpy() == expected_computed
+
+
+def test_reference_chunks_hold_at_most_the_cap_of_outputs():
+  cap = local_training.REFERENCE_CHUNK_MAX_EXAMPLES
+  assert local_training.reference_chunk_examples(4) == cap
+  # 1 MB of outputs an example: 32 MB hold 32.
+  assert local_training.reference_chunk_examples(2**20) == 32
+  assert local_training.reference_chunk_examples(2**40) == 1
 
 
 def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):

@@ -207,7 +207,8 @@ def _reference_passes_fn(method: str, model_name: str, num_classes: int,
                          input_shape: Sequence[int], output_names,
                          examples: tf.Tensor, batch_size: int):
   """The global and the previous model up to `output_names` over every
-  example once, in batches: a `tf.function` of no arguments."""
+  example once, in the chunks `local_training.ReferenceOutputs` uses: a
+  `tf.function` of no arguments."""
   model_fn = experiment.model_fn_for(method, model_name, num_classes,
                                      tuple(input_shape),
                                      methods_lib.Hyperparameters(),
@@ -215,13 +216,15 @@ def _reference_passes_fn(method: str, model_name: str, num_classes: int,
   views = [local_training.ReferenceView(model_fn, output_names)
            for _ in range(2)]
   count = int(examples.shape[0])
+  chunk = max(batch_size, local_training.reference_chunk_examples(
+      sum(view.bytes_per_example() for view in views)))
 
   @tf.function
   def reference_passes():
     total = tf.constant(0.0)
-    for view in views:
-      for start in range(0, count, batch_size):
-        outputs = view(examples[start:start + batch_size])
+    for start in range(0, count, chunk):
+      for view in views:
+        outputs = view(examples[start:start + chunk])
         total += tf.add_n([tf.reduce_sum(t) for t in outputs.values()])
     return total
 
