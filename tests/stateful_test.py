@@ -97,12 +97,20 @@ def test_reference_outputs_are_computed_once_per_example(
     assert view.computed.numpy() == expected_computed
 
 
-def test_reference_chunks_hold_at_most_the_cap_of_outputs():
-  cap = local_training.REFERENCE_CHUNK_MAX_EXAMPLES
-  assert local_training.reference_chunk_examples(4) == cap
-  # 1 MB of outputs an example: 32 MB hold 32.
-  assert local_training.reference_chunk_examples(2**20) == 32
-  assert local_training.reference_chunk_examples(2**40) == 1
+def test_reference_chunks_hold_at_most_the_cap_of_activations():
+  cnn = local_training.ReferenceView(
+      functools.partial(models.get_model, 'fedcka_cnn', 10, (32, 32, 3)),
+      ('layer_1', 'layer_2'))
+  # Its largest layer output: the first convolution's 28 x 28 x 16 floats.
+  assert cnn.largest_layer_bytes() == 4 * 28 * 28 * 16
+  assert local_training.reference_chunk_examples([cnn, cnn]) == (
+      local_training.REFERENCE_CHUNK_MAX_EXAMPLES)
+  resnet = local_training.ReferenceView(
+      functools.partial(models.get_model, 'resnet18', 10, (32, 32, 3)),
+      ('layer_1', 'layer_2'))
+  # 32 x 32 x 64 floats, 256 KB an example: 64 MB hold 128 for two views.
+  assert resnet.largest_layer_bytes() == 4 * 32 * 32 * 64
+  assert local_training.reference_chunk_examples([resnet, resnet]) == 128
 
 
 def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):

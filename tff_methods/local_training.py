@@ -21,7 +21,7 @@ LearningProcess`; with no regularizers and TFF's SGD it computes what
 """
 
 import collections
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -104,6 +104,15 @@ class ReferenceView:
   def bytes_per_example(self) -> int:
     """Float32 bytes of all outputs for one example (static shapes)."""
     return sum(4 * int(np.prod(s)) for s in self.output_shapes().values())
+
+  def largest_layer_bytes(self) -> int:
+    """Float32 bytes of its largest layer output for one example: roughly
+    what a forward pass holds per example at its peak."""
+    sizes = [t.shape[1:].num_elements() or 0
+             for layer in self.model.layers
+             if not isinstance(layer, tf.keras.layers.InputLayer)
+             for t in tf.nest.flatten(layer.output)]
+    return 4 * max(sizes + [1])
 
   def assign(self, weights) -> None:
     """Sets the copy's variables from the FULL model's `ModelWeights`."""
@@ -299,7 +308,7 @@ class ReferenceOutputs:
     def run():
       examples = tf.gather(_concat_kept(batches, 'x', num_batches), positions)
       chunk = tf.maximum(batch_size, reference_chunk_examples(
-          self.bytes_per_example()))
+          self._views.values()))
       num_chunks = (num_examples + chunk - 1) // chunk
       arrays = {key: {name: tf.TensorArray(
           tf.float32, size=num_chunks, infer_shape=False,
@@ -342,18 +351,20 @@ class ReferenceOutputs:
 
 
 # The reference models run over a client's examples in chunks of at most
-# this many examples, and of at most this much output: one chunk of 512
-# ran the FedCKA CNN's two reference views in 48 ms a client against 60 ms
-# in batches of 64 (medians of 15 interleaved runs, one thread).
+# this many examples, whose largest layer outputs (over all views) hold at
+# most this much: one chunk of 512 ran the FedCKA CNN's two reference views
+# in 48 ms a client against 60 ms in batches of 64 (medians of 15
+# interleaved runs, one thread); a ResNet-18's chunks hold 128 examples.
 REFERENCE_CHUNK_MAX_EXAMPLES = 512
-REFERENCE_CHUNK_MAX_MB = 32
+REFERENCE_CHUNK_MAX_MB = 64
 
 
-def reference_chunk_examples(bytes_per_example: int) -> int:
-  """Examples per reference-model call when tabulating (a round's batch, if
+def reference_chunk_examples(views: Iterable[ReferenceView]) -> int:
+  """Examples per call of `views` when tabulating (a round's batch, if
   larger, instead): at most `REFERENCE_CHUNK_MAX_EXAMPLES`, and
-  `REFERENCE_CHUNK_MAX_MB` of outputs."""
-  by_memory = int(REFERENCE_CHUNK_MAX_MB * 2**20) // max(bytes_per_example, 1)
+  `REFERENCE_CHUNK_MAX_MB` of their largest layer outputs."""
+  per_example = sum(view.largest_layer_bytes() for view in views)
+  by_memory = int(REFERENCE_CHUNK_MAX_MB * 2**20) // max(per_example, 1)
   return max(1, min(REFERENCE_CHUNK_MAX_EXAMPLES, by_memory))
 
 

@@ -216,8 +216,7 @@ def _reference_passes_fn(method: str, model_name: str, num_classes: int,
   views = [local_training.ReferenceView(model_fn, output_names)
            for _ in range(2)]
   count = int(examples.shape[0])
-  chunk = max(batch_size, local_training.reference_chunk_examples(
-      sum(view.bytes_per_example() for view in views)))
+  chunk = max(batch_size, local_training.reference_chunk_examples(views))
 
   @tf.function
   def reference_passes():
