@@ -74,6 +74,17 @@ def test_reference_outputs_are_computed_once_per_example(
                                hidden=(16, 8))
   view = _CountingView(local_training.ReferenceView(
       model_fn, ('layer_1', 'layer_2')))
+  one_round = _round_reading_tables(view, max_mb)
+  for _ in range(2):  # A second round computes its own tables.
+    # Equal up to float rounding (an example's row computed in another
+    # batch).
+    assert one_round(_indexed_digits_like(3, batch_size)).numpy() < 1e-5
+    assert view.computed.numpy() == expected_computed
+
+
+def _round_reading_tables(view, max_mb=1.0):
+  """A round over a data set's batches: the largest difference between
+  the outputs `ReferenceOutputs` reads and `view`'s own."""
   reference = local_training.ReferenceOutputs({'global': view}, max_mb)
 
   @tf.function
@@ -90,11 +101,25 @@ def test_reference_outputs_are_computed_once_per_example(
 
     return batches.reduce(tf.constant(0.0), step)
 
-  for _ in range(2):  # A second round computes its own tables.
-    # Equal up to float rounding (an example's row computed in another
-    # batch).
-    assert one_round(_indexed_digits_like(3, batch_size)).numpy() < 1e-5
-    assert view.computed.numpy() == expected_computed
+  return one_round
+
+
+def test_reference_tables_hold_examples_first_seen_after_partial_batches():
+  # A round that starts at the end of a pass: batches of 4, 1, 1 and 4
+  # examples, so example 9, first seen at position 9, is in the fourth
+  # batch, not the third (9 // 4 + 1).
+  x = np.random.default_rng(3).normal(size=(10, 8, 8, 1)).astype(np.float32)
+  dataset = None
+  for rows in ([0, 1, 2, 3], [4], [5], [6, 7, 8, 9], [9, 8, 7, 6]):
+    batch = tf.data.Dataset.from_tensors(collections.OrderedDict(
+        x=x[rows], y=np.zeros(len(rows), np.int32),
+        index=np.array(rows, np.int64)))
+    dataset = batch if dataset is None else dataset.concatenate(batch)
+  view = _CountingView(local_training.ReferenceView(
+      functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
+                        hidden=(16, 8)), ('layer_1', 'layer_2')))
+  assert _round_reading_tables(view)(dataset).numpy() < 1e-5
+  assert view.computed.numpy() == 10
 
 
 def test_reference_chunks_hold_at_most_the_cap_of_activations():

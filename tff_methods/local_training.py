@@ -281,8 +281,7 @@ class ReferenceOutputs:
     """
     if not self._cache or 'index' not in batches.element_spec:
       return None
-    # Each example's first position in the round's stream of examples, and
-    # how many batches it takes to see every example once.
+    # Each example's first position in the round's stream of examples.
     index = tf.cast(_concat_kept(batches, 'index'), tf.int32)
     num_examples = tf.reduce_max(tf.concat([index, [-1]], 0)) + 1
     positions = tf.math.unsorted_segment_min(tf.range(tf.size(index)), index,
@@ -294,7 +293,6 @@ class ReferenceOutputs:
     # (An index missing from the stream has position INT32_MAX: the tables
     # are not used.)
     last = tf.cast(tf.reduce_max(tf.concat([positions, [-1]], 0)), tf.int64)
-    num_batches = last // tf.cast(batch_size, tf.int64) + 1
     max_examples = int(self.max_mb * 2**20) // max(self.bytes_per_example(),
                                                    1)
     every_example_seen = last < tf.cast(tf.size(index), tf.int64)
@@ -302,11 +300,12 @@ class ReferenceOutputs:
         tf.equal(batches.seen, batches.kept), batches.kept > 0,
         every_example_seen,
         tf.cast(num_examples, tf.int64) <= max_examples])
-    num_batches = tf.cast(tf.minimum(num_batches, tf.cast(batches.kept,
-                                                          tf.int64)), tf.int32)
 
     def run():
-      examples = tf.gather(_concat_kept(batches, 'x', num_batches), positions)
+      # Only the batches up to the last first occurrence are read.
+      examples = tf.gather(
+          _concat_kept(batches, 'x', rows=tf.cast(last, tf.int32) + 1),
+          positions)
       chunk = tf.maximum(batch_size, reference_chunk_examples(
           self._views.values()))
       num_chunks = (num_examples + chunk - 1) // chunk
@@ -369,16 +368,24 @@ def reference_chunk_examples(views: Iterable[ReferenceView]) -> int:
 
 
 def _concat_kept(batches: BatchesInMemory, key: str,
-                 count: Optional[tf.Tensor] = None) -> tf.Tensor:
-  """`key` of the first `count` kept batches (default: all), concatenated."""
+                 rows: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """`key` of the kept batches, concatenated: all of them, or the first
+  ones that hold at least `rows` rows."""
   spec = batches.element_spec[key]
-  count = batches.kept if count is None else count
-  array = tf.TensorArray(spec.dtype, size=count, infer_shape=False,
-                         element_shape=spec.shape)
-  _, array = tf.while_loop(
-      lambda i, _: i < count,
-      lambda i, a: (i + 1, a.write(i, batches.batch(i)[key])),
-      (tf.constant(0), array))
+  array = tf.TensorArray(spec.dtype, size=0, dynamic_size=True,
+                         infer_shape=False, element_shape=spec.shape)
+
+  def more(i, written, _):
+    if rows is None:
+      return i < batches.kept
+    return tf.logical_and(i < batches.kept, written < rows)
+
+  def body(i, written, array):
+    value = batches.batch(i)[key]
+    return i + 1, written + tf.shape(value)[0], array.write(i, value)
+
+  _, _, array = tf.while_loop(more, body,
+                              (tf.constant(0), tf.constant(0), array))
   return array.concat()
 
 
