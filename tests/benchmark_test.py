@@ -258,6 +258,12 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
           "here. It ran at 1.20: 0.14 above its floor (target <= 0.07 "
           "above: **no**).") in text
   assert '| moon | 2.40 | 1.20 |  | <= 1.13 (floor + 0.07) | **no** |' in text
+  # The table and the sentence judge the same unrounded gap: 1.1301 is
+  # 0.0701 above the floor of 1.06.
+  results['models']['fedcka_cnn']['methods']['moon']['ratio'] = 1.1301
+  text = benchmark.report_markdown(results)
+  assert '| moon | 2.40 | 1.13 |  | <= 1.13 (floor + 0.07) | **no** |' in text
+  assert '0.07 above its floor (target <= 0.07 above: **no**)' in text
   results['models']['fedcka_cnn']['methods']['moon']['ratio'] = 1.03
   assert ('It ran at 1.03: 0.03 below its floor, within the noise (target '
           '<= 0.07 above: yes).') in benchmark.report_markdown(results)

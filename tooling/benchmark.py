@@ -749,13 +749,13 @@ def report_markdown(results: dict) -> str:
       target = targets.get(name)
       judged = _judged_ratio(timing)
       extra = model.get(f'{name}_extra')
+      cell = '' if target is None else f'<= {target}'
       if extra:
         # With its floor measured, a method is judged against the floor.
-        target = round(floor_ratio(extra['extra_seconds'], fedavg,
-                                   num_clients) + TARGET_ABOVE_FLOOR, 2)
+        target = floor_ratio(extra['extra_seconds'], fedavg,
+                             num_clients) + TARGET_ABOVE_FLOOR
         judged = timing['ratio']
-      cell = '' if target is None else f'<= {target}' + (
-          f' (floor + {TARGET_ABOVE_FLOOR})' if extra else '')
+        cell = f'<= {target:.2f} (floor + {TARGET_ABOVE_FLOOR})'
       lines.append(
           f"| {name} | {timing['median']:.2f} | {timing['ratio']:.2f} | "
           f"{_format(timing.get('ratio_to_tff_fedavg'))} | {cell} | "
