@@ -37,7 +37,7 @@ demo: $(STAMP)
 	  --output_dir=runs/demo_compare
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -rs
+	$(VENV)/bin/python -m pytest -q -rs -n 2
 
 clean-venv:
 	rm -rf $(VENV)
