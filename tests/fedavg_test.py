@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
@@ -63,6 +64,43 @@ def test_projects_fedavg_gives_tffs_weights_and_metrics(
   assert np.isclose(our_metrics['loss'], their_metrics['loss'], rtol=1e-5)
   assert np.isclose(our_metrics['sparse_categorical_accuracy'],
                     their_metrics['sparse_categorical_accuracy'])
+
+
+def test_clients_making_their_batches_train_as_composed_processes(
+    setup, small_model_fn):
+  # With a dataset computation, each client makes its batches inside its own
+  # computation; the weights are those of TFF's composition, which makes
+  # them in one computation and passes them to the next.
+  hparams = methods.Hyperparameters(**HPARAMS)
+  composed, composed_metrics = _run(setup, methods.build_method(
+      'fedavg', small_model_fn, setup['spec'], hparams))
+  process = methods.build_method(
+      'fedavg', small_model_fn, setup['spec'], hparams,
+      dataset_computation=setup['client_data'].dataset_computation)
+  assert process.next.type_signature.parameter[1].member == tff.TensorType(
+      np.str_)
+  state = process.set_model_weights(process.initialize(), setup['initial'])
+  for _ in range(2):
+    output = process.next(state, setup['ids'])
+    state = output.state
+  np.testing.assert_allclose(
+      model_lib.flat_trainable(process.get_model_weights(state)), composed,
+      rtol=1e-6, atol=1e-7)
+  metrics = output.metrics['client_work']['train']
+  assert metrics['num_examples'] == composed_metrics['num_examples']
+  assert np.isclose(metrics['loss'], composed_metrics['loss'], rtol=1e-6)
+
+
+def test_a_dataset_computation_of_other_batches_is_refused(setup,
+                                                           small_model_fn):
+  other = tff.tensorflow.computation(lambda key: tf.data.Dataset.range(3),
+                                     np.str_)
+  with pytest.raises(TypeError, match='makes int64\\*, but the process '
+                     'trains on'):
+    fedavg.build_fedavg(small_model_fn, setup['spec'],
+                        client_optimizer=tff.learning.optimizers.build_sgdm(
+                            0.1),
+                        dataset_computation=other)
 
 
 def test_tff_fedavg_is_tffs_builder_and_stands_alone(setup, small_model_fn):

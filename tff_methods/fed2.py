@@ -442,6 +442,7 @@ def build_fed2(
     pairing: str = 'uniform',
     seed: int = 0,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    dataset_computation: Optional[tff.Computation] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds Fed2 as a `tff.learning.templates.LearningProcess`.
 
@@ -461,6 +462,9 @@ def build_fed2(
       client: loss 116 in round 4, non-finite after).
     seed: The seed the class -> group assignment was drawn with.
     server_optimizer: SGD with learning rate 1 by default.
+    dataset_computation: A client's key -> its batches (`tasks.datasets.
+      round_dataset_computation`); when given, `next` takes the clients'
+      keys and each client makes its batches in its own computation.
   """
   if pairing not in PAIRINGS:
     raise ValueError(f'Unknown Fed2 pairing {pairing!r}; choose one of '
@@ -473,12 +477,14 @@ def build_fed2(
         '(fed2.grouped_model_fn); the given model has no grouped layers.')
   if pairing == 'uniform':
     return local_training.build_local_training_process(
-        keras_model_fn, element_spec, client_optimizer, server_optimizer)
+        keras_model_fn, element_spec, client_optimizer, server_optimizer,
+        dataset_computation=dataset_computation)
   groups = class_groups(num_classes, num_groups, seed)
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
       model_aggregator=FeaturePairedMeanFactory(groups_of_tensors),
-      client_weight_fn=group_weight_fn(groups, num_classes))
+      client_weight_fn=group_weight_fn(groups, num_classes),
+      dataset_computation=dataset_computation)
 
 
 def class_preference(model: tf.keras.Model, x: np.ndarray, layer: str,

@@ -38,6 +38,7 @@ def build_fedavg(
     *,
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+    dataset_computation: tff.Computation | None = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg / FedAvgM / FedAdam / FedYogi through the project's loop.
 
@@ -47,9 +48,13 @@ def build_fedavg(
     client_optimizer: The client optimizer.
     server_optimizer: `optimizers.build_server_optimizer(...)`; SGD with
       learning rate 1 (plain FedAvg) by default.
+    dataset_computation: A client's key -> its batches (`tasks.datasets.
+      round_dataset_computation`); when given, `next` takes the clients'
+      keys and each client makes its batches in its own computation.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer, server_optimizer)
+      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      dataset_computation=dataset_computation)
 
 
 def build_tff_fedavg(

@@ -116,6 +116,7 @@ def build_fedcos(
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
     direction: str = 'global_move',
+    dataset_computation: Optional[tff.Computation] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedCos over FedAvg (or over another method's pieces).
 
@@ -132,8 +133,12 @@ def build_fedcos(
       `[fedprox.ProximalTerm(mu_prox)]` for FedProx + FedCos.
     direction: `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
+    dataset_computation: A client's key -> its batches (`tasks.datasets.
+      round_dataset_computation`); when given, `next` takes the clients'
+      keys and each client makes its batches in its own computation.
   """
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
       regularizers=list(base_regularizers) + [DirectionPenalty(mu,
-                                                               direction)])
+                                                               direction)],
+      dataset_computation=dataset_computation)

@@ -59,6 +59,7 @@ def build_fedmax(
     beta: float = DEFAULT_BETA,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
+    dataset_computation: Optional[tff.Computation] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedMAX as a `tff.learning.templates.LearningProcess`.
 
@@ -69,7 +70,11 @@ def build_fedmax(
     beta: The prior's strength, >= 0; 0 is FedAvg (paper: 1000 on CIFAR).
     server_optimizer: SGD with learning rate 1 by default.
     base_regularizers: Other methods' terms to add (a combination).
+    dataset_computation: A client's key -> its batches (`tasks.datasets.
+      round_dataset_computation`); when given, `next` takes the clients'
+      keys and each client makes its batches in its own computation.
   """
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
-      regularizers=list(base_regularizers) + [ActivationEntropyTerm(beta)])
+      regularizers=list(base_regularizers) + [ActivationEntropyTerm(beta)],
+      dataset_computation=dataset_computation)

@@ -52,6 +52,7 @@ def build_fedprox(
     mu: float = DEFAULT_MU,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
+    dataset_computation: Optional[tff.Computation] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedProx as a `tff.learning.templates.LearningProcess`.
 
@@ -63,7 +64,11 @@ def build_fedprox(
     server_optimizer: SGD with learning rate 1 (plain averaging) by default;
       another server rule for a combination such as FedAvgM + FedProx.
     base_regularizers: Other methods' terms to add (a combination).
+    dataset_computation: A client's key -> its batches (`tasks.datasets.
+      round_dataset_computation`); when given, `next` takes the clients'
+      keys and each client makes its batches in its own computation.
   """
   return local_training.build_local_training_process(
       keras_model_fn, element_spec, client_optimizer, server_optimizer,
-      regularizers=list(base_regularizers) + [ProximalTerm(mu)])
+      regularizers=list(base_regularizers) + [ProximalTerm(mu)],
+      dataset_computation=dataset_computation)

@@ -251,7 +251,8 @@ def _main_and_others(parts, hparams):
 
 
 def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
-                 element_spec: Any, hparams: Hyperparameters
+                 element_spec: Any, hparams: Hyperparameters,
+                 dataset_computation: Optional[tff.Computation] = None
                  ) -> tff.learning.templates.LearningProcess:
   """Builds method `name` as a `tff.learning.templates.LearningProcess`.
 
@@ -260,6 +261,8 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
     keras_model_fn: Builds one of the project's multi-output Keras models.
     element_spec: The spec of one batch of client data.
     hparams: Optimizer settings and strengths.
+    dataset_computation: A client's key -> its batches; when given, `next`
+      takes the clients' keys (see `build_method_for_client_ids`).
   """
   parts = parse_method(name)
   if is_stateful(name):
@@ -272,14 +275,22 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
     return fed2.build_fed2(
         keras_model_fn, element_spec, client_optimizer=client_optimizer,
         num_groups=hparams.fed2_groups, pairing=hparams.fed2_pairing,
-        seed=hparams.seed, server_optimizer=server_optimizer)
+        seed=hparams.seed, server_optimizer=server_optimizer,
+        dataset_computation=dataset_computation)
   if parts == ['tff_fedavg']:
-    return fedavg.build_tff_fedavg(keras_model_fn, element_spec,
-                                   client_optimizer=client_optimizer,
-                                   server_optimizer=server_optimizer)
+    # TFF's builder as a TFF user composes it: the batches are made by one
+    # computation and passed to the client's.
+    process = fedavg.build_tff_fedavg(keras_model_fn, element_spec,
+                                      client_optimizer=client_optimizer,
+                                      server_optimizer=server_optimizer)
+    if dataset_computation is None:
+      return process
+    return tff.simulation.compose_dataset_computation_with_learning_process(
+        dataset_computation, process)
   main, others = _main_and_others(parts, hparams)
   shared = dict(client_optimizer=client_optimizer,
-                server_optimizer=server_optimizer)
+                server_optimizer=server_optimizer,
+                dataset_computation=dataset_computation)
   if main is None:
     return fedavg.build_fedavg(keras_model_fn, element_spec, **shared)
   if main == 'fedcos':
@@ -331,8 +342,8 @@ def build_method_for_client_ids(
                          if hparams.scaffold_momentum else 0.0),
         client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting])
   if not is_stateful(name):
-    return tff.simulation.compose_dataset_computation_with_learning_process(
-        datasets_by_id, build_method(name, keras_model_fn, spec, hparams))
+    return build_method(name, keras_model_fn, spec, hparams,
+                        dataset_computation=datasets_by_id)
   main, others = _main_and_others(parts, hparams)
   shared = dict(dataset_computation=datasets_by_id,
                 client_optimizer=hparams.client_optimizer(),

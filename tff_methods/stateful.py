@@ -405,8 +405,14 @@ def build_stateful_local_training_process(
   client_states = ClientStateFiles(
       initial_client_state(regularizers, zero_weights), client_state_dir)
 
-  @tff.tensorflow.computation(received_type, key_type, data_type)
-  def client_update_computation(received, key, dataset):
+  # Each client makes its batches from its key in its own computation: a
+  # data set passed between TFF computations is serialized with its data.
+  client_batches = local_training.ClientBatches(dataset_computation,
+                                                data_type)
+
+  @tff.tensorflow.computation(received_type, key_type)
+  def client_update_computation(received, key):
+    dataset = client_batches(key)
     client_id, round_num = split_client_key(key)
     client_state = client_states.read(client_id, round_num)
     initial_weights, broadcast = local_training.split_received(
@@ -462,11 +468,10 @@ def build_stateful_local_training_process(
   @tff.federated_computation(state_type, tff.FederatedType(key_type,
                                                            tff.CLIENTS))
   def next_fn(state, keys):
-    client_data = tff.federated_map(dataset_computation, keys)
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
     client_result, sums, written, reports, reported = tff.federated_map(
-        client_update_computation, (distributed.result, keys, client_data))
+        client_update_computation, (distributed.result, keys))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
