@@ -709,8 +709,8 @@ class ClientBatches:
   are trained on. Passed between two TFF computations instead, a data set is
   serialized with its data (TFF 0.87's worker turns it into a graph and back):
   for 500 CIFAR-shaped examples and 5 local epochs, 30 MB copied several
-  times per client and round, about 45 ms of a FedCKA CNN client's 230.
-  Without one, the client computation receives its batches.
+  times per client and round (docs/performance.md has the cost). Without
+  one, the client computation receives its batches.
   """
 
   def __init__(self, dataset_computation: Optional[tff.Computation],
