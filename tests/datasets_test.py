@@ -128,6 +128,13 @@ def test_batches_cut_each_pass_order_in_turn():
     order = _pass_order(5, 'c', p, 11)
     expected += [order[0:4], order[4:8], order[8:11]]
   assert rows == expected
+  # One pass (cut by `batch` rather than `rebatch`): round 3 is pass 3.
+  one_pass = datasets.LocalBatches(4, local_epochs=1, seed=5)
+  order = _pass_order(5, 'c', 3, 11)
+  assert _rows(one_pass(_labelled(11), 'c', 3)) == [order[0:4], order[4:8],
+                                                    order[8:11]]
+  assert one_pass(_labelled(11), 'c', 3).element_spec == one_pass.element_spec(
+      _labelled(11).element_spec)
   # 2 steps a round from the stream of 3-batch passes: round 1 is batches
   # 2 and 3, pass 0's last batch and pass 1's first.
   steps = datasets.LocalBatches(4, local_steps=2, seed=5)
