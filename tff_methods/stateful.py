@@ -390,7 +390,11 @@ def build_stateful_local_training_process(
       1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
   weights_type = model_lib.weights_type_of(zero_weights)
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
+  # Each client makes its batches from its key in its own computation
+  # (`ClientBatches`); checked here, before any state file is written.
+  client_batches = local_training.ClientBatches(
+      dataset_computation,
+      tff.SequenceType(tff.types.tensorflow_to_type(element_spec)))
   distributor = local_training.build_distributor(weights_type, regularizers,
                                                  zero_weights.trainable)
   received_type = distributor.next.type_signature.result.result.member
@@ -404,11 +408,6 @@ def build_stateful_local_training_process(
       keras_model_fn)
   client_states = ClientStateFiles(
       initial_client_state(regularizers, zero_weights), client_state_dir)
-
-  # Each client makes its batches from its key in its own computation: a
-  # data set passed between TFF computations is serialized with its data.
-  client_batches = local_training.ClientBatches(dataset_computation,
-                                                data_type)
 
   @tff.tensorflow.computation(received_type, key_type)
   def client_update_computation(received, key):
