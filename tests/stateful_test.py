@@ -122,6 +122,24 @@ def test_reference_tables_hold_examples_first_seen_after_partial_batches():
   assert view.computed.numpy() == 10
 
 
+def test_reference_tables_hold_examples_first_seen_after_a_repeat():
+  # Example 1 comes twice before example 3 is first seen (as with
+  # drop_last): each example's row is computed once, from its first
+  # occurrence, and every step reads its own examples' rows.
+  x = np.random.default_rng(4).normal(size=(4, 8, 8, 1)).astype(np.float32)
+  dataset = None
+  for rows in ([0, 1, 2, 1], [3, 0, 2, 3]):
+    batch = tf.data.Dataset.from_tensors(collections.OrderedDict(
+        x=x[rows], y=np.zeros(len(rows), np.int32),
+        index=np.array(rows, np.int64)))
+    dataset = batch if dataset is None else dataset.concatenate(batch)
+  view = _CountingView(local_training.ReferenceView(
+      functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
+                        hidden=(16, 8)), ('layer_1', 'layer_2')))
+  assert _round_reading_tables(view)(dataset).numpy() < 1e-5
+  assert view.computed.numpy() == 4
+
+
 def test_reference_chunks_hold_at_most_the_cap_of_activations():
   cnn = local_training.ReferenceView(
       functools.partial(models.get_model, 'fedcka_cnn', 10, (32, 32, 3)),
