@@ -22,7 +22,8 @@ flags.DEFINE_string('tff_worker_binary', None,
                     'the tensorflow-federated package (e.g. built with CUDA).')
 flags.DEFINE_integer('max_concurrent_clients', 2,
                      'Client computations the local worker runs at once '
-                     '(<= 0: no limit).')
+                     '(<= 0: no limit); a limit also splits the cores '
+                     'between them.')
 FLAGS = flags.FLAGS
 
 

@@ -24,7 +24,8 @@ runtime.configure_environment()
 
 flags.DEFINE_integer('port', None, 'The port to serve on (1..65535).')
 flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit).')
+                     'Client computations run at once (<= 0: no limit); a '
+                     'limit also splits the cores between them.')
 flags.DEFINE_string('tff_worker_binary', None,
                     'The worker executable; the packaged one by default.')
 FLAGS = flags.FLAGS
@@ -44,9 +45,10 @@ def main(argv):
     return 2
   print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
   # Become the worker: signals reach it directly and nothing is left behind.
-  os.execv(binary, [binary, f'--port={FLAGS.port}',
-                    '--max_concurrent_computation_calls='
-                    f'{FLAGS.max_concurrent_clients}'])
+  os.execve(binary, [binary, f'--port={FLAGS.port}',
+                     '--max_concurrent_computation_calls='
+                     f'{FLAGS.max_concurrent_clients}'],
+            runtime.worker_environment(FLAGS.max_concurrent_clients))
 
 
 if __name__ == '__main__':

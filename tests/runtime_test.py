@@ -31,14 +31,38 @@ def test_configure_environment_keeps_the_callers_settings(monkeypatch):
   assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
 
 
+@pytest.mark.parametrize('cores, max_calls, threads', [
+    (2, 2, '1'), (8, 2, '4'), (8, 3, '2'), (2, 4, '1'),
+    # No limit on the clients at once: TensorFlow's default (every core).
+    (8, -1, None), (8, 0, None)])
+def test_a_worker_splits_the_cores_between_its_clients(
+    monkeypatch, cores, max_calls, threads):
+  monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
+  monkeypatch.setattr(runtime, 'usable_cores', lambda: cores)
+  env = runtime.worker_environment(max_calls)
+  assert env.get('TF_NUM_INTRAOP_THREADS') == threads
+  assert env['TF_ENABLE_ONEDNN_OPTS'] == os.environ.get(
+      'TF_ENABLE_ONEDNN_OPTS', '1')
+
+
+def test_a_workers_threads_follow_the_callers_setting(monkeypatch):
+  monkeypatch.setenv('TF_NUM_INTRAOP_THREADS', '3')
+  monkeypatch.setattr(runtime, 'usable_cores', lambda: 2)
+  assert runtime.worker_environment(2)['TF_NUM_INTRAOP_THREADS'] == '3'
+  assert 'TF_NUM_INTRAOP_THREADS' in os.environ  # not consumed
+
+
 @pytest.mark.slow
 def test_a_started_worker_gets_onednn_and_dies_when_ended(monkeypatch):
   monkeypatch.delenv('TF_ENABLE_ONEDNN_OPTS', raising=False)
-  process, _ = runtime.start_worker()
+  monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
+  process, _ = runtime.start_worker(max_concurrent_computation_calls=1)
   try:
     with open(f'/proc/{process.pid}/environ', 'rb') as f:
       environ = f.read().split(b'\0')
     assert b'TF_ENABLE_ONEDNN_OPTS=1' in environ
+    threads = str(runtime.usable_cores()).encode()
+    assert b'TF_NUM_INTRAOP_THREADS=' + threads in environ
     assert 'TF_ENABLE_ONEDNN_OPTS' not in os.environ  # ours is untouched
   finally:
     process.terminate()

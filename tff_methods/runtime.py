@@ -53,6 +53,9 @@ import portpicker
 # otherwise; `configure_process` turns them on in the calling process too.
 _ONEDNN = ('TF_ENABLE_ONEDNN_OPTS', '1')
 
+# TensorFlow's threads per op (intra-op), which the worker reads once.
+_INTRA_OP_THREADS = 'TF_NUM_INTRAOP_THREADS'
+
 # The Python side of TFF: imported lazily by the functions that need it, so
 # that `quiet()` can silence TensorFlow before TensorFlow is first imported.
 
@@ -179,6 +182,34 @@ def _die_with_parent() -> None:
     pass  # Not Linux: the atexit hook and signal handlers still apply.
 
 
+def usable_cores() -> int:
+  """The CPU cores this process may run on."""
+  if hasattr(os, 'sched_getaffinity'):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def worker_environment(max_concurrent_computation_calls: int = -1
+                       ) -> dict[str, str]:
+  """The environment a TFF worker is started with: this process's, plus
+  oneDNN on and, when its client computations are capped at k at once, the
+  cores split between them (`TF_NUM_INTRAOP_THREADS` = cores // k), unless
+  the caller's environment sets either.
+
+  By default each op may use every core, so k clients at once hand small
+  ops between k x cores threads: with 2 cores and 2 clients at once, one
+  thread each took a FedAvg round of 100 clients of 20 examples from 0.58 to
+  0.46 s, and one of 10 clients of 500 from 2.04 to 1.84 s (FedCKA's: 2.93
+  to 2.45 s). A round of fewer clients than k then leaves cores idle.
+  """
+  env = dict(os.environ)
+  env.setdefault(*_ONEDNN)
+  if max_concurrent_computation_calls > 0:
+    env.setdefault(_INTRA_OP_THREADS, str(max(
+        1, usable_cores() // max_concurrent_computation_calls)))
+  return env
+
+
 def start_worker(binary: Optional[str] = None,
                  max_concurrent_computation_calls: int = -1,
                  port: Optional[int] = None,
@@ -189,7 +220,8 @@ def start_worker(binary: Optional[str] = None,
   Args:
     binary: The worker executable; TFF's packaged one by default.
     max_concurrent_computation_calls: How many client computations the worker
-      runs at once; non-positive means no limit.
+      runs at once; non-positive means no limit. A limit also splits the
+      cores between them (`worker_environment`).
     port: The port to serve on; a free one by default.
     log_path: Where the worker's output goes; discarded by default, so the
       worker never holds the parent's stdout open.
@@ -203,10 +235,9 @@ def start_worker(binary: Optional[str] = None,
           f'--max_concurrent_computation_calls='
           f'{max_concurrent_computation_calls}']
   out = open(log_path, 'ab') if log_path else subprocess.DEVNULL  # pylint: disable=consider-using-with
-  env = dict(os.environ)
-  env.setdefault(*_ONEDNN)
   process = subprocess.Popen(  # pylint: disable=consider-using-with
-      args, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+      args, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+      env=worker_environment(max_concurrent_computation_calls),
       preexec_fn=_die_with_parent if sys.platform == 'linux' else None)
   with _workers_lock:
     _workers.append(process)
