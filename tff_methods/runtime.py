@@ -191,16 +191,14 @@ def usable_cores() -> int:
 
 def worker_environment(max_concurrent_computation_calls: int = -1
                        ) -> dict[str, str]:
-  """The environment a TFF worker is started with: this process's, plus
-  oneDNN on and, when its client computations are capped at k at once, the
-  cores split between them (`TF_NUM_INTRAOP_THREADS` = cores // k), unless
-  the caller's environment sets either.
+  """The environment to start a TFF worker with.
 
-  By default each op may use every core, so k clients at once hand small
-  ops between k x cores threads: with 2 cores and 2 clients at once, one
-  thread each took a FedAvg round of 100 clients of 20 examples from 0.58 to
-  0.46 s, and one of 10 clients of 500 from 2.04 to 1.84 s (FedCKA's: 2.93
-  to 2.45 s). A round of fewer clients than k then leaves cores idle.
+  This process's environment, plus oneDNN on and, when the worker runs at
+  most k client computations at once, the cores split between them
+  (`TF_NUM_INTRAOP_THREADS` = cores // k); the caller's own settings win.
+  Left to TensorFlow, each op may use every core, and k small clients at
+  once spend much of their time handing ops between k x cores threads
+  (docs/performance.md). A round of fewer clients than k leaves cores idle.
   """
   env = dict(os.environ)
   env.setdefault(*_ONEDNN)
