@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -68,3 +69,36 @@ def test_a_started_worker_gets_onednn_and_dies_when_ended(monkeypatch):
     process.terminate()
     process.wait(timeout=30)
   assert process.pid not in runtime.worker_pids()
+
+
+@pytest.mark.slow
+def test_the_worker_binary_serves_with_the_cores_split():
+  env = {k: v for k, v in os.environ.items()
+         if k != 'TF_NUM_INTRAOP_THREADS'}
+  port = runtime.portpicker.pick_unused_port()
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'binaries.worker', f'--port={port}',
+       '--max_concurrent_clients=2'], cwd=REPO, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  try:
+    assert 'serving on port' in process.stdout.readline()
+    # The Python process becomes the worker (exec): same pid. Its
+    # environment is readable once the exec has set it up.
+    deadline = time.monotonic() + 30
+    while True:
+      assert process.poll() is None, 'the worker exited'
+      if os.path.realpath(f'/proc/{process.pid}/exe') == os.path.realpath(
+          runtime.packaged_worker_binary()):
+        with open(f'/proc/{process.pid}/environ', 'rb') as f:
+          environ = f.read().split(b'\0')
+        if len(environ) > 1:
+          break
+      assert time.monotonic() < deadline, 'binaries.worker did not exec'
+      time.sleep(0.05)
+    threads = str(max(1, runtime.usable_cores() // 2)).encode()
+    assert b'TF_NUM_INTRAOP_THREADS=' + threads in environ
+    assert b'TF_ENABLE_ONEDNN_OPTS=' + os.environ.get(
+        'TF_ENABLE_ONEDNN_OPTS', '1').encode() in environ
+  finally:
+    process.terminate()
+    process.wait(timeout=30)
