@@ -60,11 +60,20 @@ def _environment_of(pid):
   return {k.decode(): v.decode() for k, v in pairs}
 
 
+def _cmdline(pid):
+  # A short-lived child may be gone by the time it is read.
+  try:
+    with open(f'/proc/{pid}/cmdline') as f:
+      return f.read()
+  except FileNotFoundError:
+    return ''
+
+
 def _worker_of(process, timeout=60):
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
     workers = [p for p in _children(process.pid)
-               if 'worker_binary' in open(f'/proc/{p}/cmdline').read()]
+               if 'worker_binary' in _cmdline(p)]
     if workers:
       return workers[0]
     assert process.poll() is None, 'train exited before starting a worker'
