@@ -104,20 +104,32 @@ def _round_reading_tables(view, max_mb=1.0):
   return one_round
 
 
-def test_reference_tables_hold_examples_first_seen_after_partial_batches():
-  # A round that starts at the end of a pass: batches of 4, 1, 1 and 4
-  # examples, so example 9, first seen at position 9, is in the fourth
-  # batch, not the third (9 // 4 + 1).
-  x = np.random.default_rng(3).normal(size=(10, 8, 8, 1)).astype(np.float32)
+def _indexed_batches(num_examples, batches_rows, seed):
+  """Batches of random 8x8 examples holding `rows`, each with its index."""
+  x = np.random.default_rng(seed).normal(
+      size=(num_examples, 8, 8, 1)).astype(np.float32)
   dataset = None
-  for rows in ([0, 1, 2, 3], [4], [5], [6, 7, 8, 9], [9, 8, 7, 6]):
+  for rows in batches_rows:
     batch = tf.data.Dataset.from_tensors(collections.OrderedDict(
         x=x[rows], y=np.zeros(len(rows), np.int32),
         index=np.array(rows, np.int64)))
     dataset = batch if dataset is None else dataset.concatenate(batch)
-  view = _CountingView(local_training.ReferenceView(
+  return dataset
+
+
+def _mlp_counting_view():
+  return _CountingView(local_training.ReferenceView(
       functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
                         hidden=(16, 8)), ('layer_1', 'layer_2')))
+
+
+def test_reference_tables_hold_examples_first_seen_after_partial_batches():
+  # A round that starts at the end of a pass: batches of 4, 1, 1 and 4
+  # examples, so example 9, first seen at position 9, is in the fourth
+  # batch, not the third (9 // 4 + 1).
+  dataset = _indexed_batches(
+      10, ([0, 1, 2, 3], [4], [5], [6, 7, 8, 9], [9, 8, 7, 6]), seed=3)
+  view = _mlp_counting_view()
   assert _round_reading_tables(view)(dataset).numpy() < 1e-5
   assert view.computed.numpy() == 10
 
@@ -126,16 +138,8 @@ def test_reference_tables_hold_examples_first_seen_after_a_repeat():
   # Example 1 comes twice before example 3 is first seen (as with
   # drop_last): each example's row is computed once, from its first
   # occurrence, and every step reads its own examples' rows.
-  x = np.random.default_rng(4).normal(size=(4, 8, 8, 1)).astype(np.float32)
-  dataset = None
-  for rows in ([0, 1, 2, 1], [3, 0, 2, 3]):
-    batch = tf.data.Dataset.from_tensors(collections.OrderedDict(
-        x=x[rows], y=np.zeros(len(rows), np.int32),
-        index=np.array(rows, np.int64)))
-    dataset = batch if dataset is None else dataset.concatenate(batch)
-  view = _CountingView(local_training.ReferenceView(
-      functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
-                        hidden=(16, 8)), ('layer_1', 'layer_2')))
+  dataset = _indexed_batches(4, ([0, 1, 2, 1], [3, 0, 2, 3]), seed=4)
+  view = _mlp_counting_view()
   assert _round_reading_tables(view)(dataset).numpy() < 1e-5
   assert view.computed.numpy() == 4
 
