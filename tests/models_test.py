@@ -1,6 +1,7 @@
 """Tests for tasks.models."""
 
 import collections
+import contextlib
 import sys
 import numpy as np
 import pytest
@@ -140,3 +141,27 @@ def test_unknown_model_is_named():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def _random_ops_and_initial_values(scope):
+  with tf.Graph().as_default() as graph, scope:
+    model = models.fedcka_cnn(10)
+    random_ops = [op.type for op in graph.get_operations()
+                  if 'Random' in op.type]
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      values = session.run(model.weights)
+  return random_ops, values
+
+
+def test_models_whose_weights_are_assigned_draw_no_random_initial_values():
+  # The TFF worker runs a computation's initializers on every call.
+  random_ops, values = _random_ops_and_initial_values(
+      model_lib.weights_assigned_before_use())
+  assert not random_ops
+  assert all(not v.any() for v in values)
+  # Without the scope, Keras draws them.
+  random_ops, values = _random_ops_and_initial_values(
+      contextlib.nullcontext())
+  assert random_ops
+  assert any(v.any() for v in values)

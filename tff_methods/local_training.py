@@ -420,11 +420,13 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     `client_state` reach the regularizers through `LocalStep`.
   """
   loss_fn = loss_fn or cross_entropy
-  model = keras_model_fn()
-  global_reference = _reference_view(
-      keras_model_fn, _union(r.global_outputs for r in regularizers))
-  previous_reference = _reference_view(
-      keras_model_fn, _union(r.previous_outputs for r in regularizers))
+  # Every model here is assigned its weights before its first use.
+  with model_lib.weights_assigned_before_use():
+    model = keras_model_fn()
+    global_reference = _reference_view(
+        keras_model_fn, _union(r.global_outputs for r in regularizers))
+    previous_reference = _reference_view(
+        keras_model_fn, _union(r.previous_outputs for r in regularizers))
   views = {key: view for key, view in (('global', global_reference),
                                        ('previous', previous_reference))
            if view is not None}

@@ -21,6 +21,7 @@ so their `tff.learning.models.ModelWeights` are interchangeable.
 
 import collections
 import collections.abc
+import contextlib
 from typing import Any, Callable
 
 import numpy as np
@@ -117,6 +118,28 @@ def assign_weights(model: tf.keras.Model, weights) -> None:
     v.assign(w)
   for v, w in zip(model.non_trainable_variables, non_trainable):
     v.assign(w)
+
+
+@contextlib.contextmanager
+def weights_assigned_before_use():
+  """Variables created in this scope start at zeros, not at their
+  initializers' values.
+
+  For models whose weights are assigned before they are read, such as a
+  client's copy of the global model: the TFF worker runs a computation's
+  initializers on every call, and Keras' are random draws (Glorot, ...).
+  Only variables of a known shape and dtype are affected.
+  """
+
+  def zeros_creator(next_creator, **kwargs):
+    shape, dtype = kwargs.get('shape'), kwargs.get('dtype')
+    if (shape is not None and dtype is not None
+        and tf.TensorShape(shape).is_fully_defined()):
+      kwargs['initial_value'] = lambda: tf.zeros(shape, dtype)
+    return next_creator(**kwargs)
+
+  with tf.variable_creator_scope(zeros_creator):
+    yield
 
 
 def initial_weights(keras_model_fn: KerasModelFn, seed: int
