@@ -311,7 +311,7 @@ class TFRecordClientData(tff.simulation.datasets.FilePerUserClientData):
           PLAIN_OPTIONS).batch(_ALL).get_single_element()
       return tf.data.Dataset.from_tensor_slices(parse(records))
 
-    self._read_path = dataset_fn
+    self._dataset_of_file = dataset_fn
     super().__init__({i: self.path(i) for i in client_ids}, dataset_fn)
 
   def path(self, client_id):
@@ -322,7 +322,7 @@ class TFRecordClientData(tff.simulation.datasets.FilePerUserClientData):
 
   @property
   def serializable_dataset_fn(self):
-    return lambda client_id: self._read_path(self.path(client_id))
+    return lambda client_id: self._dataset_of_file(self.path(client_id))
 
 
 def _cache_key(**parts) -> str:
