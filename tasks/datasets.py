@@ -304,15 +304,15 @@ class TFRecordClientData(tff.simulation.datasets.FilePerUserClientData):
   def __init__(self, directory: str, client_ids: Sequence[str], x_shape,
                x_dtype, y_shape=(), y_dtype=tf.int32, mean=None, std=None):
     self._directory = directory
-    parse = _records_parser(x_shape, x_dtype, y_shape, y_dtype, mean, std)
+    self._parse = _records_parser(x_shape, x_dtype, y_shape, y_dtype, mean,
+                                  std)
+    super().__init__({i: self.path(i) for i in client_ids},
+                     self._dataset_of_file)
 
-    def dataset_fn(path):
-      records = tf.data.TFRecordDataset(path).with_options(
-          PLAIN_OPTIONS).batch(_ALL).get_single_element()
-      return tf.data.Dataset.from_tensor_slices(parse(records))
-
-    self._dataset_of_file = dataset_fn
-    super().__init__({i: self.path(i) for i in client_ids}, dataset_fn)
+  def _dataset_of_file(self, path):
+    records = tf.data.TFRecordDataset(path).with_options(
+        PLAIN_OPTIONS).batch(_ALL).get_single_element()
+    return tf.data.Dataset.from_tensor_slices(self._parse(records))
 
   def path(self, client_id):
     """The file of `client_id` (a string, or a string tensor)."""
