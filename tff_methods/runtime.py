@@ -198,7 +198,9 @@ def worker_environment(max_concurrent_computation_calls: int = -1
   (`TF_NUM_INTRAOP_THREADS` = cores // k); the caller's own settings win.
   Left to TensorFlow, each op may use every core, and k small clients at
   once spend much of their time handing ops between k x cores threads
-  (docs/performance.md). A round of fewer clients than k leaves cores idle.
+  (docs/performance.md). A round of fewer clients than k leaves cores idle,
+  and on large models the stateful methods (MOON, FedCKA, SCAFFOLD) lose
+  a few percent a round with one thread per client.
   """
   env = dict(os.environ)
   env.setdefault(*_ONEDNN)
