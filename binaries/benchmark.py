@@ -190,6 +190,23 @@ def main(argv):
       client_momentum=FLAGS.client_momentum,
       max_concurrent_clients=FLAGS.max_concurrent_clients), models={})
 
+  worker_threads = [runtime.threads_per_client(
+      None, FLAGS.max_concurrent_clients)]
+
+  def use_worker_for(model_parameters):
+    """Restarts the local worker when a model needs other threads per
+    client (`runtime.threads_per_client`): ResNet-18 gets every core."""
+    threads = runtime.threads_per_client(model_parameters,
+                                         FLAGS.max_concurrent_clients)
+    if FLAGS.tff_workers or threads == worker_threads[0]:
+      return threads
+    runtime.stop_workers()
+    error = runtime_flags.start(model_parameters)
+    if error:
+      raise RuntimeError(error)
+    worker_threads[0] = threads
+    return threads
+
   def save():
     with open(os.path.join(FLAGS.output_dir, 'benchmark.json'), 'w') as f:
       json.dump(results, f, indent=2)
@@ -203,7 +220,11 @@ def main(argv):
     data = datasets.generated_like('cifar10', FLAGS.num_clients, examples,
                                    cache_dir, seed=FLAGS.seed)
     names = benchmark.applicable_methods(model_name, method_names)
-    print(f'== {model_name}: {", ".join(names)}', flush=True)
+    threads = use_worker_for(task_models.get_model(
+        model_name, data.num_classes, data.input_shape,
+        **benchmark.model_kwargs(model_name)).count_params())
+    print(f'== {model_name}: {", ".join(names)} ({threads or "all"} '
+          'threads per client)', flush=True)
     benchmark.reset_peak_memory()
     timings = benchmark.time_methods(
         model_name, names, data, hparams, FLAGS.local_epochs,
@@ -211,7 +232,7 @@ def main(argv):
         on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True))
     results['models'][model_name] = dict(
         examples_per_client=examples, local_epochs=FLAGS.local_epochs,
-        methods=timings, peak_mb=benchmark.resident_mb()['total_peak_mb'])
+        threads_per_client=threads, methods=timings, peak_mb=benchmark.resident_mb()['total_peak_mb'])
     for method, extra_seconds in (('fedcka', benchmark.fedcka_extra_seconds),
                                   ('moon', benchmark.moon_extra_seconds)):
       if method in names:
@@ -224,6 +245,7 @@ def main(argv):
                                 else FLAGS.num_clients),
             seed=FLAGS.seed)
     save()
+  use_worker_for(None)  # The phases below time small models.
   # The CNN-sized data of the floor and the workers' phases (same files).
   cnn_data = lambda: datasets.generated_like(
       'cifar10', FLAGS.num_clients, FLAGS.examples_per_client, cache_dir,

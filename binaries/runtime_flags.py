@@ -22,8 +22,8 @@ flags.DEFINE_string('tff_worker_binary', None,
                     'the tensorflow-federated package (e.g. built with CUDA).')
 flags.DEFINE_integer('max_concurrent_clients', 2,
                      'Client computations the local worker runs at once '
-                     '(<= 0: no limit); a limit also splits the cores '
-                     'between them.')
+                     '(<= 0: no limit); with a limit, models under a million '
+                     'parameters get the cores split between them.')
 FLAGS = flags.FLAGS
 
 
@@ -68,8 +68,12 @@ def start_for_runs() -> Optional[str]:
   return 'Bad flags:\n  ' + '\n  '.join(errors) if errors else None
 
 
-def start() -> Optional[str]:
+def start(model_parameters: Optional[int] = None) -> Optional[str]:
   """Checks the flags and sets TFF's context from them.
+
+  Args:
+    model_parameters: The size of the model to train, which sets the local
+      worker's threads per client (`runtime.threads_per_client`).
 
   Returns:
     None, or the message of a bad flag or an unreachable worker (nothing has
@@ -82,7 +86,8 @@ def start() -> Optional[str]:
     runtime.set_execution_context(
         tff_workers=FLAGS.tff_workers or None,
         worker_binary=FLAGS.tff_worker_binary,
-        max_concurrent_clients=FLAGS.max_concurrent_clients)
+        max_concurrent_clients=FLAGS.max_concurrent_clients,
+        model_parameters=model_parameters)
   except RuntimeError as e:
     return str(e)
   return None

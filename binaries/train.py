@@ -57,7 +57,7 @@ def main(argv):
     experiment.validate(config)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
-  error = runtime_flags.start()
+  error = runtime_flags.start(experiment.model_parameters(config))
   if error:
     return experiment_flags.usage_error(error)
   try:

@@ -6,6 +6,7 @@ from absl import flags
 
 from binaries import experiment_flags  # pylint: disable=unused-import
 from tff_methods import methods
+from tff_methods import runtime
 from tooling import experiment
 
 
@@ -30,3 +31,17 @@ def test_the_library_and_the_runner_share_their_defaults():
   passed = config.hyperparameters()
   for name in shared - {'client_state_dir'}:
     assert getattr(passed, name) == getattr(config, name), name
+
+
+def test_model_parameters_are_counted_from_the_tasks_shapes():
+  # By hand: conv 5x5x3x16 + 16, conv 5x5x16x32 + 32, then dense layers
+  # 800x120, 120x84, 84x84, 84x256, 256x10, each with its biases.
+  cnn = experiment.model_parameters(
+      experiment.ExperimentConfig(task='cifar10', model='fedcka_cnn'))
+  assert cnn == (1216 + 12832 + 96120 + 10164 + 7140 + 21760 + 2570)
+  resnet = experiment.model_parameters(
+      experiment.ExperimentConfig(task='cifar10', model='resnet18'))
+  assert resnet > runtime.LARGE_MODEL_PARAMETERS > cnn
+  # Fed2's grouped-only names are not counted.
+  assert experiment.model_parameters(dataclasses.replace(
+      experiment.ExperimentConfig(), model='not_a_plain_model')) is None

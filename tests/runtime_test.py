@@ -46,6 +46,21 @@ def test_a_worker_splits_the_cores_between_its_clients(
       'TF_ENABLE_ONEDNN_OPTS', '1')
 
 
+@pytest.mark.parametrize('cores, max_calls, parameters, threads', [
+    (2, 2, None, 1), (2, 2, 150_000, 1), (8, 2, 999_999, 4),
+    # A million parameters or more: every core for each client.
+    (2, 2, 1_000_000, 2), (8, 2, 11_000_000, 8),
+    (8, -1, 11_000_000, None), (8, -1, None, None)])
+def test_large_models_get_every_core_for_each_client(
+    monkeypatch, cores, max_calls, parameters, threads):
+  monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
+  monkeypatch.setattr(runtime, 'usable_cores', lambda: cores)
+  assert runtime.threads_per_client(parameters, max_calls) == threads
+  env = runtime.worker_environment(max_calls, model_parameters=parameters)
+  assert env.get('TF_NUM_INTRAOP_THREADS') == (
+      None if threads is None else str(threads))
+
+
 def test_a_workers_threads_follow_the_callers_setting(monkeypatch):
   monkeypatch.setenv('TF_NUM_INTRAOP_THREADS', '3')
   monkeypatch.setattr(runtime, 'usable_cores', lambda: 2)

@@ -189,42 +189,79 @@ def usable_cores() -> int:
   return os.cpu_count() or 1
 
 
-def worker_environment(max_concurrent_computation_calls: int = -1
+# Models of this many parameters or more train faster with every core for
+# each client (`threads_per_client`): their ops are large enough to share.
+LARGE_MODEL_PARAMETERS = 1_000_000
+
+
+def threads_per_client(model_parameters: Optional[int] = None,
+                       max_concurrent_clients: int = -1) -> Optional[int]:
+  """TensorFlow's threads per op for a local worker's clients.
+
+  With at most k clients at once, small models get the cores split between
+  them (cores // k): their many small ops spend much of their time handed
+  between threads otherwise (on 2 cores, one thread a client took FedAvg's
+  round of 100 CNN clients from 0.58 to 0.46 s). Models of
+  `LARGE_MODEL_PARAMETERS` or more get every core: their ops are large,
+  and with one thread each, clients that keep state (MOON, FedCKA,
+  SCAFFOLD) left the cores partly idle (ResNet-18: MOON 59 against 55 s a
+  round, FedAvg unchanged; docs/performance.md).
+
+  Args:
+    model_parameters: The model's parameter count; None when unknown (taken
+      as small).
+    max_concurrent_clients: Client computations the worker runs at once;
+      non-positive means no limit (TensorFlow's default: None).
+
+  Returns:
+    Threads per op, or None for TensorFlow's default (every core).
+  """
+  if max_concurrent_clients <= 0:
+    return None
+  if model_parameters is not None and (
+      model_parameters >= LARGE_MODEL_PARAMETERS):
+    return usable_cores()
+  return max(1, usable_cores() // max_concurrent_clients)
+
+
+def worker_environment(max_concurrent_computation_calls: int = -1,
+                       model_parameters: Optional[int] = None
                        ) -> dict[str, str]:
   """The environment to start a TFF worker with.
 
-  This process's environment, plus oneDNN on and, when the worker runs at
-  most k client computations at once, the cores split between them
-  (`TF_NUM_INTRAOP_THREADS` = cores // k); the caller's own settings win.
-  Left to TensorFlow, each op may use every core, and k small clients at
-  once spend much of their time handing ops between k x cores threads
-  (docs/performance.md). A round of fewer clients than k leaves cores idle,
-  and on large models the stateful methods (MOON, FedCKA, SCAFFOLD) lose
-  a few percent a round with one thread per client.
+  This process's environment, plus oneDNN on and TensorFlow's threads per op
+  (`TF_NUM_INTRAOP_THREADS`) from `threads_per_client`: when the worker runs
+  at most k client computations at once, cores // k for small models and
+  every core for large ones. The caller's own settings win. A round of fewer
+  clients than k leaves cores idle with a split.
   """
   env = dict(os.environ)
   env.setdefault(*_ONEDNN)
-  if max_concurrent_computation_calls > 0:
-    env.setdefault(_INTRA_OP_THREADS, str(max(
-        1, usable_cores() // max_concurrent_computation_calls)))
+  threads = threads_per_client(model_parameters,
+                               max_concurrent_computation_calls)
+  if threads is not None:
+    env.setdefault(_INTRA_OP_THREADS, str(threads))
   return env
 
 
 def start_worker(binary: Optional[str] = None,
                  max_concurrent_computation_calls: int = -1,
                  port: Optional[int] = None,
-                 log_path: Optional[str] = None) -> tuple[subprocess.Popen,
-                                                          int]:
+                 log_path: Optional[str] = None,
+                 model_parameters: Optional[int] = None
+                 ) -> tuple[subprocess.Popen, int]:
   """Starts a TFF worker on localhost and registers it for clean-up.
 
   Args:
     binary: The worker executable; TFF's packaged one by default.
     max_concurrent_computation_calls: How many client computations the worker
-      runs at once; non-positive means no limit. A limit also splits the
-      cores between them (`worker_environment`).
+      runs at once; non-positive means no limit. With a limit, small models
+      get the cores split between them (`threads_per_client`).
     port: The port to serve on; a free one by default.
     log_path: Where the worker's output goes; discarded by default, so the
       worker never holds the parent's stdout open.
+    model_parameters: The size of the model the worker will train, which
+      sets its threads per client (`threads_per_client`); None: small.
 
   Returns:
     The process and its port.
@@ -237,7 +274,8 @@ def start_worker(binary: Optional[str] = None,
   out = open(log_path, 'ab') if log_path else subprocess.DEVNULL  # pylint: disable=consider-using-with
   process = subprocess.Popen(  # pylint: disable=consider-using-with
       args, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-      env=worker_environment(max_concurrent_computation_calls),
+      env=worker_environment(max_concurrent_computation_calls,
+                             model_parameters),
       preexec_fn=_die_with_parent if sys.platform == 'linux' else None)
   with _workers_lock:
     _workers.append(process)
@@ -289,10 +327,12 @@ def _install_exit_handlers() -> None:
 class _WorkerService:
   """Keeps one local worker serving, or says that it died."""
 
-  def __init__(self, binary, max_concurrent_computation_calls, log_path):
+  def __init__(self, binary, max_concurrent_computation_calls, log_path,
+               model_parameters=None):
     self._binary = binary
     self._max_calls = max_concurrent_computation_calls
     self._log_path = log_path
+    self._model_parameters = model_parameters
     self._process = None
     self._stub = None
     self._lock = threading.Lock()
@@ -307,8 +347,9 @@ class _WorkerService:
             f'The TFF worker (pid {self._process.pid}) exited with code '
             f'{self._process.returncode} during the run.')
       if self._process is None:
-        self._process, port = start_worker(self._binary, self._max_calls,
-                                           log_path=self._log_path)
+        self._process, port = start_worker(
+            self._binary, self._max_calls, log_path=self._log_path,
+            model_parameters=self._model_parameters)
         import grpc  # pylint: disable=g-import-not-at-top
         channel = grpc.insecure_channel(f'localhost:{port}',
                                         _GRPC_CHANNEL_OPTIONS)
@@ -343,7 +384,9 @@ def discard_default_context() -> None:
 
 def set_local_execution_context(max_concurrent_clients: int = -1,
                                 worker_binary: Optional[str] = None,
-                                log_path: Optional[str] = None) -> None:
+                                log_path: Optional[str] = None,
+                                model_parameters: Optional[int] = None
+                                ) -> None:
   """Makes TFF run computations on a local C++ worker that this module ends.
 
   The same runtime as `tff.backends.native.set_sync_local_cpp_execution_context`
@@ -355,16 +398,20 @@ def set_local_execution_context(max_concurrent_clients: int = -1,
       positive means no limit. With 2 cores, 1-2 avoids oversubscription.
     worker_binary: A worker executable to run instead of TFF's packaged one.
     log_path: A file for the worker's output; discarded by default.
+    model_parameters: The parameter count of the model to train: models of
+      `LARGE_MODEL_PARAMETERS` or more get every core for each client,
+      smaller ones (and None) the cores split (`threads_per_client`).
   """
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
   context_stack_impl.context_stack.set_default_context(
       create_local_execution_context(max_concurrent_clients, worker_binary,
-                                     log_path))
+                                     log_path, model_parameters))
 
 
 def create_local_execution_context(max_concurrent_clients: int = -1,
                                    worker_binary: Optional[str] = None,
-                                   log_path: Optional[str] = None):
+                                   log_path: Optional[str] = None,
+                                   model_parameters: Optional[int] = None):
   """The context `set_local_execution_context` sets, to install yourself."""
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.backends.native import compiler
@@ -374,7 +421,8 @@ def create_local_execution_context(max_concurrent_clients: int = -1,
   from tensorflow_federated.python.core.impl.executors import remote_executor
   from tensorflow_federated.python.core.impl.types import placements
   # pylint: enable=g-import-not-at-top
-  service = _WorkerService(worker_binary, max_concurrent_clients, log_path)
+  service = _WorkerService(worker_binary, max_concurrent_clients, log_path,
+                           model_parameters)
   service.get_stub()  # Start the worker now, from this thread.
 
   def executor_stack_fn(cardinalities):
@@ -605,7 +653,8 @@ def create_remote_execution_context(
 def set_execution_context(tff_workers: Optional[Sequence[str]] = None,
                           worker_binary: Optional[str] = None,
                           max_concurrent_clients: int = -1,
-                          log_path: Optional[str] = None) -> None:
+                          log_path: Optional[str] = None,
+                          model_parameters: Optional[int] = None) -> None:
   """The binaries' choice: remote workers if given, else a local worker.
 
   Args:
@@ -616,6 +665,8 @@ def set_execution_context(tff_workers: Optional[Sequence[str]] = None,
       `tff_workers`: remote workers run what they were started with.
     max_concurrent_clients: The local worker's client concurrency.
     log_path: A file for the local worker's output.
+    model_parameters: The model's size, for the local worker's threads per
+      client (`threads_per_client`).
   """
   if tff_workers:
     if worker_binary:
@@ -623,7 +674,7 @@ def set_execution_context(tff_workers: Optional[Sequence[str]] = None,
     set_remote_execution_context(tff_workers)
   else:
     set_local_execution_context(max_concurrent_clients, worker_binary,
-                                log_path)
+                                log_path, model_parameters)
 
 
 class _SyncContextAsAsync:

@@ -351,6 +351,24 @@ def validate(config: ExperimentConfig) -> None:
     raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
 
 
+def model_parameters(config: ExperimentConfig) -> Optional[int]:
+  """The parameter count of the model `config` trains, from the task's
+  shapes (no data is read); None for a model only Fed2's grouping builds.
+
+  It sets the local TFF worker's threads per client
+  (`runtime.threads_per_client`). An image folder's classes are not known
+  before its data is read: counted with 10 (classes don't move a model
+  across `runtime.LARGE_MODEL_PARAMETERS`).
+  """
+  name = config.model_name()
+  if name not in task_models.MODEL_NAMES:
+    return None
+  input_shape, num_classes = datasets.TASK_SHAPES[config.task]
+  if config.task == 'image_folder':
+    input_shape, num_classes = (config.image_size, config.image_size, 3), 10
+  return task_models.get_model(name, num_classes, input_shape).count_params()
+
+
 def model_fn_for(name: str, model_name: str, num_classes: int,
                  input_shape: Sequence[int], hparams: methods.Hyperparameters,
                  **model_kwargs) -> model_lib.KerasModelFn:
