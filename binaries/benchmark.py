@@ -232,7 +232,8 @@ def main(argv):
         on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True))
     results['models'][model_name] = dict(
         examples_per_client=examples, local_epochs=FLAGS.local_epochs,
-        threads_per_client=threads, methods=timings, peak_mb=benchmark.resident_mb()['total_peak_mb'])
+        threads_per_client=threads, methods=timings,
+        peak_mb=benchmark.resident_mb()['total_peak_mb'])
     for method, extra_seconds in (('fedcka', benchmark.fedcka_extra_seconds),
                                   ('moon', benchmark.moon_extra_seconds)):
       if method in names:
