@@ -42,6 +42,6 @@ def test_model_parameters_are_counted_from_the_tasks_shapes():
   resnet = experiment.model_parameters(
       experiment.ExperimentConfig(task='cifar10', model='resnet18'))
   assert resnet > runtime.LARGE_MODEL_PARAMETERS > cnn
-  # Fed2's grouped-only names are not counted.
+  # A model only Fed2's grouping builds (VGG-16) is not counted.
   assert experiment.model_parameters(dataclasses.replace(
-      experiment.ExperimentConfig(), model='not_a_plain_model')) is None
+      experiment.ExperimentConfig(), model='vgg16')) is None
