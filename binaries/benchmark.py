@@ -190,21 +190,22 @@ def main(argv):
       client_momentum=FLAGS.client_momentum,
       max_concurrent_clients=FLAGS.max_concurrent_clients), models={})
 
-  worker_threads = [runtime.threads_per_client(
-      None, FLAGS.max_concurrent_clients)]
+  worker_threads = runtime.threads_per_client(None,
+                                              FLAGS.max_concurrent_clients)
 
   def use_worker_for(model_parameters):
     """Restarts the local worker when a model needs other threads per
     client (`runtime.threads_per_client`): ResNet-18 gets every core."""
+    nonlocal worker_threads
     threads = runtime.threads_per_client(model_parameters,
                                          FLAGS.max_concurrent_clients)
-    if FLAGS.tff_workers or threads == worker_threads[0]:
+    if FLAGS.tff_workers or threads == worker_threads:
       return threads
     runtime.stop_workers()
     error = runtime_flags.start(model_parameters)
     if error:
       raise RuntimeError(error)
-    worker_threads[0] = threads
+    worker_threads = threads
     return threads
 
   def save():
@@ -220,9 +221,9 @@ def main(argv):
     data = datasets.generated_like('cifar10', FLAGS.num_clients, examples,
                                    cache_dir, seed=FLAGS.seed)
     names = benchmark.applicable_methods(model_name, method_names)
-    threads = use_worker_for(task_models.get_model(
+    threads = use_worker_for(task_models.parameter_count(
         model_name, data.num_classes, data.input_shape,
-        **benchmark.model_kwargs(model_name)).count_params())
+        **benchmark.model_kwargs(model_name)))
     print(f'== {model_name}: {", ".join(names)} ({threads or "all"} '
           'threads per client)', flush=True)
     benchmark.reset_peak_memory()

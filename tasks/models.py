@@ -372,3 +372,12 @@ def get_model(name: str, num_classes: int, input_shape: Sequence[int],
     raise ValueError(f'Unknown model {name!r}; choose one of {MODEL_NAMES}.')
   return _REGISTRY[name](num_classes=num_classes,
                          input_shape=tuple(input_shape), **kwargs)
+
+
+def parameter_count(name: str, num_classes: int, input_shape: Sequence[int],
+                    **kwargs) -> Optional[int]:
+  """The parameters of `get_model(name, ...)`; None for a name it doesn't
+  build (a model only Fed2's grouping builds)."""
+  if name not in _REGISTRY:
+    return None
+  return get_model(name, num_classes, input_shape, **kwargs).count_params()

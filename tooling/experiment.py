@@ -360,13 +360,11 @@ def model_parameters(config: ExperimentConfig) -> Optional[int]:
   before its data is read: counted with 10 (classes don't move a model
   across `runtime.LARGE_MODEL_PARAMETERS`).
   """
-  name = config.model_name()
-  if name not in task_models.MODEL_NAMES:
-    return None
   input_shape, num_classes = datasets.TASK_SHAPES[config.task]
   if config.task == 'image_folder':
     input_shape, num_classes = (config.image_size, config.image_size, 3), 10
-  return task_models.get_model(name, num_classes, input_shape).count_params()
+  return task_models.parameter_count(config.model_name(), num_classes,
+                                     input_shape)
 
 
 def model_fn_for(name: str, model_name: str, num_classes: int,
