@@ -42,7 +42,9 @@ flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS
                               if m != 'tff_fedavg'],
                   'Methods to compare (default: every single method but '
                   'tff_fedavg, which trains as fedavg does; add '
-                  'combinations such as fedprox+fedcos by name).')
+                  'combinations such as fedprox+fedcos by name). '
+                  'METHOD@AGGREGATOR runs a method under one of TFF\'s '
+                  'aggregators (fedcka@dp beside fedcka; see --aggregator).')
 flags.DEFINE_list('seeds', ['0'], 'Seeds; each method runs once per seed.')
 flags.DEFINE_float('target_accuracy', 0.8,
                    'The table reports the first round reaching this.')

@@ -169,3 +169,21 @@ def test_a_run_whose_worker_dies_resumes_on_a_new_worker(tmp_path):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_a_method_at_an_aggregator_is_an_arm_beside_the_method(tmp_path):
+  arms = comparison.arms(['fedcka', 'fedcka@dp'],
+                         settings={'fedcka': {'client_learning_rate': 0.1}})
+  assert [(a.label, a.method) for a in arms] == [('fedcka', 'fedcka'),
+                                                 ('fedcka@dp', 'fedcka')]
+  assert arms[1].settings == {'client_learning_rate': 0.1,
+                              'aggregator': 'dp'}
+  base = experiment.ExperimentConfig(task='digits')
+  configs = comparison.plan(base, ['fedavg', 'fedavg@robust'], [0],
+                            str(tmp_path))
+  assert [c.aggregator for c in configs] == ['mean', 'robust']
+  assert configs[1].output_dir == os.path.join(str(tmp_path), 'fedavg@robust',
+                                               'seed0')
+  with pytest.raises(ValueError,
+                     match="(?s)fedavg@median.*--aggregator='median'"):
+    comparison.plan(base, ['fedavg@median'], [0], str(tmp_path))

@@ -83,4 +83,4 @@ def tff_fedavg_weights(digits_rounds):
   """TFF's own FedAvg on `digits_rounds` (client SGD 0.05, momentum 0.9)."""
   return digits_rounds['run'](fedavg.build_tff_fedavg(
       digits_rounds['model_fn'], digits_rounds['spec'],
-      client_optimizer=optimizers.build_client_sgd(0.05, 0.9)))[0]
+      client_optimizer_fn=optimizers.build_client_sgd(0.05, 0.9)))[0]

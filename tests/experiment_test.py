@@ -1,8 +1,11 @@
 """Tests for tooling/experiment.py: one source for every setting."""
 
+import csv
 import dataclasses
+import json
 
 from absl import flags
+import pytest
 
 from binaries import experiment_flags  # pylint: disable=unused-import
 from tff_methods import methods
@@ -45,3 +48,40 @@ def test_model_parameters_are_counted_from_the_tasks_shapes():
   # A model only Fed2's grouping builds (VGG-16) is not counted.
   assert experiment.model_parameters(dataclasses.replace(
       experiment.ExperimentConfig(), model='vgg16')) is None
+
+
+def test_the_aggregator_settings_are_checked_before_any_work():
+  errors = {
+      'aggregator': dict(aggregator='median'),
+      'dp_clip': dict(aggregator='dp', dp_clip=-1.0),
+      # TFF's own bound: noise below 0.1 x the clients per round.
+      'clients_per_round=2': dict(aggregator='dp', dp_noise_multiplier=0.5,
+                                  num_clients=4, clients_per_round=2),
+      'fed2_pairing': dict(method='fed2', model='vgg9',
+                           aggregator='robust',
+                           fed2_pairing='class_weighted'),
+  }
+  for flag, settings in errors.items():
+    config = experiment.ExperimentConfig(
+        **{'method': 'fedavg', 'task': 'digits', **settings})
+    with pytest.raises(ValueError, match=f'--{flag}'):
+      experiment.validate(config)
+  experiment.validate(experiment.ExperimentConfig(
+      method='fedcka', task='digits', aggregator='dp',
+      dp_noise_multiplier=0.5, clients_per_round=10))
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_run_under_an_aggregator_records_its_measurements(tmp_path):
+  config = experiment.ExperimentConfig(
+      method='scaffold', task='digits', model='mlp', num_clients=4,
+      clients_per_round=3, rounds=2, aggregator='robust',
+      output_dir=str(tmp_path / 'run'), cache_dir=str(tmp_path / 'cache'))
+  experiment.run(config, progress=False)
+  with open(tmp_path / 'run' / 'metrics.csv') as f:
+    rows = list(csv.DictReader(f))
+  # TFF's robust aggregator: its clipping norm starts at 1 and adapts.
+  assert float(rows[0]['aggregator/zeroing/clipping_norm']) == 1.0
+  assert float(rows[1]['aggregator/zeroing/clipping_norm']) != 1.0
+  with open(tmp_path / 'run' / 'experiment.json') as f:
+    assert json.load(f)['aggregator'] == 'robust'

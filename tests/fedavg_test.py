@@ -55,8 +55,8 @@ def test_projects_fedavg_gives_tffs_weights_and_metrics(
       name, small_model_fn, setup['spec'], hparams))
   theirs, their_metrics = _run(setup, fedavg.build_tff_fedavg(
       small_model_fn, setup['spec'],
-      client_optimizer=hparams.client_optimizer(),
-      server_optimizer=hparams.server_optimizer(server)))
+      client_optimizer_fn=hparams.client_optimizer(),
+      server_optimizer_fn=hparams.server_optimizer(server)))
   start = model_lib.flat_trainable(setup['initial'])
   assert np.linalg.norm(theirs - start) > 1e-2  # Both trained.
   np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
@@ -98,7 +98,7 @@ def test_a_dataset_computation_of_other_batches_is_refused(setup,
   with pytest.raises(TypeError, match='makes int64\\*, but the process '
                      'trains on'):
     fedavg.build_fedavg(small_model_fn, setup['spec'],
-                        client_optimizer=tff.learning.optimizers.build_sgdm(
+                        client_optimizer_fn=tff.learning.optimizers.build_sgdm(
                             0.1),
                         dataset_computation=other)
 

@@ -101,12 +101,12 @@ def trained(setup, small_model_fn):
   results['fedavg'] = _run(
       setup['by_id'](fedavg.build_tff_fedavg(
           small_model_fn, setup['spec'],
-          client_optimizer=setup['optimizer'])),
+          client_optimizer_fn=setup['optimizer'])),
       setup['initial'], setup['client_ids'], rounds=2)
   for mu in (0.0, 1.0, 10.0):
     results[mu] = _run(
         setup['by_id'](fedprox.build_fedprox(
-            small_model_fn, setup['spec'], client_optimizer=setup['optimizer'],
+            small_model_fn, setup['spec'], client_optimizer_fn=setup['optimizer'],
             mu=mu)),
         setup['initial'], setup['client_ids'], rounds=1 if mu else 2)
   return results
@@ -130,7 +130,7 @@ def test_update_shrinks_as_mu_grows(setup, trained, small_model_fn):
   start = model_lib.flat_trainable(setup['initial'])
   one_round_mu0 = _run(
       setup['by_id'](fedprox.build_fedprox(
-          small_model_fn, setup['spec'], client_optimizer=setup['optimizer'],
+          small_model_fn, setup['spec'], client_optimizer_fn=setup['optimizer'],
           mu=0.0)),
       setup['initial'], setup['client_ids'], rounds=1)[0]
   norms = [np.linalg.norm(model_lib.flat_trainable(w) - start)
@@ -146,7 +146,7 @@ def test_update_shrinks_as_mu_grows(setup, trained, small_model_fn):
 def test_diverged_clients_get_zero_weight(setup, small_model_fn):
   process = setup['by_id'](fedprox.build_fedprox(
       small_model_fn, setup['spec'],
-      client_optimizer=optimizers.build_client_sgd(1e30), mu=0.0))
+      client_optimizer_fn=optimizers.build_client_sgd(1e30), mu=0.0))
   state = process.set_model_weights(process.initialize(), setup['initial'])
   output = process.next(state, setup['client_ids'])
   train = output.metrics['client_work']['train']

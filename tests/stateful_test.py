@@ -308,7 +308,7 @@ def fedavg_two_rounds(setup):
   process = tff.simulation.compose_dataset_computation_with_learning_process(
       setup['datasets_by_key'],
       fedavg.build_tff_fedavg(setup['model_fn'], setup['spec'],
-                              client_optimizer=setup['optimizer']))
+                              client_optimizer_fn=setup['optimizer']))
   ids = setup['client_data'].client_ids[:2]
   return _rounds(process, setup['initial'], [ids, ids])[0]
 
@@ -316,10 +316,10 @@ def fedavg_two_rounds(setup):
 @pytest.mark.parametrize('build', [
     lambda s, mu: moon.build_moon(
         s['model_fn'], s['spec'], dataset_computation=s['datasets_by_key'],
-        client_optimizer=s['optimizer'], mu=mu),
+        client_optimizer_fn=s['optimizer'], mu=mu),
     lambda s, mu: fedcka.build_fedcka(
         s['model_fn'], s['spec'], dataset_computation=s['datasets_by_key'],
-        client_optimizer=s['optimizer'], mu=mu),
+        client_optimizer_fn=s['optimizer'], mu=mu),
 ], ids=['moon', 'fedcka'])
 def test_mu_zero_gives_fedavg_and_mu_positive_differs(build, setup,
                                                       fedavg_two_rounds):
@@ -356,7 +356,7 @@ def test_moon_client_taking_part_late(setup, first_round):
   process = moon.build_moon(
       setup['model_fn'], setup['spec'],
       dataset_computation=setup['datasets_by_key'],
-      client_optimizer=setup['optimizer'], mu=1.0)
+      client_optimizer_fn=setup['optimizer'], mu=1.0)
   ids = setup['client_data'].client_ids
   if first_round == 'initial_model':
     moon.write_own_initial_models(process.client_states, ids,
@@ -384,7 +384,7 @@ def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
   process = moon.build_moon(
       setup['model_fn'], setup['spec'],
       dataset_computation=setup['datasets_by_key'],
-      client_optimizer=setup['optimizer'], mu=1.0)
+      client_optimizer_fn=setup['optimizer'], mu=1.0)
   ids = setup['client_data'].client_ids[:2]
 
   class NonFiniteInRound2:

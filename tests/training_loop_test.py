@@ -88,6 +88,19 @@ def test_output_dir_of_another_experiment_is_refused(tmp_path):
         str(tmp_path), dict(method='fedprox', mu=0.2, rounds=3))
 
 
+def test_a_setting_the_saved_config_lacks_is_taken_at_its_default(tmp_path):
+  training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg'))
+  # A run saved before `aggregator` existed resumes with the default...
+  training_loop.check_experiment_config(
+      str(tmp_path), dict(method='fedavg', aggregator='mean'),
+      defaults=dict(aggregator='mean'))
+  # ... and is refused with another value (the config now records it).
+  with pytest.raises(ValueError, match="aggregator: saved 'mean', now 'dp'"):
+    training_loop.check_experiment_config(
+        str(tmp_path), dict(method='fedavg', aggregator='dp'),
+        defaults=dict(aggregator='mean'))
+
+
 def test_diverged_round_is_rejected_and_the_model_kept(tmp_path):
   config = _config(tmp_path, 'diverged', method='fedavg', rounds=2,
                    client_learning_rate=1e30, client_momentum=0.0)

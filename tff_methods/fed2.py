@@ -45,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 
@@ -437,34 +438,58 @@ def build_fed2(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
     num_groups: int = 10,
     pairing: str = 'uniform',
     seed: int = 0,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     dataset_computation: Optional[tff.Computation] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds Fed2 as a `tff.learning.templates.LearningProcess`.
+
+  Fed2's paired averaging puts group g of every client at the same
+  coordinates of the update, so a coordinate-wise mean pairs group g with
+  group g: TFF's aggregators (robust, DP, compression, secure) keep the
+  pairing and are taken with the default pairing. The class-weighted
+  pairing weights each group by its own counts (`FeaturePairedMeanFactory`)
+  and takes no other aggregator.
 
   Args:
     keras_model_fn: Builds the grouped model (`grouped_model_fn(...)`) with
       the same `num_groups` and `seed`; a model without grouped layers is
       refused.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
+    client_optimizer_fn: The client optimizer.
     num_groups: G.
     pairing: 'uniform' (default: the paper's paired averaging, group g
       with group g, by examples, i.e. FedAvg on the grouped model) or
       'class_weighted' (group g weighted by each client's examples of g's
       classes). The latter drops the negative evidence a group gets from
       clients without its classes; under strong label skew every group's
-      logits then drift up and training diverges (digits, 2 classes per
-      client: loss 116 in round 4, non-finite after).
+      logits then drift up and training diverges.
     seed: The seed the class -> group assignment was drawn with.
-    server_optimizer: SGD with learning rate 1 by default.
+    server_optimizer_fn: SGD with learning rate 1 by default.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`); when given, `next` takes the clients'
-      keys and each client makes its batches in its own computation.
+      round_dataset_computation`), or a batched TFF `ClientData`; when
+      given, `next` takes the clients' keys (ids for a `ClientData`) and
+      each client makes its batches in its own computation.
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
+
+  Raises:
+    ValueError: a model without grouped layers; another `model_aggregator`
+      or `client_weighting` with the class-weighted pairing.
   """
   if pairing not in PAIRINGS:
     raise ValueError(f'Unknown Fed2 pairing {pairing!r}; choose one of '
@@ -475,16 +500,25 @@ def build_fed2(
     raise ValueError(
         f'Fed2 with num_groups={num_groups} needs its grouped model '
         '(fed2.grouped_model_fn); the given model has no grouped layers.')
+  shared = dict(dataset_computation=dataset_computation,
+                metrics_aggregator=metrics_aggregator, loss_fn=loss_fn)
   if pairing == 'uniform':
     return local_training.build_local_training_process(
-        keras_model_fn, element_spec, client_optimizer, server_optimizer,
-        dataset_computation=dataset_computation)
+        keras_model_fn, element_spec, client_optimizer_fn,
+        server_optimizer_fn, model_aggregator=model_aggregator,
+        client_weighting=client_weighting, **shared)
+  if model_aggregator is not None or client_weighting is not None:
+    raise ValueError(
+        "Fed2's class-weighted pairing weights each group by its own class "
+        'counts (FeaturePairedMeanFactory), which another model_aggregator '
+        'or client_weighting would break; use pairing=\'uniform\' with '
+        f'them (got model_aggregator={model_aggregator!r}, '
+        f'client_weighting={client_weighting!r}).')
   groups = class_groups(num_classes, num_groups, seed)
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
       model_aggregator=FeaturePairedMeanFactory(groups_of_tensors),
-      client_weight_fn=group_weight_fn(groups, num_classes),
-      dataset_computation=dataset_computation)
+      client_weight_fn=group_weight_fn(groups, num_classes), **shared)
 
 
 def class_preference(model: tf.keras.Model, x: np.ndarray, layer: str,

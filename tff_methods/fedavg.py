@@ -24,10 +24,11 @@ Adam (FedAdam) or Yogi (FedYogi), as in Reddi et al. (2021).
   itself (method `tff_fedavg`), TFF's baseline as TFF ships it.
 """
 
-from typing import Any
+from typing import Any, Optional
 
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 
@@ -36,45 +37,76 @@ def build_fedavg(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer | None = None,
-    dataset_computation: tff.Computation | None = None,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    dataset_computation: Optional[tff.Computation] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg / FedAvgM / FedAdam / FedYogi through the project's loop.
 
   Args:
-    keras_model_fn: Builds one of the project's multi-output Keras models.
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
-    server_optimizer: `optimizers.build_server_optimizer(...)`; SGD with
+    client_optimizer_fn: The client optimizer.
+    server_optimizer_fn: `optimizers.build_server_optimizer(...)`; SGD with
       learning rate 1 (plain FedAvg) by default.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`); when given, `next` takes the clients'
-      keys and each client makes its batches in its own computation.
+      round_dataset_computation`), or a batched TFF `ClientData`; when
+      given, `next` takes the clients' keys (ids for a `ClientData`) and
+      each client makes its batches in its own computation.
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer, server_optimizer,
-      dataset_computation=dataset_computation)
+      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
+      dataset_computation=dataset_computation,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_weighting=client_weighting, loss_fn=loss_fn)
 
 
 def build_tff_fedavg(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """TFF's `build_weighted_fed_avg` on one of the project's models.
+  """TFF's `build_weighted_fed_avg` on a Keras model (its `logits`).
 
   Args:
-    keras_model_fn: Builds one of the project's multi-output Keras models;
-      TFF sees its `logits` output.
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
-    server_optimizer: SGD with learning rate 1 (plain FedAvg) by default.
+    client_optimizer_fn: The client optimizer.
+    server_optimizer_fn: SGD with learning rate 1 (plain FedAvg) by default.
+    model_aggregator: As TFF's builders take it; an unweighted factory
+      gives TFF's `build_unweighted_fed_avg`.
+    metrics_aggregator: As TFF's builders take it.
+    client_weighting: As TFF's builders take it (NUM_EXAMPLES by default).
   """
+  factory, client_weighting = aggregation.model_aggregation(
+      model_aggregator, client_weighting)
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_lib.tff_model_fn(keras_model_fn, element_spec),
-      client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=(server_optimizer or
-                           tff.learning.optimizers.build_sgdm(1.0)))
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=(server_optimizer_fn or
+                           tff.learning.optimizers.build_sgdm(1.0)),
+      client_weighting=client_weighting, model_aggregator=factory,
+      metrics_aggregator=metrics_aggregator)

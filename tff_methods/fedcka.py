@@ -26,6 +26,8 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
+from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
 from tff_methods import similarity as similarity_lib
@@ -55,6 +57,7 @@ class CKAContrastiveTerm(regularizers.Regularizer):
   """`mu * l_cka` on layers `layer_1`..`layer_M`; 0 without a previous model."""
 
   name = 'fedcka'
+  display_name = 'FedCKA'
 
   def __init__(self, mu: float, num_layers: int = 2,
                similarity: str = 'linear_cka'):
@@ -64,6 +67,7 @@ class CKAContrastiveTerm(regularizers.Regularizer):
     self.similarity_to_each = similarity_lib.get_similarity_to_each(
         similarity)
     self.layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
+    self.outputs = self.layers
     self.global_outputs = self.layers
     self.previous_outputs = self.layers
 
@@ -81,37 +85,57 @@ def build_fedcka(
     element_spec: Any,
     *,
     dataset_computation: tff.Computation,
-    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
     mu: float = DEFAULT_MU,
     num_layers: int = 2,
     similarity: str = 'linear_cka',
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     client_state_dir: Optional[str] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds FedCKA as a stateful-client learning process.
 
   Args:
-    keras_model_fn: Builds one of the project's models; its `layer_1` ..
-      `layer_M` outputs are regularized (for a ResNet: the stem and the
-      first stage).
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names; its `layer_1` .. `layer_M`
+      outputs are regularized (for a ResNet: the stem and the first stage).
     element_spec: The spec of one batch of client data.
-    dataset_computation: A client's (client_id, round_num) key -> its
-      batches (`tasks.datasets.round_dataset_computation`).
-    client_optimizer: The client optimizer.
+    dataset_computation: A client's `[client id, round]` key -> its
+      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+      client-id form: a batched `ClientData` or its `dataset_computation`
+      (`stateful.key_dataset_computation`).
+    client_optimizer_fn: The client optimizer.
     mu: The strength, >= 0; 0 is FedAvg (paper: 3, 5 or 10).
     num_layers: M, the number of layers regularized (default 2).
     similarity: A name in `similarity.SIMILARITIES`: 'linear_cka'
       (default), 'kernel_cka', or the paper's Table 3 forms 'frobenius'
       (||a1 - a2||_F^2) and 'cosine' (the inner product).
-    server_optimizer: SGD with learning rate 1 by default.
-    client_state_dir: Keep the previous models in files here
-      (default: a temporary directory).
+    server_optimizer_fn: SGD with learning rate 1 by default.
+    client_state_dir: Where the clients' state files live; a temporary
+      directory by default, which a resumed program can't use (`next`
+      refuses to start past round 1 with it).
     base_regularizers: Other methods' terms to add (a combination).
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
   """
   return stateful.build_stateful_local_training_process(
-      keras_model_fn, element_spec, dataset_computation, client_optimizer,
-      server_optimizer,
+      keras_model_fn, element_spec, dataset_computation, client_optimizer_fn,
+      server_optimizer_fn,
       list(base_regularizers) + [CKAContrastiveTerm(mu, num_layers,
                                                     similarity)],
-      client_state_dir)
+      client_state_dir,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_weighting=client_weighting, loss_fn=loss_fn)

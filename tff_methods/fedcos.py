@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
@@ -61,6 +62,7 @@ class DirectionPenalty(regularizers.Regularizer):
   """`mu * direction_penalty(w - w_g, d)`; d broadcast by the server."""
 
   name = 'fedcos'
+  display_name = 'FedCos'
   keeps_server_state = True
 
   def __init__(self, mu: float, direction: str = 'global_move'):
@@ -111,34 +113,53 @@ def build_fedcos(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
     mu: float = DEFAULT_MU,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
     direction: str = 'global_move',
     dataset_computation: Optional[tff.Computation] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedCos over FedAvg (or over another method's pieces).
 
   Args:
-    keras_model_fn: Builds one of the project's models.
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
+    client_optimizer_fn: The client optimizer.
     mu: The penalty's strength, >= 0; 0 is the base method (paper: 0.01 to
       0.05).
-    server_optimizer: The base method's server optimizer; SGD with learning
-      rate 1 (FedAvg) by default, SGD with momentum for FedAvgM + FedCos,
-      Adam for FedAdam + FedCos.
+    server_optimizer_fn: The base method's server optimizer; SGD with
+      learning rate 1 (FedAvg) by default, SGD with momentum for FedAvgM +
+      FedCos, Adam for FedAdam + FedCos.
     base_regularizers: The base method's own terms, e.g.
       `[fedprox.ProximalTerm(mu_prox)]` for FedProx + FedCos.
     direction: `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
     dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`); when given, `next` takes the clients'
-      keys and each client makes its batches in its own computation.
+      round_dataset_computation`), or a batched TFF `ClientData`; when
+      given, `next` takes the clients' keys (ids for a `ClientData`) and
+      each client makes its batches in its own computation.
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
       regularizers=list(base_regularizers) + [DirectionPenalty(mu,
                                                                direction)],
-      dataset_computation=dataset_computation)
+      dataset_computation=dataset_computation,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_weighting=client_weighting, loss_fn=loss_fn)

@@ -22,6 +22,7 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
@@ -43,6 +44,8 @@ class ActivationEntropyTerm(regularizers.Regularizer):
   """`beta * KL(U || softmax(features))`."""
 
   name = 'fedmax'
+  display_name = 'FedMAX'
+  outputs = ('features',)
 
   def __init__(self, beta: float):
     self.beta = regularizers.check_strength('FedMAX beta', beta)
@@ -55,26 +58,46 @@ def build_fedmax(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
     beta: float = DEFAULT_BETA,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
     dataset_computation: Optional[tff.Computation] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedMAX as a `tff.learning.templates.LearningProcess`.
 
   Args:
-    keras_model_fn: Builds one of the project's models (its `features`).
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names; FedMAX reads its
+      `features` output.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
+    client_optimizer_fn: The client optimizer.
     beta: The prior's strength, >= 0; 0 is FedAvg (paper: 1000 on CIFAR).
-    server_optimizer: SGD with learning rate 1 by default.
+    server_optimizer_fn: SGD with learning rate 1 by default.
     base_regularizers: Other methods' terms to add (a combination).
     dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`); when given, `next` takes the clients'
-      keys and each client makes its batches in its own computation.
+      round_dataset_computation`), or a batched TFF `ClientData`; when
+      given, `next` takes the clients' keys (ids for a `ClientData`) and
+      each client makes its batches in its own computation.
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
       regularizers=list(base_regularizers) + [ActivationEntropyTerm(beta)],
-      dataset_computation=dataset_computation)
+      dataset_computation=dataset_computation,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_weighting=client_weighting, loss_fn=loss_fn)

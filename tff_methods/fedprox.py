@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
@@ -33,6 +34,7 @@ class ProximalTerm(regularizers.Regularizer):
   """`(mu / 2) * ||w - w_g||^2` over all trainable tensors."""
 
   name = 'proximal'
+  display_name = 'FedProx'
 
   def __init__(self, mu: float):
     self.mu = regularizers.check_strength('FedProx mu', mu)
@@ -48,27 +50,45 @@ def build_fedprox(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     *,
-    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
     mu: float = DEFAULT_MU,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
     dataset_computation: Optional[tff.Computation] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedProx as a `tff.learning.templates.LearningProcess`.
 
   Args:
-    keras_model_fn: Builds one of the project's multi-output Keras models.
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
+    client_optimizer_fn: The client optimizer.
     mu: The proximal strength, >= 0; 0 is FedAvg.
-    server_optimizer: SGD with learning rate 1 (plain averaging) by default;
+    server_optimizer_fn: SGD with learning rate 1 (plain averaging) by default;
       another server rule for a combination such as FedAvgM + FedProx.
     base_regularizers: Other methods' terms to add (a combination).
     dataset_computation: A client's key -> its batches (`tasks.datasets.
       round_dataset_computation`); when given, `next` takes the clients'
       keys and each client makes its batches in its own computation.
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer, server_optimizer,
+      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
       regularizers=list(base_regularizers) + [ProximalTerm(mu)],
-      dataset_computation=dataset_computation)
+      dataset_computation=dataset_computation,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_weighting=client_weighting, loss_fn=loss_fn)

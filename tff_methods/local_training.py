@@ -21,12 +21,14 @@ LearningProcess`; with no regularizers and TFF's SGD it computes what
 """
 
 import collections
+import collections.abc
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
 
@@ -53,6 +55,31 @@ def squared_error(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
   """Mean of `0.5 * (logits - labels)^2`: least squares on a 1-d output."""
   predictions = tf.reshape(outputs['logits'], tf.shape(labels))
   return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
+
+
+def named_batch(batch) -> Mapping[str, Any]:
+  """A batch as `OrderedDict(x, y, ...)`: TFF's `(x, y)` tuples too."""
+  if isinstance(batch, collections.abc.Mapping):
+    return batch
+  if isinstance(batch, (tuple, list)) and len(batch) == 2:
+    return collections.OrderedDict(x=batch[0], y=batch[1])
+  raise TypeError('A batch of client data must be OrderedDict(x=..., y=...) '
+                  f'or an (x, y) tuple, not {batch!r}.')
+
+
+def check_element_spec(element_spec: Any) -> None:
+  """Refuses, at build time, client data the loop can't read."""
+  if isinstance(element_spec, collections.abc.Mapping):
+    missing = [k for k in ('x', 'y') if k not in element_spec]
+    if missing:
+      raise ValueError(
+          f'Client data elements must hold x and y; these have '
+          f'{sorted(element_spec)} (missing {missing}).')
+    return
+  if isinstance(element_spec, (tuple, list)) and len(element_spec) == 2:
+    return
+  raise TypeError('Client data elements must be OrderedDict(x=..., y=...) '
+                  f'or (x, y) tuples; their spec is {element_spec!r}.')
 
 
 class ReferenceView:
@@ -279,7 +306,9 @@ class ReferenceOutputs:
     batches, so only the batches up to the one where every example has been
     seen (about one epoch) are read.
     """
-    if not self._cache or 'index' not in batches.element_spec:
+    if (not self._cache or
+        not isinstance(batches.element_spec, collections.abc.Mapping) or
+        'index' not in batches.element_spec):
       return None
     # Each example's first position in the round's stream of examples.
     index = tf.cast(_concat_kept(batches, 'index'), tf.int32)
@@ -447,6 +476,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     tables = reference.tabulate(batches)
 
     def reduce_fn(state, batch):
+      batch = named_batch(batch)
       sums, optimizer_state, (carried_tables, has_previous) = state
       # Reference models: inference mode, outside the tape.
       references = reference.outputs(batch, carried_tables or None)
@@ -525,19 +555,6 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
   return client_update
 
 
-def finalize_train_metrics(sums):
-  """Summed client counts -> TFF-style train metrics."""
-  safe = lambda n: tf.maximum(n, 1.0)
-  return collections.OrderedDict(
-      sparse_categorical_accuracy=sums['correct'] / safe(sums['num_labels']),
-      loss=sums['loss_sum'] / safe(sums['num_examples']),
-      objective=sums['objective_sum'] / safe(sums['num_examples']),
-      num_examples=tf.cast(sums['num_examples'], tf.int64),
-      num_batches=tf.cast(sums['num_batches'], tf.int64),
-      num_non_finite_clients=tf.cast(sums['num_non_finite_clients'],
-                                     tf.int32))
-
-
 def build_distributor(
     weights_type: tff.Type,
     regularizers: Sequence[regularizers_lib.Regularizer],
@@ -598,20 +615,6 @@ def split_received(received, has_broadcast: bool):
   return received, None
 
 
-def sum_train_metrics(sums):
-  """CLIENTS-placed train sums -> SERVER-placed `OrderedDict(train=...)`.
-
-  Call while tracing a federated computation.
-  """
-
-  @tff.tensorflow.computation(sums.type_signature.member)
-  def finalize(total):
-    return finalize_train_metrics(total)
-
-  return tff.federated_zip(collections.OrderedDict(
-      train=tff.federated_map(finalize, tff.federated_sum(sums))))
-
-
 def build_local_training_client_work(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
@@ -623,13 +626,15 @@ def build_local_training_client_work(
     loss_fn: Optional[LossFn] = None,
     client_weight_fn: Optional[ClientWeightFn] = None,
     dataset_computation: Optional[tff.Computation] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> tff.templates.MeasuredProcess:
   """Local training on cross-entropy plus `regularizers`, as client work.
 
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models
       (`tasks.models`); called inside TFF computations.
-    element_spec: The spec of one batch of client data, `OrderedDict(x, y)`.
+    element_spec: The spec of one batch of client data, `OrderedDict(x, y)`
+      or an `(x, y)` tuple.
     optimizer: The client optimizer, e.g. `optimizers.build_client_sgd`.
     regularizers: Terms added to the local objective.
     client_weighting: How client updates are weighted in the mean.
@@ -645,6 +650,8 @@ def build_local_training_client_work(
       round_dataset_computation`). When given, the clients' data are their
       keys and each client makes its batches inside its own computation
       (`ClientBatches`).
+    metrics_aggregator: TFF's metrics aggregator (`aggregation`);
+      `tff.learning.metrics.sum_then_finalize` by default.
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` with stateless server state;
@@ -686,17 +693,20 @@ def build_local_training_client_work(
       result = tff.learning.templates.ClientResult(
           update=result.update,
           update_weight=client_weight_fn(label_counts, result.update_weight))
-    return result, sums
+    return result, aggregation.unfinalized_train_metrics(sums)
+
+  aggregate_metrics = aggregation.build_metrics_aggregation(
+      metrics_aggregator, client_update_computation.type_signature.result[1])
 
   @tff.federated_computation(
       init_fn.type_signature.result,
       tff.FederatedType(received_type, tff.CLIENTS),
       tff.FederatedType(client_batches.client_data_type, tff.CLIENTS))
   def next_fn(state, received, client_data):
-    client_result, sums = tff.federated_map(client_update_computation,
-                                            (received, client_data))
-    return tff.templates.MeasuredProcessOutput(state, client_result,
-                                               sum_train_metrics(sums))
+    client_result, unfinalized_metrics = tff.federated_map(
+        client_update_computation, (received, client_data))
+    return tff.templates.MeasuredProcessOutput(
+        state, client_result, aggregate_metrics(unfinalized_metrics))
 
   if dataset_computation is not None:
     return tff.templates.MeasuredProcess(init_fn, next_fn)
@@ -717,6 +727,7 @@ class ClientBatches:
 
   def __init__(self, dataset_computation: Optional[tff.Computation],
                data_type: tff.Type):
+    dataset_computation = as_dataset_computation(dataset_computation)
     self._dataset_computation = dataset_computation
     if dataset_computation is None:
       self.client_data_type = data_type
@@ -734,45 +745,66 @@ class ClientBatches:
     return self._dataset_computation(client_data)
 
 
+def as_dataset_computation(data: Any) -> Optional[tff.Computation]:
+  """A dataset computation from itself, or from a TFF `ClientData` (its
+  `dataset_computation`: a client id -> its data set); None stays None."""
+  if data is None or isinstance(data, tff.Computation):
+    return data
+  if isinstance(data, tff.simulation.datasets.ClientData):
+    return data.dataset_computation
+  raise TypeError(
+      'dataset_computation must be a tff.Computation (a client key -> its '
+      'batches) or a tff.simulation.datasets.ClientData (preprocessed into '
+      f'batches), got {type(data).__name__}.')
+
+
 def build_local_training_process(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     regularizers: Sequence[regularizers_lib.Regularizer] = (),
-    model_aggregator: Optional[
-        tff.aggregators.WeightedAggregationFactory] = None,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
     loss_fn: Optional[LossFn] = None,
     client_weight_fn: Optional[ClientWeightFn] = None,
     dataset_computation: Optional[tff.Computation] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess`: local training with regularizers, then FedOpt.
 
   Assembled from TFF's templates as `build_weighted_fed_avg` is: broadcast
-  distributor, this module's client work, a weighted mean aggregator and
-  TFF's apply-optimizer finalizer.
+  distributor, this module's client work, the model aggregator and TFF's
+  apply-optimizer finalizer.
 
   Args:
-    keras_model_fn: Builds one of the project's multi-output Keras models.
+    keras_model_fn: Builds a Keras model: the contract's (`model_lib`), or
+      one with a single output, taken as the logits.
     element_spec: The spec of one batch of client data.
     client_optimizer: The client optimizer.
     server_optimizer: Applied to the averaged update; SGD with learning rate
       1.0 (plain averaging) by default.
     regularizers: Terms added to every client's local objective.
-    model_aggregator: A weighted aggregation factory; `tff.aggregators.
-      MeanFactory()` by default.
-    client_weighting: How client updates are weighted.
+    model_aggregator: A weighted or unweighted aggregation factory
+      (`aggregation.model_aggregation`); `tff.aggregators.MeanFactory()` by
+      default.
+    client_weighting: How client updates are weighted; None for
+      NUM_EXAMPLES (UNIFORM with an unweighted factory).
     loss_fn: The data term; cross-entropy by default.
     client_weight_fn: See `build_local_training_client_work`; the
       aggregator then takes the weight it returns.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`). When given, `next` takes the clients'
-      keys, as after `tff.simulation.
+      round_dataset_computation`), or a batched TFF `ClientData`. When
+      given, `next` takes the clients' keys, as after `tff.simulation.
       compose_dataset_computation_with_learning_process`, but each client
       makes its batches in its own computation (`ClientBatches`).
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
   """
+  factory, client_weighting = aggregation.model_aggregation(
+      model_aggregator, client_weighting)
+  keras_model_fn = checked_model_fn(keras_model_fn, regularizers)
+  check_element_spec(element_spec)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
@@ -789,11 +821,11 @@ def build_local_training_process(
       client_weighting,
       received_type=distributor.next.type_signature.result.result.member,
       loss_fn=loss_fn, client_weight_fn=client_weight_fn,
-      dataset_computation=dataset_computation)
+      dataset_computation=dataset_computation,
+      metrics_aggregator=metrics_aggregator)
   weight_type = client_work.next.type_signature.result.result.member[
       'update_weight']
-  aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
-      weights_type.trainable, weight_type)
+  aggregator = factory.create(weights_type.trainable, weight_type)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
   recorder = build_mean_update_recorder(distributor, regularizers,
@@ -804,6 +836,27 @@ def build_local_training_process(
         finalizer)
   return _compose(initial_model_weights_fn, distributor, client_work,
                   aggregator, finalizer, recorder)
+
+
+def checked_model_fn(keras_model_fn: Any,
+                     regularizers: Sequence[regularizers_lib.Regularizer]
+                     ) -> model_lib.KerasModelFn:
+  """`keras_model_fn` in the contract's form, checked for every output the
+  regularizers read (`model_lib.check_outputs`), before any work."""
+  if not callable(keras_model_fn) or isinstance(keras_model_fn,
+                                                tf.keras.Model):
+    raise TypeError(
+        'Pass a function that builds the Keras model (it is called inside '
+        f'TFF computations), not {type(keras_model_fn).__name__}; e.g. '
+        'lambda: tff_methods.model_lib.named_outputs(make_model(), ...).')
+  keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
+  needed = collections.defaultdict(list)
+  for r in regularizers:
+    for name in (tuple(r.outputs) + tuple(r.global_outputs) +
+                 tuple(r.previous_outputs)):
+      needed[name].append(r.display_name)
+  model_lib.check_outputs(keras_model_fn, needed)
+  return keras_model_fn
 
 
 def build_mean_update_recorder(

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
@@ -89,6 +90,11 @@ class Hyperparameters:
       the MOON repo); by default plain SGD (the paper).
     fedcos_direction: FedCos's `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
+    aggregator: TFF's model aggregator family, a name in
+      `aggregation.AGGREGATORS` ('mean', the weighted mean, by default).
+    dp_noise_multiplier: 'dp': the Gaussian noise over the clip.
+    dp_clip: 'dp': a fixed L2 clip, or None for TFF's adaptive clipping.
+    clients_per_round: 'dp': the expected clients per round.
   """
   client_learning_rate: float = 0.05
   client_momentum: float = 0.9
@@ -111,6 +117,16 @@ class Hyperparameters:
   scaffold_weighting: str = 'uniform'
   scaffold_momentum: bool = False
   fedcos_direction: str = 'global_move'
+  aggregator: str = 'mean'
+  dp_noise_multiplier: float = 0.5
+  dp_clip: Optional[float] = None
+  clients_per_round: int = 10
+
+  def model_aggregator(self) -> Optional[aggregation.ModelAggregator]:
+    """TFF's model aggregator of `aggregator` (None: the weighted mean)."""
+    return aggregation.build_model_aggregator(
+        self.aggregator, noise_multiplier=self.dp_noise_multiplier,
+        clients_per_round=self.clients_per_round, clip=self.dp_clip)
 
   def strength(self, component: str) -> float:
     own = dict(self.strengths)
@@ -271,26 +287,30 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
         'LearningProcess; use build_method_for_client_ids.')
   client_optimizer = hparams.client_optimizer()
   server_optimizer = _server_optimizer(parts, hparams)
+  model_aggregator = hparams.model_aggregator()
   if parts == ['fed2']:
     return fed2.build_fed2(
-        keras_model_fn, element_spec, client_optimizer=client_optimizer,
+        keras_model_fn, element_spec, client_optimizer_fn=client_optimizer,
         num_groups=hparams.fed2_groups, pairing=hparams.fed2_pairing,
-        seed=hparams.seed, server_optimizer=server_optimizer,
-        dataset_computation=dataset_computation)
+        seed=hparams.seed, server_optimizer_fn=server_optimizer,
+        dataset_computation=dataset_computation,
+        model_aggregator=model_aggregator)
   if parts == ['tff_fedavg']:
     # TFF's builder as a TFF user composes it: the batches are made by one
     # computation and passed to the client's.
     process = fedavg.build_tff_fedavg(keras_model_fn, element_spec,
-                                      client_optimizer=client_optimizer,
-                                      server_optimizer=server_optimizer)
+                                      client_optimizer_fn=client_optimizer,
+                                      server_optimizer_fn=server_optimizer,
+                                      model_aggregator=model_aggregator)
     if dataset_computation is None:
       return process
     return tff.simulation.compose_dataset_computation_with_learning_process(
         dataset_computation, process)
   main, others = _main_and_others(parts, hparams)
-  shared = dict(client_optimizer=client_optimizer,
-                server_optimizer=server_optimizer,
-                dataset_computation=dataset_computation)
+  shared = dict(client_optimizer_fn=client_optimizer,
+                server_optimizer_fn=server_optimizer,
+                dataset_computation=dataset_computation,
+                model_aggregator=model_aggregator)
   if main is None:
     return fedavg.build_fedavg(keras_model_fn, element_spec, **shared)
   if main == 'fedcos':
@@ -340,16 +360,18 @@ def build_method_for_client_ids(
         client_state_dir=hparams.client_state_dir,
         client_momentum=(hparams.client_momentum
                          if hparams.scaffold_momentum else 0.0),
-        client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting])
+        client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting],
+        model_aggregator=hparams.model_aggregator())
   if not is_stateful(name):
     return build_method(name, keras_model_fn, spec, hparams,
                         dataset_computation=datasets_by_id)
   main, others = _main_and_others(parts, hparams)
   shared = dict(dataset_computation=datasets_by_id,
-                client_optimizer=hparams.client_optimizer(),
-                server_optimizer=_server_optimizer(parts, hparams),
+                client_optimizer_fn=hparams.client_optimizer(),
+                server_optimizer_fn=_server_optimizer(parts, hparams),
                 client_state_dir=hparams.client_state_dir,
-                base_regularizers=others)
+                base_regularizers=others,
+                model_aggregator=hparams.model_aggregator())
   if main == 'moon':
     return moon.build_moon(keras_model_fn, spec, mu=hparams.strength('moon'),
                            temperature=hparams.temperature, **shared)

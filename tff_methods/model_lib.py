@@ -11,7 +11,12 @@ a dict of named tensors:
 
 Every trainable layer lies on the path from the input to `logits`
 (`logits_only` checks it). The task zoo's models (`tasks.models`) follow
-this contract; so may a user's own. The project's own client work reads
+this contract. A user's own Keras model joins it through `named_outputs`,
+which names the layers a method reads (`named_outputs(model,
+features='hidden')` for FedMAX); a model with one output is taken as
+`logits` as it is, which is all FedAvg, FedProx, FedCos and SCAFFOLD read.
+Every builder checks the model it is given (`check_outputs`) and says which
+named output a method needs and how to name it. The project's own client work reads
 that dict; TFF's builders
 (`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
 `tff.learning.models.VariableModel` built from the same layers with `logits`
@@ -22,13 +27,187 @@ so their `tff.learning.models.ModelWeights` are interchangeable.
 import collections
 import collections.abc
 import contextlib
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 KerasModelFn = Callable[[], tf.keras.Model]
+
+
+# What each named output is, and `named_outputs`' argument that names it.
+OUTPUT_MEANINGS = {
+    'logits': ('the unnormalized class scores', 'logits'),
+    'features': ('the last post-ReLU hidden vector', 'features'),
+    'z': ("a projection head's output", 'z'),
+}
+
+
+def _meaning(name: str) -> tuple[str, str]:
+  if name.startswith('layer_'):
+    k = name.split('_', 1)[1]
+    return (f'the activation of layer {k} from the input',
+            f'layers (a list whose item {k} names it)')
+  return OUTPUT_MEANINGS.get(name, ('an output', name))
+
+
+def _layer_output(model: tf.keras.Model, layer: str) -> tf.Tensor:
+  try:
+    return model.get_layer(layer).output
+  except ValueError:
+    names = [l.name for l in model.layers]
+    raise ValueError(f'Model {model.name!r} has no layer {layer!r}; its '
+                     f'layers are {names}.') from None
+
+
+def _checked_input(model: tf.keras.Model) -> Any:
+  if not isinstance(model, tf.keras.Model):
+    raise TypeError(f'Expected a tf.keras.Model, got {type(model).__name__}'
+                    '.')
+  try:
+    inputs = model.input
+  except (AttributeError, ValueError):
+    inputs = None
+  if inputs is None:
+    raise ValueError(
+        f'Model {model.name!r} has no defined input: build it with '
+        'tf.keras.Input (or give its first layer an input_shape).')
+  return inputs
+
+
+def _check_logits(model: tf.keras.Model, logits: tf.Tensor) -> None:
+  """Refuses logits that come out of a softmax."""
+  history = getattr(logits, '_keras_history', None)
+  layer = history.layer if history is not None else None
+  activation = getattr(layer, 'activation', None)
+  if activation is tf.keras.activations.softmax or getattr(
+      layer, '__class__', None) is tf.keras.layers.Softmax:
+    raise ValueError(
+        f'Model {model.name!r}\'s output comes out of a softmax (layer '
+        f'{layer.name!r}); the methods train on unnormalized logits: drop '
+        'the softmax, or name the layer before it as logits with '
+        'named_outputs(model, logits=...).')
+
+
+def named_outputs(model, *, logits: Optional[str] = None,
+                  features: Optional[str] = None, z: Optional[str] = None,
+                  layers: Sequence[str] = ()):
+  """A Keras model with the layers the methods read named as its outputs.
+
+  The adapter from any functional or Sequential Keras model to the
+  contract: `layers` names `layer_1`, `layer_2`, ... (FedCKA's first
+  layers, nearest the input first), `features` FedMAX's activation vector,
+  `z` MOON's projection, and `logits` the class scores (the model's own
+  output by default). The returned model shares the given model's layers
+  and weights.
+
+      model_fn = lambda: named_outputs(make_cnn(), features='dense_1',
+                                       layers=['conv_1', 'conv_2'])
+
+  Args:
+    model: A `tf.keras.Model` with a defined input, or a no-argument
+      function that builds one (then a function is returned).
+    logits: The layer whose output is the logits; the model's output when
+      None.
+    features: The layer whose output is the last hidden vector.
+    z: The layer whose output is the projection head's.
+    layers: The layers whose outputs are `layer_1`, `layer_2`, ...
+
+  Raises:
+    ValueError: a named layer the model does not have (the message lists
+      its layers), a model without a defined input, logits out of a softmax.
+  """
+  if callable(model) and not isinstance(model, tf.keras.Model):
+    model_fn = model
+    return lambda: named_outputs(model_fn(), logits=logits, features=features,
+                                 z=z, layers=layers)
+  inputs = _checked_input(model)
+  outputs = collections.OrderedDict()
+  for k, layer in enumerate(layers, start=1):
+    outputs[f'layer_{k}'] = _layer_output(model, layer)
+  if features is not None:
+    outputs['features'] = _layer_output(model, features)
+  if z is not None:
+    outputs['z'] = _layer_output(model, z)
+  if logits is not None:
+    outputs['logits'] = _layer_output(model, logits)
+  else:
+    outputs['logits'] = contract_model(model).output['logits']
+  _check_logits(model, outputs['logits'])
+  return tf.keras.Model(inputs, outputs, name=model.name)
+
+
+def contract_model(model: Any) -> tf.keras.Model:
+  """`model` in the contract's form: a dict output with `logits`.
+
+  A model whose output is already such a dict is returned as it is; a
+  model with one output gets it named `logits`.
+
+  Raises:
+    TypeError: a `tff.learning.models.VariableModel` (or anything not a
+      Keras model), or a model with several unnamed outputs.
+    ValueError: a dict output without `logits`; logits out of a softmax.
+  """
+  if isinstance(model, tff.learning.models.VariableModel):
+    raise TypeError(
+        'The methods train a Keras model, not a tff.learning.models.'
+        'VariableModel: pass a function that builds the tf.keras.Model '
+        '(the one given to tff.learning.models.from_keras_model), wrapped '
+        'in tff_methods.model_lib.named_outputs(...) to name the layers '
+        'a method reads.')
+  inputs = _checked_input(model)
+  output = model.output
+  if isinstance(output, collections.abc.Mapping):
+    if 'logits' not in output:
+      raise ValueError(
+          f'Model {model.name!r} outputs {sorted(output)} but no '
+          "'logits'; name its class scores with named_outputs(model, "
+          'logits=...).')
+    return model
+  if isinstance(output, (list, tuple)):
+    raise TypeError(
+        f'Model {model.name!r} has {len(output)} unnamed outputs; name them '
+        'with tff_methods.model_lib.named_outputs(model, logits=..., ...).')
+  _check_logits(model, output)
+  return tf.keras.Model(inputs, {'logits': output}, name=model.name)
+
+
+def contract_model_fn(keras_model_fn: Callable[[], Any]) -> KerasModelFn:
+  """`keras_model_fn` whose models are in the contract (`contract_model`)."""
+  if getattr(keras_model_fn, '_in_contract', False):
+    return keras_model_fn
+
+  def model_fn():
+    return contract_model(keras_model_fn())
+
+  model_fn._in_contract = True  # pylint: disable=protected-access
+  return model_fn
+
+
+def check_outputs(keras_model_fn: KerasModelFn,
+                  needed: Mapping[str, Sequence[str]]) -> None:
+  """Raises if the model lacks an output a method reads.
+
+  Args:
+    keras_model_fn: Builds the model (in a scratch graph here).
+    needed: Output name -> the methods (regularizers) that read it.
+
+  Raises:
+    ValueError: naming the output, what it is, who reads it, the model's
+      outputs and how to name it (`named_outputs`).
+  """
+  with tf.Graph().as_default():
+    model = keras_model_fn()
+    has = sorted(model.output)
+  for name in sorted(needed):
+    if name in has:
+      continue
+    meaning, argument = _meaning(name)
+    raise ValueError(
+        f'{", ".join(sorted(set(needed[name])))} reads the model\'s {name!r} '
+        f'output ({meaning}); model {model.name!r} outputs {has}. Name it '
+        f'with tff_methods.model_lib.named_outputs(model, {argument}=...).')
 
 
 def layer_names(model: tf.keras.Model) -> list[str]:
@@ -65,10 +244,12 @@ def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
   if isinstance(element_spec, collections.abc.Mapping):
     element_spec = collections.OrderedDict(x=element_spec['x'],
                                            y=element_spec['y'])
+  else:
+    element_spec = tuple(element_spec)
 
   def model_fn():
     return tff.learning.models.from_keras_model(
-        logits_only(keras_model_fn()),
+        logits_only(contract_model(keras_model_fn())),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=element_spec,
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
@@ -181,3 +362,16 @@ def weights_to_dict(weights) -> collections.OrderedDict:
     for i, w in enumerate(tensors):
       out[f'{kind}_{i}'] = np.asarray(w)
   return out
+
+
+def keras_model_with_weights(keras_model_fn: Callable[[], Any],
+                             weights) -> tf.keras.Model:
+  """A new model from `keras_model_fn` holding trained `ModelWeights`.
+
+  The export path: the model is the one `keras_model_fn` builds (a user's
+  plain Keras model stays plain), its variables set through the contract's
+  view of it, so it saves, reloads and predicts as a Keras model does.
+  """
+  model = keras_model_fn()
+  assign_weights(contract_model(model), weights)
+  return model

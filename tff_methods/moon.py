@@ -30,6 +30,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
+from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
 from tff_methods import stateful
@@ -59,6 +61,8 @@ class ModelContrastiveTerm(regularizers.Regularizer):
   """`mu * l_con` on the projection `z`; 0 without a previous model."""
 
   name = 'moon'
+  display_name = 'MOON'
+  outputs = ('z',)
   global_outputs = ('z',)
   previous_outputs = ('z',)
 
@@ -105,28 +109,46 @@ def build_moon(
     element_spec: Any,
     *,
     dataset_computation: tff.Computation,
-    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
     mu: float = DEFAULT_MU,
     temperature: float = 0.5,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     client_state_dir: Optional[str] = None,
     base_regularizers: Sequence[regularizers.Regularizer] = (),
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds MOON as a stateful-client learning process.
 
   Args:
-    keras_model_fn: Builds a model with a projection output `z`
-      (`fedcka_cnn`, or a ResNet with `projection_dim`).
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names; MOON reads its projection
+      output `z` (`fedcka_cnn`, or a ResNet with `projection_dim`).
     element_spec: The spec of one batch of client data.
-    dataset_computation: A client's (client_id, round_num) key -> its
-      batches (`tasks.datasets.round_dataset_computation`).
-    client_optimizer: The client optimizer.
+    dataset_computation: A client's `[client id, round]` key -> its
+      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+      client-id form: a batched `ClientData` or its `dataset_computation`
+      (`stateful.key_dataset_computation`).
+    client_optimizer_fn: The client optimizer.
     mu: The contrastive strength, >= 0; 0 is FedAvg.
     temperature: tau, 0.5 by default as in the paper.
-    server_optimizer: SGD with learning rate 1 by default.
-    client_state_dir: Keep the previous models in files here
-      (default: a temporary directory).
+    server_optimizer_fn: SGD with learning rate 1 by default.
+    client_state_dir: Where the clients' state files live; a temporary
+      directory by default, which a resumed program can't use (`next`
+      refuses to start past round 1 with it).
     base_regularizers: Other methods' terms to add (a combination).
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
+      `tff_methods.aggregation`); the weighted mean by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
+      default, UNIFORM with an unweighted `model_aggregator`.
+    loss_fn: The data term, `(labels, model outputs) -> scalar`;
+      cross-entropy on `logits` by default.
 
   Returns:
     A `tff.learning.templates.LearningProcess` whose `next` takes the
@@ -135,7 +157,10 @@ def build_moon(
     reading); `write_own_initial_models` gives the MOON repo's.
   """
   return stateful.build_stateful_local_training_process(
-      keras_model_fn, element_spec, dataset_computation, client_optimizer,
-      server_optimizer,
+      keras_model_fn, element_spec, dataset_computation, client_optimizer_fn,
+      server_optimizer_fn,
       list(base_regularizers) + [ModelContrastiveTerm(mu, temperature)],
-      client_state_dir)
+      client_state_dir,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      client_weighting=client_weighting, loss_fn=loss_fn)

@@ -75,7 +75,12 @@ class Regularizer(abc.ABC):
   """
 
   name: str = 'regularizer'
-  # Output names (`layer_k`, `z`, ...) read from the global model...
+  # The method's name in messages.
+  display_name: str = 'A regularizer'
+  # Output names read from the model being trained (the model's contract,
+  # `model_lib`; checked when a process is built)...
+  outputs: tuple[str, ...] = ()
+  # ... from the global model...
   global_outputs: tuple[str, ...] = ()
   # ... and from the client's previous local model.
   previous_outputs: tuple[str, ...] = ()

@@ -414,7 +414,6 @@ def create_local_execution_context(max_concurrent_clients: int = -1,
                                    model_parameters: Optional[int] = None):
   """The context `set_local_execution_context` sets, to install yourself."""
   # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.backends.native import compiler
   from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
   from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
   from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
@@ -436,9 +435,26 @@ def create_local_execution_context(max_concurrent_clients: int = -1,
       executor_stack_fn=executor_stack_fn)
   return sync_execution_context.SyncExecutionContext(
       executor_fn=factory,
-      compiler_fn=compiler.desugar_and_transform_to_native,
+      compiler_fn=compile_for_simulation,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
+
+
+def compile_for_simulation(computation):
+  """TFF's native compilation, after replacing secure aggregation's
+  intrinsics (`federated_secure_sum_bitwidth`, ...) by their plain bodies.
+
+  What TFF's test context does: in a simulation every party is this
+  program, so the secure sum is computed in the clear, with the secure
+  aggregator's quantization and bounds (`tff.learning.secure_aggregator()`
+  then runs under this runtime's contexts, as under TFF's test context).
+  """
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.backends.native import compiler
+  from tensorflow_federated.python.core.backends.test import compiler as test_compiler
+  # pylint: enable=g-import-not-at-top
+  return compiler.desugar_and_transform_to_native(
+      test_compiler.replace_secure_intrinsics_with_bodies(computation))
 
 
 def parse_worker_addresses(text: str) -> list[str]:
@@ -510,7 +526,6 @@ class _RemoteWorker:
 def _async_remote_context(get_stub):
   """A TFF async context running every computation on one worker's stub."""
   # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.backends.native import compiler
   from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
   from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
   from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
@@ -528,7 +543,7 @@ def _async_remote_context(get_stub):
   return async_execution_context.AsyncExecutionContext(
       executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
           executor_stack_fn=executor_stack_fn),
-      compiler_fn=compiler.desugar_and_transform_to_native,
+      compiler_fn=compile_for_simulation,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
 

@@ -30,6 +30,7 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
@@ -49,6 +50,7 @@ class ControlVariateCorrection(regularizers.Regularizer):
   """
 
   name = 'scaffold'
+  display_name = 'SCAFFOLD'
   keeps_server_state = True
   keeps_client_state = True
   reads_client_reports = True
@@ -99,35 +101,50 @@ def build_scaffold(
     server_learning_rate: float = 1.0,
     weight_decay: float = 0.0,
     client_state_dir: Optional[str] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
     client_momentum: float = 0.0,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.UNIFORM),
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    loss_fn: Optional[local_training.LossFn] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
   The shared stateful round (`stateful.build_stateful_local_training_process`)
   with one term, `ControlVariateCorrection`: `c` lives in the process's
   distributor state (`state.distributor['scaffold']`), each `c_i` in the
-  client's state files (`client_states.get(id)['scaffold']`).
+  client's state files (`client_states.get(id)['scaffold']`). The client
+  optimizer is SGD at `client_learning_rate` (the eta of `c_i`'s update),
+  so SCAFFOLD takes a learning rate, not an optimizer.
 
   Args:
-    keras_model_fn: Builds one of the project's models.
+    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
+      single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
-    dataset_computation: A client's (client_id, round_num) key -> its
-      batches (`tasks.datasets.round_dataset_computation`).
+    dataset_computation: A client's `[client id, round]` key -> its
+      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+      client-id form: a batched `ClientData` or its `dataset_computation`
+      (`stateful.key_dataset_computation`).
     client_learning_rate: eta, the local SGD learning rate.
     num_clients: N, all clients (for the |S|/N update of `c`).
     server_learning_rate: eta_g.
     weight_decay: Local L2 weight decay.
-    client_state_dir: Keep the control variates in files here
-      (default: a temporary directory).
-    loss_fn: The data term; cross-entropy by default.
+    client_state_dir: Where the clients' state files live; a temporary
+      directory by default, which a resumed program can't use (`next`
+      refuses to start past round 1 with it).
     client_momentum: Local SGD momentum (0, plain SGD, is the paper's).
-    client_weighting: How client models are averaged: UNIFORM (the paper)
-      or NUM_EXAMPLES (NIID-Bench).
+    model_aggregator: TFF's model aggregator, weighted or unweighted
+      (`tff_methods.aggregation`); it averages the model updates, while
+      `c` moves by the plain mean of the clients' control-variate changes.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_weighting: How client models are averaged: UNIFORM (the paper,
+      default) or NUM_EXAMPLES (NIID-Bench).
+    loss_fn: The data term; cross-entropy by default.
   """
   correction = ControlVariateCorrection(client_learning_rate, num_clients)
+  if client_weighting is None:
+    client_weighting = tff.learning.ClientWeighting.UNIFORM
   return stateful.build_stateful_local_training_process(
       keras_model_fn, element_spec, dataset_computation,
       client_optimizer=optimizers.build_client_sgd(
@@ -136,4 +153,6 @@ def build_scaffold(
       server_optimizer=optimizers.build_server_optimizer(
           'sgd', server_learning_rate),
       regularizers=[correction], client_state_dir=client_state_dir,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
       client_weighting=client_weighting, loss_fn=loss_fn)

@@ -35,12 +35,14 @@ import collections
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
@@ -82,6 +84,7 @@ class ClientStateFiles:
 
   def __init__(self, initial_state: Any, directory: Optional[str] = None):
     self._initial = tf.nest.map_structure(np.asarray, initial_state)
+    self.temporary = directory is None
     if directory is None:
       directory = tempfile.mkdtemp(prefix='tff_methods_client_states_')
       atexit.register(shutil.rmtree, directory, ignore_errors=True)
@@ -248,7 +251,8 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
   """A `LearningProcess` whose clients keep state in `client_states`.
 
   Its `next` takes each client's key, `(client_id, round_num)`; the clients
-  read and write their state files themselves.
+  read and write their state files themselves. Before a round runs, `next`
+  checks the keys it is given (`check_keys`).
   """
 
   def __init__(self, initialize_fn, next_fn, get_model_weights,
@@ -256,6 +260,86 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     super().__init__(initialize_fn, next_fn, get_model_weights,
                      set_model_weights)
     self.client_states = client_states
+    self._last_round = None
+    self._checked_next = _KeyCheckingNext(super().next, self.check_keys)
+
+  @property
+  def next(self):
+    """`next(state, keys)`, the round's computation after `check_keys`."""
+    return self._checked_next
+
+  def check_keys(self, keys: Any) -> None:
+    """Refuses, before the round runs, what would read the wrong states.
+
+    - Data sets instead of keys (the clients make their own batches from
+      `(client id, round)` keys).
+    - Rounds below 1.
+    - A first round past 1 with a temporary state directory: a resumed
+      program whose clients' states were in a directory that is gone.
+    A round that does not advance past the last round this process ran
+    (the same round again, or one before it) gets a warning: its clients
+    read the states written before it, not those of the last round.
+    """
+    if not isinstance(keys, (list, tuple)):
+      return  # A federated value of a program: TFF checks its type.
+    rounds = [_key_round(key) for key in keys]
+    if not rounds:
+      return
+    if min(rounds) < 1:
+      raise ValueError(f'Client keys name rounds from 1 on; got round '
+                       f'{min(rounds)}.')
+    if (self._last_round is None and self.client_states.temporary and
+        max(rounds) > 1):
+      raise ValueError(
+          f'This process starts at round {max(rounds)} but keeps its '
+          'clients\' states in a temporary directory, so a resumed run '
+          'has lost them (MOON and FedCKA would train without previous '
+          'models, SCAFFOLD with zero control variates). Pass '
+          'client_state_dir=<a directory kept with the program state> to '
+          'the builder.')
+    if self._last_round is not None and max(rounds) <= self._last_round:
+      warnings.warn(
+          f'Client keys name round {max(rounds)}, but this process last ran '
+          f'round {self._last_round}: its clients read the states written '
+          f'before round {max(rounds)}. Give each round its own number '
+          '(tff_methods.stateful.client_key(client_id, round_num)).',
+          stacklevel=3)
+    self._last_round = max(rounds)
+
+
+def _key_round(key: Any) -> int:
+  """The round of one `[client id, round]` key; names a bad one."""
+  if isinstance(key, tf.data.Dataset):
+    raise TypeError(
+        'A process with per-client state takes client keys, [client id, '
+        'round] (tff_methods.stateful.client_key(client_id, round_num)), and '
+        'makes each client\'s batches from its dataset_computation; it was '
+        'given data sets.')
+  try:
+    parts = np.asarray(key)
+    if parts.shape != (2,):
+      raise ValueError
+    return int(parts[1])
+  except (ValueError, TypeError):
+    raise TypeError(
+        f'A client key is [client id, round] (two strings, tff_methods.'
+        f'stateful.client_key(client_id, round_num)); got {key!r}.') from None
+
+
+class _KeyCheckingNext:
+  """A computation that runs a check on its arguments first; everything
+  else (its type signature, ...) is the computation's."""
+
+  def __init__(self, computation: tff.Computation, check_keys):
+    self._computation = computation
+    self._check_keys = check_keys
+
+  def __getattr__(self, name):
+    return getattr(self._computation, name)
+
+  def __call__(self, state, keys, *args, **kwargs):
+    self._check_keys(keys)
+    return self._computation(state, keys, *args, **kwargs)
 
 
 def build_process(initialize_fn: tff.Computation, next_fn: tff.Computation,
@@ -279,16 +363,46 @@ def build_process(initialize_fn: tff.Computation, next_fn: tff.Computation,
 CLIENT_KEY_TYPE = tff.TensorType(np.str_, [2])
 
 
-def check_client_key_type(dataset_computation: tff.Computation) -> tff.Type:
-  """The key type the dataset computation takes: `CLIENT_KEY_TYPE`."""
-  key_type = dataset_computation.type_signature.parameter
-  if key_type != CLIENT_KEY_TYPE:
+def client_key(client_id: str, round_num: int) -> np.ndarray:
+  """A client's `CLIENT_KEY_TYPE` key in `round_num` (from 1), for `next`."""
+  return np.array([str(client_id).encode(), str(int(round_num)).encode()])
+
+
+def key_dataset_computation(data: Any) -> tff.Computation:
+  """A computation from a client's `CLIENT_KEY_TYPE` key to its batches.
+
+  Args:
+    data: A computation of such keys (`tasks.datasets.
+      round_dataset_computation`: the batches may change with the round);
+      or TFF's client-id form, a batched `tff.simulation.datasets.
+      ClientData` or its `dataset_computation`, whose data set the key's
+      client id picks (the same every round).
+
+  Raises:
+    TypeError: naming what was given and what is taken.
+  """
+  computation = local_training.as_dataset_computation(data)
+  if computation is None:
     raise TypeError(
-        'A process with per-client state needs a dataset computation that '
-        'takes [client id, round] keys (a string tensor of shape [2]), e.g. '
-        f'tasks.datasets.round_dataset_computation; this one takes '
-        f'{key_type}.')
-  return key_type
+        'A process with per-client state needs dataset_computation: a '
+        'batched tff.simulation.datasets.ClientData, its '
+        'dataset_computation, or a [client id, round] key -> batches '
+        'computation (tasks.datasets.round_dataset_computation).')
+  key_type = computation.type_signature.parameter
+  if key_type == CLIENT_KEY_TYPE:
+    return computation
+  if key_type == tff.TensorType(np.str_):
+
+    @tff.tensorflow.computation(CLIENT_KEY_TYPE)
+    def dataset_for_key(key):
+      return computation(key[0])
+
+    return dataset_for_key
+  raise TypeError(
+      'A process with per-client state needs a dataset computation that '
+      'takes a client id (ClientData.dataset_computation) or [client id, '
+      'round] keys (a string tensor of shape [2], e.g. tasks.datasets.'
+      f'round_dataset_computation); this one takes {key_type}.')
 
 
 def split_client_key(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -337,9 +451,10 @@ def build_stateful_local_training_process(
     server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     regularizers: Sequence[regularizers_lib.Regularizer] = (),
     client_state_dir: Optional[str] = None,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
     loss_fn: Optional[local_training.LossFn] = None,
+    model_aggregator: Optional[aggregation.ModelAggregator] = None,
+    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> StatefulClientsLearningProcess:
   """Local training whose clients keep state between rounds.
 
@@ -360,15 +475,23 @@ def build_stateful_local_training_process(
     keras_model_fn: Builds one of the project's multi-output Keras models.
     element_spec: The spec of one batch of client data.
     dataset_computation: A client's `(client_id, round_num)` key -> its
-      batches (`tasks.datasets.round_dataset_computation`).
+      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+      client-id form (`key_dataset_computation`).
     client_optimizer: The client optimizer.
     server_optimizer: SGD with learning rate 1 by default.
     regularizers: Terms added to every client's local objective; at least
       one keeps client state (`regularizers.needs_client_state`).
     client_state_dir: Where the clients' state files live (default: a
-      temporary directory).
-    client_weighting: How client updates are weighted.
+      temporary directory, removed at exit, which a resumed program can't
+      use: `next` refuses to start past round 1 with it).
+    client_weighting: How client updates are weighted; None for
+      NUM_EXAMPLES (UNIFORM with an unweighted factory).
     loss_fn: The data term; cross-entropy by default.
+    model_aggregator: A weighted or unweighted aggregation factory
+      (`aggregation.model_aggregation`); `tff.aggregators.MeanFactory()`
+      by default.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
 
   Returns:
     A `tff.learning.templates.LearningProcess` whose `next` takes the
@@ -385,7 +508,13 @@ def build_stateful_local_training_process(
                                        r.keeps_server_state):
       raise ValueError(f'{r.name} reads client reports, so it must keep '
                        'client and server state.')
-  key_type = check_client_key_type(dataset_computation)
+  factory, client_weighting = aggregation.model_aggregation(
+      model_aggregator, client_weighting)
+  keras_model_fn = local_training.checked_model_fn(keras_model_fn,
+                                                   regularizers)
+  local_training.check_element_spec(element_spec)
+  dataset_computation = key_dataset_computation(dataset_computation)
+  key_type = CLIENT_KEY_TYPE
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
       1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
@@ -445,10 +574,13 @@ def build_stateful_local_training_process(
           finite, lambda: reports,
           lambda: tf.nest.map_structure(tf.zeros_like, reports))
     written = client_states.write(client_id, round_num, new_state)
-    return result, sums, written, reports, tf.cast(finite, tf.float32)
+    return (result, aggregation.unfinalized_train_metrics(sums), written,
+            reports, tf.cast(finite, tf.float32))
 
-  aggregator = tff.aggregators.MeanFactory().create(
-      weights_type.trainable, tff.TensorType(np.float32))
+  aggregate_metrics = aggregation.build_metrics_aggregation(
+      metrics_aggregator, client_update_computation.type_signature.result[1])
+  aggregator = factory.create(weights_type.trainable,
+                              tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
   report_recorder = _build_report_recorder(
@@ -469,7 +601,7 @@ def build_stateful_local_training_process(
   def next_fn(state, keys):
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
-    client_result, sums, written, reports, reported = tff.federated_map(
+    client_result, unfinalized, written, reports, reported = tff.federated_map(
         client_update_computation, (distributed.result, keys))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
@@ -488,7 +620,7 @@ def build_stateful_local_training_process(
         aggregated.state, finalized.state))
     metrics = tff.federated_zip(collections.OrderedDict(
         distributor=distributed.measurements,
-        client_work=local_training.sum_train_metrics(sums),
+        client_work=aggregate_metrics(unfinalized),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements,
         client_states=client_states_metrics(written)))

@@ -65,7 +65,7 @@ def arms(methods: Sequence[str],
     ValueError: naming the methods `settings` has no entry for.
   """
   if settings is not None:
-    missing = [m for m in list(methods) + (
+    missing = [m for m in [split_arm_name(m)[0] for m in methods] + (
         [r for r in REFERENCE_ROWS if 'fedavg' not in settings]
         if reference_rows else []) if m not in settings]
     if missing:
@@ -73,7 +73,7 @@ def arms(methods: Sequence[str],
                        f'{", ".join(dict.fromkeys(missing))}; tune them, '
                        'or leave them out of --methods.')
   own = lambda m: dict((settings or {}).get(m, {}))
-  result = [Arm(m, m, own(m)) for m in methods]
+  result = [method_arm(m, own(split_arm_name(m)[0])) for m in methods]
   if reference_rows:
     result += [Arm(label, 'fedavg', dict(
         own(label) if label in (settings or {}) else own('fedavg'), **row))
@@ -81,9 +81,29 @@ def arms(methods: Sequence[str],
   return result
 
 
+def split_arm_name(name: str) -> tuple[str, Optional[str]]:
+  """`'fedcka@dp'` -> ('fedcka', 'dp'); `'fedcka'` -> ('fedcka', None)."""
+  method, at, aggregator = name.partition('@')
+  return method, (aggregator if at else None)
+
+
+def method_arm(name: str, settings: Optional[Mapping[str, Any]] = None
+               ) -> Arm:
+  """The arm of a method name: `METHOD` or `METHOD@AGGREGATOR`.
+
+  `fedcka@dp` is FedCKA under TFF's DP aggregator (`--aggregator=dp`),
+  beside `fedcka` under the shared settings' aggregator.
+  """
+  method, aggregator = split_arm_name(name)
+  settings = dict(settings or {})
+  if aggregator is not None:
+    settings['aggregator'] = aggregator
+  return Arm(name, method, settings)
+
+
 def as_arm(arm: Union[str, Arm]) -> Arm:
   """A method name is the arm of that method with the shared settings."""
-  return arm if isinstance(arm, Arm) else Arm(arm, arm)
+  return arm if isinstance(arm, Arm) else method_arm(arm)
 
 
 def run_dir(output_dir: str, label: str, seed: int) -> str:

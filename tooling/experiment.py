@@ -26,6 +26,7 @@ from tasks import datasets
 from tasks import models as task_models
 from tasks import partition as partition_lib
 from tasks import report
+from tff_methods import aggregation
 from tff_methods import fed2
 from tff_methods import fedcos
 from tff_methods import methods
@@ -174,6 +175,19 @@ class ExperimentConfig:
       "fedcos: d, the global model's last move (global_move, the paper) or "
       'the mean client update before the server optimizer '
       '(mean_client_update, the FedCos code).')
+  aggregator: str = _setting(
+      'mean',
+      "TFF's model aggregator for every method: mean (the weighted mean), "
+      'robust (tff.learning.robust_aggregator: zeroing and adaptive '
+      'clipping), dp (differential privacy: noise on clipped updates, '
+      'uniform weighting), compression or secure.')
+  dp_noise_multiplier: float = _setting(
+      0.5, 'dp: the Gaussian noise standard deviation over the clip (TFF '
+      'needs it below 0.1 x --clients_per_round with adaptive clipping).')
+  dp_clip: Optional[float] = _setting(
+      None,
+      'dp: a fixed L2 clipping norm; by default adaptive clipping '
+      '(tff.learning.dp_aggregator).')
   seed: int = _setting(0, 'Fixes partition, sampling and init.')
   rounds_per_eval: int = _setting(1, 'Evaluate every N rounds.')
   rounds_per_checkpoint: int = _setting(1, 'Save state every N rounds.')
@@ -228,7 +242,10 @@ class ExperimentConfig:
         server_momentum_form=self.server_momentum_form,
         scaffold_weighting=self.scaffold_weighting,
         scaffold_momentum=self.scaffold_momentum,
-        fedcos_direction=self.fedcos_direction)
+        fedcos_direction=self.fedcos_direction,
+        aggregator=self.aggregator,
+        dp_noise_multiplier=self.dp_noise_multiplier, dp_clip=self.dp_clip,
+        clients_per_round=self.clients_per_round)
 
 
 def validate(config: ExperimentConfig) -> None:
@@ -296,6 +313,31 @@ def validate(config: ExperimentConfig) -> None:
   need(config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
        f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
        f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}')
+  need(config.aggregator in aggregation.AGGREGATORS,
+       f'--aggregator={config.aggregator!r} is unknown; choose one of '
+       f'{", ".join(aggregation.AGGREGATORS)}')
+  need(config.dp_noise_multiplier >= 0,
+       f'--dp_noise_multiplier={config.dp_noise_multiplier} must be >= 0')
+  need(config.dp_clip is None or config.dp_clip > 0,
+       f'--dp_clip={config.dp_clip} must be > 0')
+  if (config.aggregator == 'dp' and config.dp_noise_multiplier >= 0 and
+      (config.dp_clip is None or config.dp_clip > 0)):
+    try:  # TFF's own checks of the DP settings, before any work.
+      aggregation.build_model_aggregator(
+          'dp', noise_multiplier=config.dp_noise_multiplier,
+          clients_per_round=config.clients_per_round, clip=config.dp_clip)
+    except ValueError as e:
+      errors.append(f'--aggregator=dp with --dp_noise_multiplier='
+                    f'{config.dp_noise_multiplier} and --clients_per_round='
+                    f'{config.clients_per_round}: {e}')
+  if config.aggregator == 'dp' and parts == ['scaffold']:
+    need(config.scaffold_weighting == 'uniform',
+         '--aggregator=dp averages clients uniformly; it needs '
+         '--scaffold_weighting=uniform')
+  if config.aggregator != 'mean' and 'fed2' in parts:
+    need(config.fed2_pairing == 'uniform',
+         f'--aggregator={config.aggregator} needs --fed2_pairing=uniform '
+         '(the class-weighted pairing takes no other aggregator)')
   for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
     value = getattr(config, flag)
     need(value is None or value >= 0,
@@ -460,8 +502,9 @@ def run(config: ExperimentConfig,
     `training_loop.run_training`'s results.
   """
   validate(config)
-  training_loop.check_experiment_config(config.output_dir,
-                                        dataclasses.asdict(config))
+  training_loop.check_experiment_config(
+      config.output_dir, dataclasses.asdict(config),
+      defaults=dataclasses.asdict(ExperimentConfig()))
   data = data or load_data(config)
   client_ids = data.client_data.client_ids
   if data.train_labels is not None:

@@ -61,9 +61,13 @@ def _await(coroutine):
   return _EVENT_LOOP.run_until_complete(coroutine)
 
 
-def check_experiment_config(output_dir: str, config: Mapping[str, Any]
+def check_experiment_config(output_dir: str, config: Mapping[str, Any],
+                            defaults: Optional[Mapping[str, Any]] = None
                             ) -> None:
   """Writes `config` to `output_dir`, or checks it matches the one there.
+
+  A setting the saved config does not record (one that did not exist when
+  it was written) is taken at its value in `defaults`.
 
   Raises:
     ValueError: when `output_dir` holds a different experiment: names each
@@ -75,6 +79,8 @@ def check_experiment_config(output_dir: str, config: Mapping[str, Any]
   if os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)
+    defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
+    saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
     keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
     differences = [f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
                    for k in sorted(keys) if saved.get(k) != config.get(k)]
