@@ -76,6 +76,7 @@ def main(argv):
     return experiment_flags.usage_error(
         f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].')
   reported = labels = None
+  references = ()
   try:
     if FLAGS.preset:
       preset = presets.get(FLAGS.preset)
@@ -90,6 +91,7 @@ def main(argv):
               for row in rows]
       reported = {row.key: row.reported for row in rows}
       labels = {row.key: row.label for row in rows}
+      references = preset.references
       base = experiment_flags.config_from_flags(preset,
                                                 output_dir=output_dir)
       title = f'{preset.paper}: {preset.table}'
@@ -116,7 +118,7 @@ def main(argv):
                                    FLAGS.target_accuracy, FLAGS.last_rounds)
   paths = comparison.write_report(summaries, output_dir,
                                   FLAGS.target_accuracy, title, reported,
-                                  labels)
+                                  labels, references)
   comparison.plot_accuracy(output_dir, arm_labels, seeds, title)
   with open(paths['markdown']) as f:
     print(f.read())

@@ -670,8 +670,11 @@ class LocalBatches:
   trains passes r*E .. r*E+E-1 with `local_epochs` E, or, with
   `local_steps` K, the batches r*K .. r*K+K-1 of the client's endless
   stream of passes, so that consecutive rounds carry on through the data
-  (as the FedCos code's iterator does) and every example is used within
-  ceil(n / (K*B)) rounds. Pass p's order is a stateless function of
+  and every example is used within ceil(n / (K*B)) rounds. The stream's
+  position is the round number, not the count of rounds the client took
+  part in: under full participation this is the FedCos code's iterator
+  (each client's iterator advances K batches a round); under partial
+  participation a client skips the batches of the rounds it sat out. Pass p's order is a stateless function of
   (`seed`, the client id, p): reruns repeat it exactly, on any TFF worker.
   The round's examples are gathered in order once, so a round holds as many
   copies of the client's data as it makes passes (the local training loop

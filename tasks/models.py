@@ -103,7 +103,7 @@ def _outputs(layers: Sequence[tf.Tensor], features: tf.Tensor,
 
 def fedcka_cnn(num_classes: int, input_shape=(32, 32, 3),
                padding: Optional[str] = None) -> tf.keras.Model:
-  """FedCKA's and MOON's CNN.
+  """FedCKA's CNN (MOON's has the same layers with 6 and 16 channels).
 
   conv5x5(16) -> pool -> conv5x5(32) -> pool -> FC 120 -> 84 -> 84, then
   the projection 84 -> 256 (`z`, MOON's), then the classifier. Its seven
@@ -201,8 +201,10 @@ def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
 
   3x3 stem conv(32), then `MOBILENET_BLOCKS` depthwise-separable convs
   (depthwise 3x3 + pointwise 1x1, ReLU), global average pooling, classifier.
-  As in the project's VGGs there is no normalization layer (Fed2 would
-  replace batch norm by group norm; none keeps the grouped form exact).
+  As in the project's VGGs there is no normalization layer: the baselines
+  train the original networks, as in the Fed2 paper, whose FedAvg on VGG-9
+  has no normalization (its Fig. 12); Fed2's grouped form of these plans
+  has group normalization (`tff_methods.fed2.LayerPlan.normalization`).
   `layer_1` is the stem, `layer_2`.. each separable block.
   """
   x = inputs = tf.keras.Input(input_shape)

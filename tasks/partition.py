@@ -133,7 +133,8 @@ def pathological(labels: np.ndarray,
   Client i holds class `i mod C` (of the sorted classes) and k-1 other
   distinct classes drawn at random; each class's examples are shuffled and
   split evenly among the clients that hold it. A class no client drew is
-  left out, as in NIID-Bench. Fed2's "N x C" splits are this partition.
+  left out (NIID-Bench's code fails there instead: it splits the class
+  into 0 parts). Fed2's "N x C" splits are this partition.
   """
   labels = _check_labels(labels)
   _check_num_clients(num_clients, labels.size)

@@ -14,6 +14,7 @@ from tasks import models
 from tff_methods import fedcka
 from tff_methods import local_training
 from tff_methods import model_lib
+from tff_methods import regularizers
 from tff_methods import similarity
 
 
@@ -76,3 +77,46 @@ def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def _numpy_linear_cka(x, y):
+  x = x.reshape(len(x), -1) - x.reshape(len(x), -1).mean(axis=0)
+  y = y.reshape(len(y), -1) - y.reshape(len(y), -1).mean(axis=0)
+  return (np.linalg.norm(y.T @ x) ** 2 /
+          (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+
+
+def _layer_loss(a, a_global, a_prev):
+  s_global, s_prev = _numpy_linear_cka(a, a_global), _numpy_linear_cka(
+      a, a_prev)
+  return np.log(np.exp(s_global) + np.exp(s_prev)) - s_global
+
+
+def test_the_term_is_mu_times_the_mean_over_the_first_m_layers():
+  rng = np.random.default_rng(4)
+  shapes = {'layer_1': (6, 4, 4, 2), 'layer_2': (6, 7), 'layer_3': (6, 5),
+            'layer_4': (6, 3)}
+
+  def draw():
+    return {k: rng.normal(size=s).astype(np.float32)
+            for k, s in shapes.items()}
+
+  outputs, global_outputs, previous_outputs = draw(), draw(), draw()
+
+  def term(outputs):
+    step = regularizers.LocalStep(
+        weights=[], global_weights=[], outputs=outputs, batch=None,
+        global_outputs=global_outputs, previous_outputs=previous_outputs,
+        has_previous=True)
+    return float(fedcka.CKAContrastiveTerm(mu=2.5, num_layers=3)(step))
+
+  # By hand: 2.5 x the mean of layers 1..3's contrastive losses.
+  expected = 2.5 * np.mean([
+      _layer_loss(outputs[k], global_outputs[k], previous_outputs[k])
+      for k in ('layer_1', 'layer_2', 'layer_3')])
+  assert term(outputs) == pytest.approx(expected, rel=1e-4)
+  # Layer 2 (below M) moves it; layer 4 (above M) does not.
+  nearer = dict(outputs, layer_2=global_outputs['layer_2'])
+  assert term(nearer) < term(outputs) - 1e-3
+  assert term(dict(outputs, layer_4=draw()['layer_4'])) == pytest.approx(
+      term(outputs), rel=1e-6)

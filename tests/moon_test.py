@@ -14,6 +14,7 @@ from tasks import models
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import moon
+from tff_methods import regularizers
 
 
 def test_moon_loss_by_hand():
@@ -67,3 +68,25 @@ def test_reference_view_up_to_moons_projection_computes_the_models_z():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+@pytest.mark.parametrize('temperature', [0.1, 0.5, 2.0])
+def test_the_term_uses_the_temperature_it_is_given(temperature):
+  rng = np.random.default_rng(5)
+  z, z_global, z_prev = [rng.normal(size=(4, 3)).astype(np.float32)
+                         for _ in range(3)]
+  step = regularizers.LocalStep(
+      weights=[], global_weights=[], outputs={'z': z}, batch=None,
+      global_outputs={'z': z_global}, previous_outputs={'z': z_prev},
+      has_previous=True)
+  term = float(moon.ModelContrastiveTerm(mu=3.0, temperature=temperature)(
+      step))
+  # By hand: 3 x the batch mean of -log softmax([cos_g, cos_p] / tau)[0].
+  cos_g = np.array([_cos(a, b) for a, b in zip(z, z_global)])
+  cos_p = np.array([_cos(a, b) for a, b in zip(z, z_prev)])
+  expected = 3.0 * np.mean(
+      np.log(np.exp(cos_g / temperature) + np.exp(cos_p / temperature)) -
+      cos_g / temperature)
+  assert term == pytest.approx(expected, rel=1e-5)
+  assert term == pytest.approx(3.0 * float(moon.contrastive_loss(
+      z, z_global, z_prev, temperature)), rel=1e-6)

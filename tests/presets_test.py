@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tasks import datasets
+from tooling import comparison
 from tooling import experiment
 from tooling import presets
 
@@ -196,3 +197,19 @@ def test_presets_binary_lists_every_preset_with_the_papers_numbers():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_published_rows_of_methods_not_implemented_are_shown_not_run(
+    tmp_path):
+  preset = presets.get('fed2_fig6_vgg9')
+  (fedma,) = preset.references
+  assert (fedma.label, fedma.method, fedma.reported['accuracy']) == (
+      'FedMA', '', 87.53)
+  assert 'fedma' not in [row.key for row in preset.rows]  # never run
+  assert '87.53 (reference: not run here)' in presets.describe(preset)
+  summary = comparison.MethodSummary(
+      'fed2', 1, (0.88, 0.0), (0.88, 0.0), (0.87, 0.0), 10.0, 1, 1.0)
+  table = open(comparison.write_report(
+      [summary], str(tmp_path), 0.8, 't', {'fed2': {'accuracy': 88.29}},
+      {'fed2': 'Fed2'}, preset.references)['markdown']).read()
+  assert '| FedMA (paper only, not run here) | | | | | | 87.53 |' in table

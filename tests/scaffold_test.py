@@ -192,3 +192,43 @@ def test_bad_client_count_is_named(problem):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def _niid_bench_round(x, y, w_global, c, c_i, momentum):
+  """NIID-Bench's `train_net_scaffold` for one client, in numpy: SGD with
+  momentum (a fresh buffer each round) on the data loss, then
+  `w -= lr (c - c_i)` after every `optimizer.step()`."""
+  w, buffer = w_global.copy(), None
+  for _ in range(LOCAL_STEPS):
+    gradient = x.T @ (x @ w - y) / len(x)  # of 0.5 mean (x w - y)^2
+    buffer = gradient if buffer is None else momentum * buffer + gradient
+    w = w - LR * buffer
+    w = w - LR * (c - c_i)
+  c_i_new = c_i - c + (w_global - w) / (LOCAL_STEPS * LR)
+  return w, c_i_new
+
+
+def test_momentum_leaves_the_correction_outside_as_niid_bench_does(problem):
+  # client_0 alone, 2 rounds, N = 4, momentum 0.9. Round 2 has
+  # c - c_i = c_0 / 4 - c_0 != 0, which NIID-Bench applies outside momentum.
+  x = problem['data']['client_0']['x'].astype(np.float64)
+  y = problem['data']['client_0']['y'][:, 0].astype(np.float64)
+  w_global = model_lib.flat_trainable(problem['initial']).astype(np.float64)
+  c = c_i = np.zeros(DIM)
+  for _ in range(2):
+    w, c_i_new = _niid_bench_round(x, y, w_global, c, c_i, momentum=0.9)
+    w_global, c = w, c + (1 / 4) * (c_i_new - c_i)
+    c_i = c_i_new
+  process = scaffold.build_scaffold(
+      _linear_model, problem['spec'],
+      dataset_computation=_by_key(problem['client_data']),
+      client_learning_rate=LR, num_clients=4,
+      loss_fn=local_training.squared_error, client_momentum=0.9)
+  state, weights = _train(process, problem, rounds=2, cohort=['client_0'])
+  assert np.abs(c - c_i).max() > 0.1  # the correction matters in round 2
+  np.testing.assert_allclose(weights, w_global, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+      np.ravel(process.client_states.get('client_0')['scaffold'][0]), c_i,
+      rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(np.ravel(state.distributor['scaffold'][0]), c,
+                             rtol=1e-4, atol=1e-5)

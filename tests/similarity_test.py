@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_methods import fedcka
 from tff_methods import similarity
 
 RNG = np.random.default_rng(0)
@@ -84,18 +85,49 @@ def test_kernel_cka_matches_kornbliths_formula():
                     _numpy_kernel_cka(X, Y), rtol=1e-4)
 
 
-def test_table3_similarities_are_the_papers_forms_by_hand():
+def test_table3_similarities_are_the_papers_forms_per_element_by_hand():
   a = np.array([[1., 0.], [0., 1.]], np.float32)
   b = np.array([[2., 1.], [0., 3.]], np.float32)
-  # ||a - b||_F^2 = 1 + 1 + 0 + 4; <vec a, vec b> = 2 + 3.
+  # ||a - b||_F^2 = 1 + 1 + 0 + 4, negated; <vec a, vec b> = 2 + 3; both
+  # over B x D = 4 elements.
   frobenius = similarity.get_similarity('frobenius')
   cosine = similarity.get_similarity('cosine')
-  assert np.isclose(frobenius(a, b).numpy(), 6.0)
-  assert np.isclose(cosine(a, b).numpy(), 5.0)
-  # = ||vec a|| ||vec b|| cos(theta), with the normalized cosine's theta.
+  assert np.isclose(frobenius(a, b).numpy(), -6.0 / 4)
+  assert np.isclose(cosine(a, b).numpy(), 5.0 / 4)
+  # = ||vec a|| ||vec b|| cos(theta) / 4, the normalized cosine's theta.
   normalized = similarity.get_similarity('normalized_cosine')(a, b).numpy()
   assert np.isclose(cosine(a, b).numpy(),
-                    np.sqrt(2.0) * np.sqrt(14.0) * normalized)
+                    np.sqrt(2.0) * np.sqrt(14.0) * normalized / 4)
+
+
+def test_per_element_forms_do_not_grow_with_the_batch_or_the_width():
+  a = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32)
+  b = np.random.default_rng(1).normal(size=(8, 5)).astype(np.float32)
+  for name in ('frobenius', 'cosine'):
+    measure = similarity.get_similarity(name)
+    once = measure(a, b).numpy()
+    assert np.isclose(measure(np.tile(a, (3, 1)), np.tile(b, (3, 1))), once)
+    assert np.isclose(measure(np.tile(a, (1, 4)), np.tile(b, (1, 4))), once)
+
+
+@pytest.mark.parametrize('name', list(similarity.SIMILARITIES))
+def test_every_similarity_makes_fedcka_pull_towards_the_global_model(name):
+  # FedCKA's loss with a = a_g (like the global model) must be below the
+  # loss with a = a_p (like the previous model): every measure is a
+  # similarity, higher when more alike.
+  rng = np.random.default_rng(7)
+  a_global, a_prev = [rng.normal(size=(16, 6)).astype(np.float32)
+                      for _ in range(2)]
+  to_each = similarity.get_similarity_to_each(name)
+
+  def loss(a):
+    return fedcka.cka_contrastive_loss([a], [a_global], [a_prev],
+                                       to_each).numpy()
+
+  assert loss(a_global) < loss(a_prev)
+  # And along the path between them, nearer the global model is lower.
+  assert loss(a_global + 0.25 * (a_prev - a_global)) < loss(
+      a_global + 0.75 * (a_prev - a_global))
 
 
 def test_normalized_cosine_and_frobenius_by_hand():

@@ -11,7 +11,11 @@ classes share a group. So class c's logit depends only on the shared layers
 and group(c)'s parameters: the gradients of other groups are exactly zero.
 Group widths are ceil(C / G) per layer of width C. The groups' dense layers
 (classifier included) keep their weights stacked, group first, one tensor
-per layer; their convolutions keep a kernel per group.
+per layer; their convolutions keep a kernel per group. As in the paper,
+group normalization replaces batch normalization in every convolution
+block; in a decoupled layer each Fed2 group's channels form one
+normalization group (GN with G groups over the layer), so a group's
+outputs still depend on its own weights only.
 
 Local objective: cross-entropy, as FedAvg.
 
@@ -24,8 +28,9 @@ other reading: group g's tensors and slices weighted by each client's
 examples of g's classes, counted inside the round (only counts leave the
 client). It drops the evidence a group gets from clients without its
 classes, which pushes its logits down; under strong label skew (digits, 2
-classes per client) every group's logits then drift up and training
-diverges by the fourth round, while uniform pairing trains as FedAvg does.
+classes per client) every group's logits then drift up: over five rounds
+its training loss rises while uniform pairing's falls (without group
+normalization it diverged by the fourth round).
 
 Feature interpretation (`class_preference`, `layer_total_variance`): the
 paper's Eq. 9 class-preference vector of each neuron (activation x gradient
@@ -50,6 +55,7 @@ from tff_methods import local_training
 from tff_methods import model_lib
 
 PAIRINGS = ('class_weighted', 'uniform')
+NORMALIZATIONS = ('group', 'none')
 
 
 
@@ -67,12 +73,16 @@ class LayerPlan:
     global_pool: Whether the classifier reads globally average-pooled
       features.
     padding: The convolutions' padding.
+    normalization: 'group' (the paper: group normalization in every
+      convolution block; in a decoupled layer each Fed2 group's channels
+      are one normalization group, so groups stay independent) or 'none'.
   """
   name: str
   layers: tuple[tuple[Any, ...], ...]
   decouple_depth: int
   global_pool: bool = False
   padding: str = 'same'
+  normalization: str = 'group'
 
 
 _GROUP_PATTERN = re.compile(r'fed2_group(\d+)_')
@@ -90,14 +100,35 @@ def class_groups(num_classes: int, num_groups: int, seed: int = 0
           for g in range(num_groups)]
 
 
-def _layer(spec, width, name, padding):
+def _layer(spec, width, name, padding, activation='relu'):
   if spec[0] == 'sep':
     return tf.keras.layers.SeparableConv2D(width, 3, spec[2], padding='same',
-                                           activation='relu', name=name)
+                                           activation=activation, name=name)
   if spec[0] == 'conv':
     return tf.keras.layers.Conv2D(width, spec[2], padding=padding,
-                                  activation='relu', name=name)
-  return tf.keras.layers.Dense(width, activation='relu', name=name)
+                                  activation=activation, name=name)
+  return tf.keras.layers.Dense(width, activation=activation, name=name)
+
+
+# Group normalization's groups in a shared layer: Wu and He's 32, or the
+# largest count that divides the layer's channels.
+_SHARED_NORM_GROUPS = 32
+
+
+def _block(x, spec, width, name, padding, normalization, norm_groups=None):
+  """One ReLU block. Convolutions get group normalization before the ReLU
+  (`normalization='group'`, the paper's replacement of batch norm), over
+  `norm_groups` groups of channels (by default `_SHARED_NORM_GROUPS` or
+  the largest divisor of `width` below it); dense layers none."""
+  if spec[0] == 'fc' or normalization == 'none':
+    return _layer(spec, width, name, padding)(x)
+  x = _layer(spec, width, name, padding, activation=None)(x)
+  if norm_groups is None:
+    norm_groups = max(d for d in range(1, _SHARED_NORM_GROUPS + 1)
+                      if width % d == 0)
+  x = tf.keras.layers.GroupNormalization(groups=norm_groups,
+                                         name=f'{name}_gn')(x)
+  return tf.keras.layers.ReLU()(x)
 
 
 def grouped_model(plan: LayerPlan, num_classes: int,
@@ -121,6 +152,10 @@ def grouped_model(plan: LayerPlan, num_classes: int,
     output is its groups' outputs side by side), `features` and `logits`.
   """
   name, padding, global_pool = plan.name, plan.padding, plan.global_pool
+  if plan.normalization not in NORMALIZATIONS:
+    raise ValueError(f'Fed2 normalization must be one of '
+                     f'{", ".join(NORMALIZATIONS)}, got '
+                     f'{plan.normalization!r}.')
   depth = plan.decouple_depth if decouple_depth is None else decouple_depth
   layers = plan.layers  # (the classifier comes after them)
   if not 1 <= depth <= len(layers) + 1:
@@ -141,7 +176,8 @@ def grouped_model(plan: LayerPlan, num_classes: int,
   for i in range(first_decoupled):
     spec = layers[i]
     x = flatten_if_needed(x, spec)
-    x = _layer(spec, spec[1], f'shared_{i + 1}', padding)(x)
+    x = _block(x, spec, spec[1], f'shared_{i + 1}', padding,
+               plan.normalization)
     if spec[0] == 'conv' and spec[3]:
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     layer_outputs.append(x)
@@ -162,7 +198,10 @@ def grouped_model(plan: LayerPlan, num_classes: int,
           [x] * num_groups)
       new = []
       for g, t in enumerate(branches):
-        t = _layer(spec, width, f'fed2_group{g}_{i + 1}', padding)(t)
+        # One normalization group per Fed2 group: GN with G groups over
+        # the layer, whose G channel blocks are the Fed2 groups.
+        t = _block(t, spec, width, f'fed2_group{g}_{i + 1}', padding,
+                   plan.normalization, norm_groups=1)
         if spec[0] == 'conv' and spec[3]:
           t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
         new.append(t)
@@ -470,7 +509,7 @@ def build_fed2(
       'class_weighted' (group g weighted by each client's examples of g's
       classes). The latter drops the negative evidence a group gets from
       clients without its classes; under strong label skew every group's
-      logits then drift up and training diverges.
+      logits then drift up and its loss rises.
     seed: The seed the class -> group assignment was drawn with.
     server_optimizer_fn: SGD with learning rate 1 by default.
     dataset_computation: A client's key -> its batches (`tasks.datasets.

@@ -113,8 +113,9 @@ def build_fedcka(
     mu: The strength, >= 0; 0 is FedAvg (paper: 3, 5 or 10).
     num_layers: M, the number of layers regularized (default 2).
     similarity: A name in `similarity.SIMILARITIES`: 'linear_cka'
-      (default), 'kernel_cka', or the paper's Table 3 forms 'frobenius'
-      (||a1 - a2||_F^2) and 'cosine' (the inner product).
+      (default), 'kernel_cka', or the paper's Table 3 forms as
+      similarities, per element: 'frobenius' (-||a1 - a2||_F^2 / (B D)) and
+      'cosine' (<vec a1, vec a2> / (B D)).
     server_optimizer_fn: SGD with learning rate 1 by default.
     client_state_dir: Where the clients' state files live; a temporary
       directory by default, which a resumed program can't use (`next`

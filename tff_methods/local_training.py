@@ -188,7 +188,7 @@ class BatchesInMemory:
   numpy batch took 6.8-7.5 s). Up to `max_mb` of batches are kept
   (`kept` of the `seen`); those past the cap are streamed by
   `Dataset.reduce` from a second pass (`dataset.skip`: the dataset must give
-  the same batches when iterated again, as `tasks.datasets.preprocess_fn`'s
+  the same batches when iterated again, as `tasks.datasets.LocalBatches`'
   do).
   """
 
@@ -461,6 +461,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
            if view is not None}
   reference = ReferenceOutputs(views, REFERENCE_CACHE_MAX_MB,
                                cache=cache_reference_outputs)
+  weight_correctors = [r for r in regularizers if r.corrects_weights]
 
   @tf.function
   def client_update(initial_weights, dataset, previous_weights=None,
@@ -496,6 +497,10 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
           optimizer_state, tuple(trainable), tuple(gradients))
       for variable, value in zip(trainable, new_weights):
         variable.assign(value)
+      for regularizer in weight_correctors:
+        for variable, delta in zip(trainable,
+                                   regularizer.weight_correction(step)):
+          variable.assign_sub(delta)
       predictions = tf.argmax(outputs['logits'], axis=-1, output_type=tf.int32)
       labels = tf.cast(batch['y'], tf.int32)
       batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)

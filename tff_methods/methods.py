@@ -229,7 +229,7 @@ def reads_reference_outputs(name: str) -> bool:
 
 def wants_example_index(name: str, local_epochs: int,
                         local_steps: Optional[int] = None) -> bool:
-  """Whether to index examples (`preprocess_fn(with_index=True)`).
+  """Whether to index examples (`LocalBatches(with_index=True)`).
 
   Methods that read reference models' outputs cache them per example when a
   client passes over its data more than once (`local_epochs` > 1); with

@@ -95,6 +95,9 @@ class Regularizer(abc.ABC):
   # Whether the server state learns the mean of the clients' reports
   # (`record_client_reports`).
   reads_client_reports: bool = False
+  # Whether it moves the weights after each optimizer step, outside the
+  # optimizer (`weight_correction`), as SCAFFOLD's reference code does.
+  corrects_weights: bool = False
 
   def initial_server_state(self, trainable_zeros: Sequence[Any]) -> Any:
     """Server state this regularizer keeps across rounds, or None.
@@ -153,6 +156,12 @@ class Regularizer(abc.ABC):
     Runs at the server in TensorFlow, when `reads_client_reports`.
     """
     raise NotImplementedError(f'{self.name} reads no client reports.')
+
+  def weight_correction(self, step: LocalStep) -> Sequence[tf.Tensor]:
+    """What to subtract from each trainable weight after the optimizer's
+    step (when `corrects_weights`): a move that no optimizer state (such
+    as momentum) sees."""
+    raise NotImplementedError(f'{self.name} does not correct the weights.')
 
   @abc.abstractmethod
   def __call__(self, step: LocalStep) -> tf.Tensor:

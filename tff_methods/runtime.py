@@ -577,9 +577,8 @@ def _mergeable_context(async_contexts, addresses):
 
   async def after_merge_in_order(comp, merge_result, arg_list, contexts):
     # TFF 0.87 concatenates the subrounds' CLIENTS-placed results in the
-    # order the subrounds FINISH, so per-client outputs (MOON's, FedCKA's,
-    # SCAFFOLD's new client states) could reach the wrong clients. Keep the
-    # order of the clients instead.
+    # order the subrounds FINISH, which depends on timing. Keep the order of
+    # the clients instead, so that a run repeats itself exactly.
     results = [None] * len(arg_list)
 
     async def run(index, context):

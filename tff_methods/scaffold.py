@@ -6,9 +6,12 @@ Federated Learning", ICML 2020. https://arxiv.org/abs/1910.06378
 Server state: the global model `w_g` and the server control variate `c`;
 client state: each client's control variate `c_i` (zeros at first).
 
-Local objective: the data loss plus the linear term `<w, c - c_i>` (no
-gradient through `c - c_i`), so every local SGD step uses `g + c - c_i`.
-After K local steps with learning rate eta:
+Local step: the optimizer's step on the data loss's gradient `g`, then
+the correction `w <- w - eta (c - c_i)`, applied after the step and
+outside the optimizer, as NIID-Bench's `train_net_scaffold` applies it
+after `optimizer.step()`. With plain SGD (the paper) that is the step on
+`g + c - c_i`; with momentum the correction does not pass through the
+momentum buffer. After K local steps with learning rate eta:
 
   c_i_new = c_i - c + (w_g - w) / (K * eta).
 
@@ -39,7 +42,7 @@ from tff_methods import stateful
 
 
 class ControlVariateCorrection(regularizers.Regularizer):
-  """`<w, c - c_i>` with `c - c_i` constant: adds `c - c_i` to the gradient.
+  """Moves the weights by `-eta (c - c_i)` after every optimizer step.
 
   Keeps `c` as server state (broadcast every round) and `c_i` on each
   client; a client reports `c_i_new - c_i`, whose mean moves `c`.
@@ -72,12 +75,15 @@ class ControlVariateCorrection(regularizers.Regularizer):
   def initial_client_state(self, trainable_zeros):
     return list(trainable_zeros)
 
+  corrects_weights = True
+
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
-    server_control = step.broadcast[self.name]
-    client_control = step.client_state[self.name]
-    return tf.add_n([
-        tf.reduce_sum(w * tf.stop_gradient(c - ci))
-        for w, c, ci in zip(step.weights, server_control, client_control)])
+    del step  # No term in the objective: the correction is a weight move.
+    return tf.constant(0.0)
+
+  def weight_correction(self, step: regularizers.LocalStep):
+    return [self.client_learning_rate * (c - ci) for c, ci in zip(
+        step.broadcast[self.name], step.client_state[self.name])]
 
   def next_client_state(self, client_state, *, update, num_steps, broadcast):
     steps = tf.maximum(num_steps, 1.0)

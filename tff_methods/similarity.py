@@ -2,7 +2,8 @@
 
 Each function takes `x` (B x ...) and `y` (B x ...), the activations of two
 models on the same B examples, flattens them to B x D matrices and returns a
-scalar. FedCKA's contrastive loss uses one of them (its Table 3 ablation):
+scalar, a similarity: higher when the two are more alike. FedCKA's
+contrastive loss uses one of them in place of CKA (its Table 3 ablation):
 
 - `linear_cka`: Kornblith et al. (2019) linear CKA, from the B x B Gram
   matrices, `tr(Kc Lc) / (||Kc||_F ||Lc||_F)` with `Kc = Xc Xc^T` for
@@ -10,18 +11,26 @@ scalar. FedCKA's contrastive loss uses one of them (its Table 3 ablation):
   ||Yc^T Yc||_F)` but costs O(B^2 D) instead of O(B D^2).
 - `kernel_cka`: CKA with RBF kernels whose bandwidth is `threshold` times the
   median pairwise distance (Kornblith's `gram_rbf`; 0.5 in FedCKA).
-- `squared_frobenius_distance` ('frobenius'): the paper's "squared
-  Frobenius norm (`||a1 - a2||_F^2`)", as written.
+- `negated_squared_frobenius` ('frobenius'): the paper's "squared
+  Frobenius norm (`||a1 - a2||_F^2`)" read as a similarity, negated (a
+  distance in Eq. 2's place would make the loss smallest when the local
+  activations are far from the global model's), per element: `-||a1 -
+  a2||_F^2 / (B D)`.
 - `vectorized_inner_product` ('cosine'): the paper's "vectorized cosine
-  similarity (`||vec(a1)|| ||vec(a2)|| cos(theta)`)", i.e. the inner product
-  of the flattened batches, as written.
+  similarity (`||vec(a1)|| ||vec(a2)|| cos(theta)`)", the inner product of
+  the flattened batches, as written, per element: `<vec a1, vec a2> / (B D)`.
 - `cosine_similarity` ('normalized_cosine'): the plain cosine of the two
   flattened batches, in [-1, 1].
 - `frobenius_similarity` ('normalized_frobenius'): `||Y^T X||_F^2 /
   (||X||_F^2 ||Y||_F^2)`, uncentred, in [0, 1].
 
-The paper's two forms are unbounded; FedCKA's loss takes them through a
-log-sum-exp, which stays finite for any finite value.
+Both of the paper's forms are taken per element (divided by B x D), so
+that, like CKA's, their size does not grow with the batch or the layer's
+width: one strength `mu` then weighs the M layers alike (FedCKA averages
+their losses) whatever the batch size. Unscaled, a 64-example batch of a
+layer of 6 x 14 x 14 activations would put a sum of 75,000 terms inside the
+log-sum-exp beside a batch-mean cross-entropy. They stay unbounded;
+FedCKA's loss takes them through a log-sum-exp, finite for any finite value.
 """
 
 from typing import Callable, Sequence
@@ -166,14 +175,16 @@ def cosine_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(x * y) / (tf.norm(x) * tf.norm(y) + _EPSILON)
 
 
-def squared_frobenius_distance(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-  """`||x - y||_F^2` (FedCKA's Table 3 "squared Frobenius norm")."""
-  return tf.reduce_sum(tf.square(_flatten(x) - _flatten(y)))
+def negated_squared_frobenius(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+  """`-||x - y||_F^2 / (B D)`: FedCKA Table 3's squared Frobenius norm as a
+  similarity (0 when equal, lower the further apart), per element."""
+  return -tf.reduce_mean(tf.square(_flatten(x) - _flatten(y)))
 
 
 def vectorized_inner_product(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-  """`<vec x, vec y>` = `||vec x|| ||vec y|| cos(theta)` (FedCKA Table 3)."""
-  return tf.reduce_sum(_flatten(x) * _flatten(y))
+  """`<vec x, vec y> / (B D)` = `||vec x|| ||vec y|| cos(theta) / (B D)`
+  (FedCKA Table 3's vectorized cosine, per element)."""
+  return tf.reduce_mean(_flatten(x) * _flatten(y))
 
 
 def frobenius_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
@@ -188,7 +199,7 @@ def frobenius_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 SIMILARITIES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
     'linear_cka': linear_cka,
     'kernel_cka': kernel_cka,
-    'frobenius': squared_frobenius_distance,
+    'frobenius': negated_squared_frobenius,
     'cosine': vectorized_inner_product,
     'normalized_cosine': cosine_similarity,
     'normalized_frobenius': frobenius_similarity,

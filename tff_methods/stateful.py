@@ -33,6 +33,7 @@ directory at the same path (as they see the data).
 import atexit
 import collections
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -65,6 +66,8 @@ def parse_state(serialized: tf.Tensor, template: Any) -> Any:
 # A client's own initial state (MOON's `initial_model`): version 0, read
 # from the second round on.
 OWN_INITIAL_VERSION = 0
+# The version number of the shared initial state (`initial.state`).
+INITIAL_VERSION = -1
 
 
 class ClientStateFiles:
@@ -90,6 +93,9 @@ class ClientStateFiles:
       atexit.register(shutil.rmtree, directory, ignore_errors=True)
     self._directory = os.path.abspath(directory)
     os.makedirs(self._directory, exist_ok=True)
+    # The directory as a literal in `tf.io.matching_files`' patterns: a
+    # `[`, `*` or `?` in it would otherwise match other paths, or none.
+    self._pattern_directory = _escape_glob(self._directory)
     self._initial_file = os.path.join(self._directory, 'initial.state')
     self._client_dirs: dict[str, str] = {}
     self._write_file(self._initial_file, self._initial)
@@ -104,11 +110,15 @@ class ClientStateFiles:
 
   # -- In TensorFlow, in the client computation.
 
-  def _client_dir_tf(self, client_id: tf.Tensor) -> tf.Tensor:
+  def _client_dir_tf(self, client_id: tf.Tensor, as_pattern: bool = False
+                     ) -> tf.Tensor:
+    """The client's directory; `as_pattern`: escaped for a glob pattern
+    (the client's own part is only letters, digits, `_`, `-` and `.`)."""
     safe = tf.strings.regex_replace(client_id, _UNSAFE, '_')
     fingerprint = tf.strings.as_string(
         tf.strings.to_hash_bucket_fast(client_id, _BUCKETS))
-    return tf.strings.join([self._directory, '/', safe, '.', fingerprint])
+    directory = self._pattern_directory if as_pattern else self._directory
+    return tf.strings.join([directory, '/', safe, '.', fingerprint])
 
   def read_path(self, client_id: tf.Tensor, round_num: tf.Tensor
                 ) -> tf.Tensor:
@@ -117,7 +127,7 @@ class ClientStateFiles:
     # A client that trained in the last round reads that round's version: a
     # check for one file (0.1 ms) instead of listing its versions (0.6 ms).
     last_round = tf.io.matching_files(
-        self.write_path(client_id, round_num - 1))
+        self.write_path(client_id, round_num - 1, as_pattern=True))
     return tf.cond(
         tf.logical_and(round_num > 1, tf.size(last_round) > 0),
         lambda: last_round[0],
@@ -126,7 +136,7 @@ class ClientStateFiles:
   def _newest_path(self, client_id: tf.Tensor, round_num: tf.Tensor
                    ) -> tf.Tensor:
     files = tf.io.matching_files(tf.strings.join(
-        [self._client_dir_tf(client_id), '/*.state']))
+        [self._client_dir_tf(client_id, as_pattern=True), '/*.state']))
     files = tf.boolean_mask(files, tf.strings.regex_full_match(
         files, r'.*/[0-9]+\.state'))
     versions = tf.strings.to_number(tf.strings.regex_replace(
@@ -142,15 +152,33 @@ class ClientStateFiles:
         lambda: tf.gather(files, tf.argmax(versions)),
         lambda: tf.constant(self._initial_file))
 
-  def write_path(self, client_id: tf.Tensor, round_num: tf.Tensor
-                 ) -> tf.Tensor:
-    return tf.strings.join([self._client_dir_tf(client_id), '/',
+  def write_path(self, client_id: tf.Tensor, round_num: tf.Tensor,
+                 as_pattern: bool = False) -> tf.Tensor:
+    return tf.strings.join([self._client_dir_tf(client_id, as_pattern), '/',
                             tf.strings.as_string(round_num), '.state'])
 
   def read(self, client_id: tf.Tensor, round_num: tf.Tensor) -> Any:
     """The client's state as of the start of `round_num`."""
-    return parse_state(tf.io.read_file(self.read_path(client_id, round_num)),
-                       self._initial)
+    return self.read_with_version(client_id, round_num)[0]
+
+  def read_with_version(self, client_id: tf.Tensor, round_num: tf.Tensor
+                        ) -> tuple[Any, tf.Tensor]:
+    """(The state `read` returns, the version it read: the round its file
+    was written in, or `INITIAL_VERSION` for the shared initial state)."""
+    path = self.read_path(client_id, round_num)
+    version = tf.cond(
+        tf.equal(path, self._initial_file),
+        lambda: tf.constant(INITIAL_VERSION, tf.int64),
+        lambda: tf.strings.to_number(tf.strings.regex_replace(
+            path, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64))
+    return parse_state(tf.io.read_file(path), self._initial), version
+
+  def expected_read_version(self, client_id: str, round_num: int) -> int:
+    """The version a client reads in `round_num`, from Python's listing:
+    what `read_with_version` should report."""
+    usable = [v for v in self.versions(client_id) if v < round_num and (
+        v != OWN_INITIAL_VERSION or round_num > 1)]
+    return max(usable) if usable else INITIAL_VERSION
 
   def write(self, client_id: tf.Tensor, round_num: tf.Tensor,
             state: Any) -> tf.Tensor:
@@ -228,16 +256,102 @@ class ClientStateFiles:
     newest one written up to it (and its own initial state).
     """
     for client_id in client_ids:
-      older = [v for v in self.versions(client_id)
-               if OWN_INITIAL_VERSION < v <= checkpoint_round]
-      for version in older[:-1]:
-        _remove(self._file(client_id, version))
+      _prune_directory(self.client_dir(client_id), checkpoint_round)
+
+  def prune_all(self, checkpoint_round: int) -> None:
+    """`prune` for every client that has a directory here."""
+    for name in os.listdir(self._directory):
+      path = os.path.join(self._directory, name)
+      if os.path.isdir(path):
+        _prune_directory(path, checkpoint_round)
+
+
+def _prune_directory(client_dir: str, checkpoint_round: int) -> None:
+  """Removes a client's versions older than its newest up to
+  `checkpoint_round` (keeping its own initial state)."""
+  try:
+    names = os.listdir(client_dir)
+  except FileNotFoundError:
+    return
+  versions = sorted(int(n[:-len('.state')]) for n in names
+                    if n.endswith('.state') and n[:-len('.state')].isdigit())
+  older = [v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round]
+  for version in older[:-1]:
+    _remove(os.path.join(client_dir, f'{version}.state'))
+
+
+class PruningProgramStateManager(tff.program.ProgramStateManager):
+  """A program state manager that prunes the client states it saves past.
+
+  For `tff.learning.programs.train_model` (and any TFF program): after each
+  `save(program_state, version)` of the wrapped manager, every client keeps
+  only the state versions a program resumed from that version can read
+  (`ClientStateFiles.prune_all`), so the directory stays bounded (about one
+  version per client) instead of growing by a version per client and round.
+
+      manager = stateful.PruningProgramStateManager(
+          tff.program.FileProgramStateManager(root), process.client_states)
+
+  Args:
+    program_state_manager: The manager that saves and loads.
+    client_states: The process's client states (`process.client_states`).
+  """
+
+  def __init__(self, program_state_manager: tff.program.ProgramStateManager,
+               client_states: ClientStateFiles):
+    self._manager = program_state_manager
+    self._client_states = client_states
+
+  async def get_versions(self) -> Optional[list[int]]:
+    return await self._manager.get_versions()
+
+  async def load(self, version: int, structure: Any) -> Any:
+    return await self._manager.load(version, structure)
+
+  async def save(self, program_state: Any, version: int) -> None:
+    await self._manager.save(program_state, version)
+    self._client_states.prune_all(version)
+
+
+# The file that names the run a state directory belongs to.
+OWNER_FILE = 'owner.txt'
+
+
+def claim_directory(directory: str, owner: str) -> None:
+  """Marks `directory` as `owner`'s state directory, or refuses another's.
+
+  Runs that share a state directory would read each other's states (MOON's
+  and FedCKA's files have the same layout): a program claims its directory
+  before it trains, naming itself (e.g. its output directory).
+
+  Raises:
+    ValueError: `directory` holds another owner's states.
+  """
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, OWNER_FILE)
+  try:
+    with open(path) as f:
+      current = f.read().strip()
+  except FileNotFoundError:
+    with open(path, 'w') as f:
+      f.write(owner + '\n')
+    return
+  if current != owner:
+    raise ValueError(
+        f'The client state directory {directory} holds the states of '
+        f'another run ({current}); each run keeps its own. Give this run '
+        'another client_state_dir, or remove that directory to start over.')
 
 
 # Characters kept in a client's directory name (a fingerprint of the id
 # follows, so distinct ids never share a directory).
 _UNSAFE = r'[^A-Za-z0-9_-]'
 _BUCKETS = 2**62
+
+
+def _escape_glob(path: str) -> str:
+  """`path` with glob's special characters escaped (`\\[`, `\\*`, ...)."""
+  return re.sub(r'([\[\]*?\\])', r'\\\1', path)
 
 
 def _remove(path: str) -> None:
@@ -261,6 +375,7 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
                      set_model_weights)
     self.client_states = client_states
     self._last_round = None
+    self._repeats = 0
     self._checked_next = _KeyCheckingNext(super().next, self.check_keys)
 
   @property
@@ -276,9 +391,11 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     - Rounds below 1.
     - A first round past 1 with a temporary state directory: a resumed
       program whose clients' states were in a directory that is gone.
-    A round that does not advance past the last round this process ran
-    (the same round again, or one before it) gets a warning: its clients
-    read the states written before it, not those of the last round.
+    A round before the last round this process ran, or the same round a
+    third time running, gets a warning: its clients read the states
+    written before it, not those of the last round. (The same round twice
+    is a retry, as `tff.learning.programs.train_model` retries a discarded
+    round: it reads what the first try read.)
     """
     if not isinstance(keys, (list, tuple)):
       return  # A federated value of a program: TFF checks its type.
@@ -297,14 +414,18 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
           'models, SCAFFOLD with zero control variates). Pass '
           'client_state_dir=<a directory kept with the program state> to '
           'the builder.')
-    if self._last_round is not None and max(rounds) <= self._last_round:
+    repeats = (self._repeats + 1 if max(rounds) == self._last_round else 0)
+    if self._last_round is not None and (max(rounds) < self._last_round or
+                                         repeats > 1):
       warnings.warn(
           f'Client keys name round {max(rounds)}, but this process last ran '
-          f'round {self._last_round}: its clients read the states written '
-          f'before round {max(rounds)}. Give each round its own number '
-          '(tff_methods.stateful.client_key(client_id, round_num)).',
+          f'round {self._last_round}' + (f' ({repeats + 1} times)' if repeats
+                                         else '') +
+          f': its clients read the states written before round '
+          f'{max(rounds)}, not the last round\'s. Give each round its own '
+          'number (tff_methods.stateful.client_key(client_id, round_num)).',
           stacklevel=3)
-    self._last_round = max(rounds)
+    self._last_round, self._repeats = max(rounds), repeats
 
 
 def _key_round(key: Any) -> int:
@@ -410,9 +531,14 @@ def split_client_key(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   return key[0], tf.strings.to_number(key[1], tf.int64)
 
 
-def client_states_metrics(written):
-  """How many clients wrote their state this round (SERVER)."""
-  return collections.OrderedDict(written=tff.federated_sum(written))
+def client_states_metrics(written, read_versions):
+  """How many clients wrote their state this round, and the sum of the
+  versions they read (SERVER): a program checks both against its store
+  (`ClientStateFiles.expected_read_version`), so that a stale read (a
+  shared file system's cached listing) does not go unnoticed."""
+  return collections.OrderedDict(
+      written=tff.federated_sum(written),
+      read_version_sum=tff.federated_sum(read_versions))
 
 
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
@@ -542,7 +668,8 @@ def build_stateful_local_training_process(
   def client_update_computation(received, key):
     dataset = client_batches(key)
     client_id, round_num = split_client_key(key)
-    client_state = client_states.read(client_id, round_num)
+    client_state, read_version = client_states.read_with_version(
+        client_id, round_num)
     initial_weights, broadcast = local_training.split_received(
         received, has_broadcast)
     client_update = local_training.build_client_update_fn(
@@ -575,7 +702,7 @@ def build_stateful_local_training_process(
           lambda: tf.nest.map_structure(tf.zeros_like, reports))
     written = client_states.write(client_id, round_num, new_state)
     return (result, aggregation.unfinalized_train_metrics(sums), written,
-            reports, tf.cast(finite, tf.float32))
+            reports, tf.cast(finite, tf.float32), read_version)
 
   aggregate_metrics = aggregation.build_metrics_aggregation(
       metrics_aggregator, client_update_computation.type_signature.result[1])
@@ -601,8 +728,9 @@ def build_stateful_local_training_process(
   def next_fn(state, keys):
     distributed = distributor.next(state.distributor,
                                    state.global_model_weights)
-    client_result, unfinalized, written, reports, reported = tff.federated_map(
-        client_update_computation, (distributed.result, keys))
+    (client_result, unfinalized, written, reports, reported,
+     read_versions) = tff.federated_map(client_update_computation,
+                                        (distributed.result, keys))
     aggregated = aggregator.next(state.aggregator, client_result.update,
                                  client_result.update_weight)
     finalized = finalizer.next(state.finalizer, state.global_model_weights,
@@ -623,7 +751,7 @@ def build_stateful_local_training_process(
         client_work=aggregate_metrics(unfinalized),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements,
-        client_states=client_states_metrics(written)))
+        client_states=client_states_metrics(written, read_versions)))
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   return build_process(initialize_fn, next_fn, client_states)

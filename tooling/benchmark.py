@@ -142,12 +142,12 @@ def time_methods(model_name: str,
         state, model_lib.initial_weights(model_fn, seed))
     build = time.perf_counter() - start
     start = time.perf_counter()
-    # Warm-up: not timed.
-    state = process.next(state, _keys(client_ids, 0)).state
+    # Warm-up, round 1: not timed.
+    state = process.next(state, _keys(client_ids, 1)).state
     first = time.perf_counter() - start
     runs[name] = dict(process=process, state=state, seconds=[],
                       build_seconds=build, first_round_seconds=first)
-  for round_num in range(1, repeats + 1):
+  for round_num in range(2, repeats + 2):
     for name in method_names:
       run = runs[name]
       start = time.perf_counter()
@@ -401,9 +401,9 @@ def loopback_worker_throughput(
       with context_stack_impl.context_stack.install(context):
         state = process.set_model_weights(
             process.initialize(), model_lib.initial_weights(model_fn, seed))
-        state = process.next(state, _keys(client_ids, 0)).state  # Warm-up.
+        state = process.next(state, _keys(client_ids, 1)).state  # Warm-up.
         seconds = []
-        for round_num in range(1, repeats + 1):
+        for round_num in range(2, repeats + 2):
           start = time.perf_counter()
           state = process.next(state, _keys(client_ids, round_num)).state
           seconds.append(time.perf_counter() - start)
@@ -553,7 +553,7 @@ def memory_growth(data: datasets.FederatedData, model_name: str,
                                     model_lib.initial_weights(model_fn, 0))
   client_ids = list(data.client_data.client_ids)
   rss = []
-  for round_num in range(rounds):
+  for round_num in range(1, rounds + 1):
     state = process.next(state, _keys(client_ids, round_num)).state
     rss.append(resident_mb()['total_rss_mb'])
   return dict(rss_mb=rss, after_round=after_round,

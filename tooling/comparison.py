@@ -376,7 +376,8 @@ def _paper_figure(reported: Optional[Mapping[str, float]]) -> str:
 def write_report(summaries: Sequence[MethodSummary], output_dir: str,
                  target_accuracy: float, title: str,
                  reported: Optional[Mapping[str, Mapping[str, float]]] = None,
-                 labels: Optional[Mapping[str, str]] = None) -> dict:
+                 labels: Optional[Mapping[str, str]] = None,
+                 references: Sequence[Any] = ()) -> dict:
   """Writes comparison.md and comparison.csv; returns their paths.
 
   Args:
@@ -387,6 +388,8 @@ def write_report(summaries: Sequence[MethodSummary], output_dir: str,
     reported: By arm label, the paper's numbers (`presets.Row.reported`,
       in percent); adds a "paper" column.
     labels: By arm label, the name shown (e.g. the paper's row name).
+    references: Published rows of methods not run here
+      (`presets.Preset.references`): their paper figure, beside the table.
   """
   os.makedirs(output_dir, exist_ok=True)
   reported = reported or {}
@@ -408,6 +411,9 @@ def write_report(summaries: Sequence[MethodSummary], output_dir: str,
                  f'{rounds} | {s.seconds_per_round:.2f} |' + (
                      f' {_paper_figure(reported.get(s.method))} |'
                      if reported else ''))
+  for row in references:
+    lines.append(f'| {row.label} (paper only, not run here) | | | | | |'
+                 f' {_paper_figure(row.reported)} |')
   last = ranked[0].last_rounds
   when = ('after the last round' if last == 1 else
           f'(final: the mean of the last {last} rounds\' evaluations)')

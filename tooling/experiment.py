@@ -15,8 +15,10 @@ loads the task, builds the method, and trains with
 
 import dataclasses
 import functools
+import hashlib
 import json
 import os
+import re
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import logging
@@ -34,6 +36,7 @@ from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
+from tff_methods import stateful
 from tooling import evaluation
 from tooling import training_loop
 
@@ -141,8 +144,9 @@ class ExperimentConfig:
       '(the inner product), normalized_cosine or normalized_frobenius.')
   client_state_dir: Optional[str] = _setting(
       None,
-      'moon/fedcka/scaffold: the directory of the client state files '
-      '(default: a temporary one); TFF workers must see it.')
+      'moon/fedcka/scaffold: where the client state files go (default: '
+      '<output_dir>/client_states); given, each run keeps its states in a '
+      'directory of its own under it. TFF workers must see it.')
   fed2_groups: int = _setting(10, 'fed2: G, the number of groups.')
   fed2_decouple_depth: Optional[int] = _setting(
       None,
@@ -207,6 +211,19 @@ class ExperimentConfig:
       'If > 0, hold out this share of the training data and evaluate on it '
       'instead of the test set (for tuning; binaries/tune.py sets it).')
 
+  def client_state_directory(self) -> str:
+    """Where this run's clients keep their states (MOON, FedCKA, SCAFFOLD):
+    `<output_dir>/client_states`, or under `client_state_dir` a directory
+    of the run's own, named after its output directory (runs of a
+    comparison may share `--client_state_dir`, never their states)."""
+    if not self.client_state_dir:
+      return os.path.join(self.output_dir, 'client_states')
+    run = os.path.abspath(self.output_dir)
+    name = re.sub(r'[^A-Za-z0-9_.+@-]', '_',
+                  '_'.join(p for p in run.split(os.sep)[-2:] if p))
+    digest = hashlib.sha1(run.encode()).hexdigest()[:8]
+    return os.path.join(self.client_state_dir, f'{name}-{digest}')
+
   def model_name(self) -> str:
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
 
@@ -234,8 +251,7 @@ class ExperimentConfig:
         mu=self.mu, temperature=self.temperature, cka_layers=self.cka_layers,
         similarity=self.similarity,
         # Kept with the run, so that it resumes exactly.
-        client_state_dir=(self.client_state_dir or
-                          os.path.join(self.output_dir, 'client_states')),
+        client_state_dir=self.client_state_directory(),
         fed2_groups=self.fed2_groups,
         fed2_decouple_depth=self.fed2_decouple_depth,
         fed2_pairing=self.fed2_pairing, seed=self.seed,
@@ -444,6 +460,9 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
                     'does: --client_momentum=%s is not used (--scaffold_'
                     'momentum uses it, as NIID-Bench does).',
                     config.client_momentum)
+  if methods.is_stateful(config.method):
+    stateful.claim_directory(hparams.client_state_dir,
+                             os.path.abspath(config.output_dir))
   process = methods.build_method_for_client_ids(
       config.method, keras_model_fn,
       datasets.round_dataset_computation(data.client_data, batches),

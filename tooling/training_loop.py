@@ -20,7 +20,8 @@ compose_dataset_computation_with_learning_process`), the way
 - A process with per-client state (`tff_methods.stateful`) keeps it in
   files by client and round, which a resumed run reads as they were; the
   loop discards a rejected round's versions and prunes the versions no
-  checkpoint needs.
+  checkpoint needs. After each round it checks that every client wrote its
+  state and read the version the store holds (`client_states` metrics).
 - `experiment.json` records the experiment's settings; an output directory
   that holds a different experiment is refused before any work starts.
 """
@@ -110,12 +111,21 @@ def train_metrics(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
   return client_work.get('train', {})
 
 
-def _check_states_written(metrics, cohort, client_states) -> None:
+def _check_client_states(metrics, cohort, expected_read_versions,
+                         client_states) -> None:
+  """Every client wrote its state, and read the version the store holds."""
   written = int(metrics['client_states']['written'])
   if written != len(cohort):
     raise RuntimeError(
         f'{len(cohort) - written} of the round\'s {len(cohort)} clients did '
         f'not write their state under {client_states.directory}.')
+  read = int(metrics['client_states']['read_version_sum'])
+  if read != sum(expected_read_versions):
+    raise RuntimeError(
+        f'The round\'s clients read other versions of their state than '
+        f'{client_states.directory} holds (versions summing to {read}, '
+        f'expected {sum(expected_read_versions)}): a stale listing of a '
+        'shared file system, or another run writing to the same directory.')
 
 
 def run_training(
@@ -217,12 +227,15 @@ def run_training(
       started = time.monotonic()
       keys = (cohort if client_key_fn is None else
               [client_key_fn(c, round_num) for c in cohort])
+      if client_states is not None:
+        expected_reads = [client_states.expected_read_version(c, round_num)
+                          for c in cohort]
       output = process.next(state, keys)
       seconds = time.monotonic() - started
       durations.append(seconds)
       metrics = collections.OrderedDict(output.metrics)
       if client_states is not None:
-        _check_states_written(metrics, cohort, client_states)
+        _check_client_states(metrics, cohort, expected_reads, client_states)
         trained_since_save.update(cohort)
       # TFF's finalizer already skips a non-finite averaged update; any other
       # non-finite global model (e.g. from a custom server rule) is caught

@@ -42,6 +42,9 @@ class Preset:
     rows: The methods of the table.
     main: The key of the paper's own method (`train.py`'s default row).
     notes: Settings the paper leaves out, or that differ here, and why.
+    references: Published numbers of methods the project does not
+      implement (e.g. FedMA beside Fed2), shown beside the table's rows and
+      never run (their `method` is empty).
   """
   name: str
   paper: str
@@ -50,6 +53,7 @@ class Preset:
   rows: tuple[Row, ...]
   main: str
   notes: tuple[str, ...] = ()
+  references: tuple[Row, ...] = ()
 
   def row(self, key: Optional[str] = None) -> Row:
     """The row `key` (or `main`); raises naming the preset's rows."""
@@ -123,6 +127,10 @@ def describe(preset: Preset, settings: bool = False) -> str:
     mark = '*' if row.key == preset.main else ' '
     lines.append(f'  {mark} {row.key:<{width}}  {row.label:<28} paper: '
                  f'{_format_reported(row.reported)}')
+  for row in preset.references:
+    lines.append(f'    {row.key:<{width}}  {row.label:<28} paper: '
+                 f'{_format_reported(row.reported)} (reference: not run '
+                 'here)')
   if settings:
     lines.append('  settings: ' + ' '.join(
         f'--{k}={v}' for k, v in preset.settings.items()))

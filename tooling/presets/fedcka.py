@@ -115,10 +115,13 @@ base.add(PRESETS, base.Preset(
     main='linear_cka',
     notes=('mu = 3, Table 1\'s best for CIFAR-10 (Table 3\'s is not given).',
            'The paper\'s seconds per round are on a GTX Titan V.',
-           'frobenius and cosine are the paper\'s forms as written, '
-           '||a1 - a2||_F^2 and the inner product of the vectorized '
-           'activations, put in place of CKA in Eq. 2; normalized_cosine '
-           'and normalized_frobenius are bounded variants.')))
+           'frobenius and cosine are the paper\'s forms read as '
+           'similarities in CKA\'s place in Eq. 2, per element: '
+           '-||a1 - a2||_F^2 / (B D) (negated: a distance there would push '
+           'the local model away from the global one) and the inner '
+           'product of the vectorized activations / (B D); '
+           'normalized_cosine and normalized_frobenius are bounded '
+           'variants.')))
 
 # Fig. 5 (arXiv version): accuracy against M, the layers regularized, M = 1
 # .. 7 on CIFAR-10 with alpha = 5.0. Only M = 2 has a number in the text
