@@ -109,10 +109,14 @@ def main(argv):
   error = runtime_flags.start_for_runs()
   if error:
     return experiment_flags.usage_error(error)
-  comparison.run_comparison(
-      configs, progress=FLAGS.progress,
-      on_run=lambda label: print(f'== {label}', flush=True), jobs=FLAGS.jobs,
-      max_concurrent_clients=FLAGS.max_concurrent_clients)
+  try:
+    comparison.run_comparison(
+        configs, progress=FLAGS.progress,
+        on_run=lambda label: print(f'== {label}', flush=True),
+        jobs=FLAGS.jobs, max_concurrent_clients=FLAGS.max_concurrent_clients)
+  except ValueError as e:  # A run refused (a locked or finished directory).
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   arm_labels = [comparison.as_arm(a).label for a in arms]
   summaries = comparison.summarize(output_dir, arm_labels, seeds,
                                    FLAGS.target_accuracy, FLAGS.last_rounds)

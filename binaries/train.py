@@ -67,7 +67,11 @@ def main(argv):
     return 2
   evals = results['final_eval']
   split = 'validation' if config.validation_fraction else 'test'
-  print(f"{config.method} on {config.task}: round {results['rounds']}, "
+  rejected = (f" ({results['rejected_rounds']} of {results['rounds']} "
+              'rounds rejected as non-finite: the model is the one before '
+              'them)' if results['rejected_rounds'] else '')
+  print(f"{config.method} on {config.task}: round {results['rounds']}"
+        f'{rejected}, '
         f"{split} accuracy {evals.get('accuracy', float('nan')):.4f}, "
         f"macro-F1 {evals.get('macro_f1', float('nan')):.4f}, "
         f"{results['seconds_per_round']:.2f} s/round; "

@@ -156,16 +156,23 @@ def load_image_folder_arrays(directory: str, image_size: int = 32,
 
   If `directory` holds `train/` and `test/` (or `val/`), each is read as a
   split; otherwise a seeded `test_fraction` of the images is held out. Images
-  are resized to `image_size` x `image_size` RGB.
+  are resized to `image_size` x `image_size` RGB. Hidden files (`.DS_Store`)
+  are skipped.
+
+  Raises:
+    ValueError: naming the folder or file: a class folder of the training
+      data with no images (it would be trained as a class with no
+      examples), or a file that is not an image TensorFlow can read.
   """
   if not directory or not os.path.isdir(directory):
     raise ValueError(f'--data_dir={directory!r} is not a directory; '
                      'image_folder needs one sub-directory per class.')
 
   def read(split_dir, classes=None):
+    training = classes is None
     classes = classes or sorted(
         d for d in os.listdir(split_dir)
-        if os.path.isdir(os.path.join(split_dir, d)))
+        if os.path.isdir(os.path.join(split_dir, d)) and not d.startswith('.'))
     if not classes:
       raise ValueError(f'{split_dir!r} has no class sub-directories.')
     xs, ys = [], []
@@ -173,9 +180,21 @@ def load_image_folder_arrays(directory: str, image_size: int = 32,
       cls_dir = os.path.join(split_dir, cls)
       if not os.path.isdir(cls_dir):
         continue
-      for fname in sorted(os.listdir(cls_dir)):
-        raw = tf.io.read_file(os.path.join(cls_dir, fname))
-        image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+      names = sorted(n for n in os.listdir(cls_dir) if not n.startswith('.'))
+      if training and not names:
+        raise ValueError(
+            f'The class folder {cls_dir} has no images: it would be trained '
+            'as a class with no examples. Add images, or remove the folder.')
+      for fname in names:
+        path = os.path.join(cls_dir, fname)
+        try:
+          image = tf.io.decode_image(tf.io.read_file(path), channels=3,
+                                     expand_animations=False)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
+          reason = (e.message or '').splitlines()[0]
+          raise ValueError(
+              f'{path} is not an image TensorFlow can read ({reason}); '
+              'remove it from the image folder.') from None
         image = tf.image.resize(image, (image_size, image_size))
         xs.append(image.numpy() / 255.0)
         ys.append(label)

@@ -19,6 +19,8 @@ clients (a user's plain Keras model, named by `model_lib.named_outputs`):
   (its secure intrinsics compiled to their plain bodies).
 """
 
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -230,3 +232,7 @@ def test_secure_aggregator_is_the_mean_within_quantization(method, setup):
   np.testing.assert_allclose(weights[-1],
                              _mean_run(method, setup, uniform=True)[-1],
                              rtol=0, atol=1e-5)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -303,10 +303,6 @@ def test_fed2_is_timed_only_on_groupable_models():
   assert 'fed2' not in benchmark.applicable_methods('resnet18')
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_scaling_reports_tffs_cost_per_client(tmp_path):
   hparams = methods.Hyperparameters(client_learning_rate=0.01)
   by_count = benchmark.scaling([2, 4], 'mlp', 3, 8, hparams, str(tmp_path),
@@ -342,3 +338,7 @@ def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):
   assert store['megabytes'] * 2**20 >= 8 * state_bytes
   for run in results['methods'].values():
     assert run['clients_per_second'] == pytest.approx(3 / run['median'])
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

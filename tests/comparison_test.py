@@ -167,10 +167,6 @@ def test_a_run_whose_worker_dies_resumes_on_a_new_worker(tmp_path):
   assert _accuracies(tmp_path / 'restarted') == _accuracies(tmp_path / 'clean')
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_a_method_at_an_aggregator_is_an_arm_beside_the_method(tmp_path):
   arms = comparison.arms(['fedcka', 'fedcka@dp'],
                          settings={'fedcka': {'client_learning_rate': 0.1}})
@@ -187,3 +183,7 @@ def test_a_method_at_an_aggregator_is_an_arm_beside_the_method(tmp_path):
   with pytest.raises(ValueError,
                      match="(?s)fedavg@median.*--aggregator='median'"):
     comparison.plan(base, ['fedavg@median'], [0], str(tmp_path))
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

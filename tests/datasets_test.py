@@ -299,10 +299,6 @@ def test_partition_report_text_and_heatmap(tmp_path):
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_generated_clients_sizes_span_the_asked_range(tmp_path):
   data = datasets.generated_like('emnist', 40, 2, str(tmp_path), num_test=3,
                                  max_examples_per_client=5)
@@ -312,3 +308,7 @@ def test_generated_clients_sizes_span_the_asked_range(tmp_path):
   with pytest.raises(ValueError, match='max_examples_per_client=1'):
     datasets.generated_like('emnist', 4, 2, str(tmp_path),
                             max_examples_per_client=1)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,5 +1,7 @@
 """Tests for binaries/experiment_flags.py: how the binaries end on failures."""
 
+import sys
+
 import pytest
 
 from binaries import experiment_flags
@@ -31,3 +33,7 @@ def test_an_unexpected_failure_keeps_its_traceback():
 
   with pytest.raises(KeyError):
     experiment_flags.one_line_errors(main)(['train'])
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import json
+import sys
 
 from absl import flags
 import pytest
@@ -85,3 +86,7 @@ def test_a_run_under_an_aggregator_records_its_measurements(tmp_path):
   assert float(rows[1]['aggregator/zeroing/clipping_norm']) != 1.0
   with open(tmp_path / 'run' / 'experiment.json') as f:
     assert json.load(f)['aggregator'] == 'robust'
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

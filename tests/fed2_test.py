@@ -236,10 +236,6 @@ def test_paired_averaging_trains_where_class_weighting_does_not(tmp_path):
   assert losses['class_weighted'][-1] > losses['uniform'][-1] + 0.5
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_paired_averaging_weighs_each_group_by_the_clients_examples():
   # Two clients of 30 and 10 examples; one round each alone gives w0, w1,
   # and one round of both must give (30 w0 + 10 w1) / 40 in every group.
@@ -275,3 +271,7 @@ def test_paired_averaging_weighs_each_group_by_the_clients_examples():
     for g in slices:
       np.testing.assert_allclose(both[t][g], expected[g], rtol=1e-5,
                                  atol=1e-6, err_msg=f'tensor {t}, {g}')
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

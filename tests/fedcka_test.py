@@ -75,10 +75,6 @@ def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
   assert sorted(view.model.output) == [f'layer_{k}' for k in range(1, m + 1)]
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def _numpy_linear_cka(x, y):
   x = x.reshape(len(x), -1) - x.reshape(len(x), -1).mean(axis=0)
   y = y.reshape(len(y), -1) - y.reshape(len(y), -1).mean(axis=0)
@@ -120,3 +116,7 @@ def test_the_term_is_mu_times_the_mean_over_the_first_m_layers():
   assert term(nearer) < term(outputs) - 1e-3
   assert term(dict(outputs, layer_4=draw()['layer_4'])) == pytest.approx(
       term(outputs), rel=1e-6)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -139,10 +139,6 @@ def test_unknown_model_is_named():
     models.get_model('lenet7', 10, (8, 8, 1))
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def _random_ops_and_initial_values(scope):
   with tf.Graph().as_default() as graph, scope:
     model = models.fedcka_cnn(10)
@@ -165,3 +161,7 @@ def test_models_whose_weights_are_assigned_draw_no_random_initial_values():
       contextlib.nullcontext())
   assert random_ops
   assert any(v.any() for v in values)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -66,10 +66,6 @@ def test_reference_view_up_to_moons_projection_computes_the_models_z():
                              atol=1e-5)
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 @pytest.mark.parametrize('temperature', [0.1, 0.5, 2.0])
 def test_the_term_uses_the_temperature_it_is_given(temperature):
   rng = np.random.default_rng(5)
@@ -90,3 +86,7 @@ def test_the_term_uses_the_temperature_it_is_given(temperature):
   assert term == pytest.approx(expected, rel=1e-5)
   assert term == pytest.approx(3.0 * float(moon.contrastive_loss(
       z, z_global, z_prev, temperature)), rel=1e-6)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

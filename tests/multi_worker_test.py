@@ -244,3 +244,7 @@ def test_tff_worker_binary_is_the_worker_started(tmp_path):
   # The wrapper ran, with the worker's flags, and training went through it.
   assert '--port=' in marker.read_text()
   assert 'fedavg on digits: round 1' in result.stdout
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -195,10 +195,6 @@ def test_presets_binary_lists_every_preset_with_the_papers_numbers():
   assert 'Exception ignored' not in result.stderr
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_published_rows_of_methods_not_implemented_are_shown_not_run(
     tmp_path):
   preset = presets.get('fed2_fig6_vgg9')
@@ -213,3 +209,7 @@ def test_published_rows_of_methods_not_implemented_are_shown_not_run(
       [summary], str(tmp_path), 0.8, 't', {'fed2': {'accuracy': 88.29}},
       {'fed2': 'Fed2'}, preset.references)['markdown']).read()
   assert '| FedMA (paper only, not run here) | | | | | | 87.53 |' in table
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -8,6 +8,7 @@ real round: the runner's process moves `c` by |S|/N of the mean change.
 """
 
 import os
+import sys
 import types
 
 import numpy as np
@@ -173,3 +174,7 @@ def test_scaffold_through_the_runner_moves_c_by_the_sampled_share(
                              axis=0)
     assert np.abs(expected).max() > 0
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-7)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

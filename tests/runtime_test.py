@@ -117,3 +117,7 @@ def test_the_worker_binary_serves_with_the_cores_split():
   finally:
     process.terminate()
     process.wait(timeout=30)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -190,10 +190,6 @@ def test_bad_client_count_is_named(problem):
     _build_scaffold(problem, num_clients=0)
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def _niid_bench_round(x, y, w_global, c, c_i, momentum):
   """NIID-Bench's `train_net_scaffold` for one client, in numpy: SGD with
   momentum (a fresh buffer each round) on the data loss, then
@@ -232,3 +228,7 @@ def test_momentum_leaves_the_correction_outside_as_niid_bench_does(problem):
       rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(np.ravel(state.distributor['scaffold'][0]), c,
                              rtol=1e-4, atol=1e-5)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -281,3 +281,7 @@ def test_stateful_next_warns_when_the_round_does_not_advance(tmp_path):
   with pytest.warns(UserWarning, match='name round 2, but this process '
                     'last ran round 4'):
     process.check_keys([stateful.client_key('client_0', 2)])
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

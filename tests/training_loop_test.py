@@ -108,6 +108,10 @@ def test_diverged_round_is_rejected_and_the_model_kept(tmp_path):
   assert results['rejected_rounds'] == 2
   rows = _metric_rows(config.output_dir)
   assert [r['rejected'] for r in rows] == ['1', '1']
+  # No client trained: no made-up loss or accuracy.
+  assert all(r['client_work/train/loss'] == 'nan' for r in rows)
+  assert all(r['client_work/train/sparse_categorical_accuracy'] == 'nan'
+             for r in rows)
   keras_model_fn = lambda: models.get_model('mlp', 10, (8, 8, 1))
   np.testing.assert_array_equal(
       model_lib.flat_trainable(results['final_weights']),

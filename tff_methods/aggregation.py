@@ -84,7 +84,10 @@ def model_aggregation(
 
 
 def _ratio(values):
-  return values[0] / tf.maximum(values[1], 1.0)
+  # NaN when no client trained (every one was dropped as non-finite): no
+  # made-up loss or accuracy.
+  return tf.where(values[1] > 0, values[0] / tf.maximum(values[1], 1.0),
+                  tf.constant(float('nan')))
 
 
 def _count(dtype):

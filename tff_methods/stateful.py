@@ -173,6 +173,22 @@ class ClientStateFiles:
             path, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64))
     return parse_state(tf.io.read_file(path), self._initial), version
 
+  def unreadable_files(self, client_ids: Sequence[str], round_num: int
+                       ) -> list[str]:
+    """The state files the clients would read in `round_num` that do not
+    parse (truncated by a full disk, a crash mid-write, ...)."""
+    bad = []
+    for client_id in client_ids:
+      version = self.expected_read_version(client_id, round_num)
+      path = (self._initial_file if version == INITIAL_VERSION
+              else self._file(client_id, version))
+      try:
+        with open(path, 'rb') as f:
+          parse_state(tf.constant(f.read()), self._initial)
+      except (OSError, tf.errors.OpError, ValueError):
+        bad.append(path)
+    return bad
+
   def expected_read_version(self, client_id: str, round_num: int) -> int:
     """The version a client reads in `round_num`, from Python's listing:
     what `read_with_version` should report."""
@@ -311,6 +327,18 @@ class PruningProgramStateManager(tff.program.ProgramStateManager):
   async def save(self, program_state: Any, version: int) -> None:
     await self._manager.save(program_state, version)
     self._client_states.prune_all(version)
+
+
+def has_client_states(directory: str) -> bool:
+  """Whether any client has a stored state version under `directory`."""
+  try:
+    names = os.listdir(directory)
+  except FileNotFoundError:
+    return False
+  return any(
+      n.endswith('.state')
+      for name in names if os.path.isdir(os.path.join(directory, name))
+      for n in os.listdir(os.path.join(directory, name)))
 
 
 # The file that names the run a state directory belongs to.

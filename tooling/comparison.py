@@ -18,6 +18,8 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import queue
+import signal
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -190,7 +192,9 @@ def run_comparison(configs: Sequence[experiment.ExperimentConfig],
       logging.info('%s: finished before, skipped.', _label(config))
     else:
       pending.append(config)
-  if jobs == 1 or len(pending) <= 1:
+  if not pending:
+    return
+  if jobs == 1:
     for config in pending:
       if on_run:
         on_run(_label(config))
@@ -226,7 +230,7 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
     process.start()
   try:
     for count in range(1, len(configs) + 1):
-      label, accuracy, seconds, error = done.get()
+      label, accuracy, seconds, error = _next_result(done, processes)
       if error:
         raise RunFailedError(f'{label} failed: {error}')
       if on_run:
@@ -241,6 +245,46 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
   finally:
     for process in processes:
       process.join()
+
+
+# How often the parent looks at its jobs while it waits for a result.
+_JOB_POLL_SECONDS = 1.0
+
+
+def _next_result(done, processes):
+  """The next finished run's report; raises if a job ended without one.
+
+  A job killed (by the out-of-memory killer, a SIGKILL, or a SIGINT that
+  reached only the jobs) never reports its run: waiting on the queue alone
+  would wait for ever.
+  """
+  while True:
+    try:
+      return done.get(timeout=_JOB_POLL_SECONDS)
+    except queue.Empty:
+      pass
+    ended = [p for p in processes if p.exitcode not in (None, 0)]
+    if ended:
+      how = ', '.join(_exit_description(p.exitcode) for p in ended)
+      raise RunFailedError(
+          f'{len(ended)} of the {len(processes)} jobs ended before reporting '
+          f'their run ({how}); the other jobs were stopped. Rerun the same '
+          'command: finished runs are kept, unfinished ones resume.')
+    if not any(p.is_alive() for p in processes):
+      try:  # The last reports may still be in flight.
+        return done.get(timeout=_JOB_POLL_SECONDS)
+      except queue.Empty:
+        raise RunFailedError('Every job ended, but not every run was '
+                             'reported.') from None
+
+
+def _exit_description(exitcode: int) -> str:
+  if exitcode < 0:
+    try:
+      return f'killed by {signal.Signals(-exitcode).name}'
+    except ValueError:
+      return f'killed by signal {-exitcode}'
+  return f'exit code {exitcode}'
 
 
 def _job(pending, max_concurrent_clients, done):

@@ -192,6 +192,10 @@ class ExperimentConfig:
       None,
       'dp: a fixed L2 clipping norm; by default adaptive clipping '
       '(tff.learning.dp_aggregator).')
+  restart_client_states: bool = _setting(
+      False,
+      'moon/fedcka/scaffold: resume a run whose client states are gone with '
+      'every client\'s state started over (refused otherwise).')
   seed: int = _setting(0, 'Fixes partition, sampling and init.')
   rounds_per_eval: int = _setting(1, 'Evaluate every N rounds.')
   rounds_per_checkpoint: int = _setting(1, 'Save state every N rounds.')
@@ -521,6 +525,30 @@ def run(config: ExperimentConfig,
     `training_loop.run_training`'s results.
   """
   validate(config)
+  with training_loop.output_dir_lock(config.output_dir):
+    return _run_locked(config, progress, round_hook, data)
+
+
+def _run_locked(config, progress, round_hook, data) -> dict:
+  """`run`, holding the output directory."""
+  done = training_loop.saved_round(config.output_dir)
+  if done > config.rounds:
+    raise ValueError(
+        f'--output_dir={config.output_dir} holds a run already at round '
+        f'{done}, past --rounds={config.rounds}; nothing was changed. Give '
+        f'--rounds={done} or more to read or extend it, or another output '
+        'directory.')
+  if done and methods.is_stateful(config.method):
+    states = config.client_state_directory()
+    if not stateful.has_client_states(states):
+      if not config.restart_client_states:
+        raise ValueError(
+            f'--output_dir={config.output_dir} holds a run at round {done}, '
+            f'but its client states ({states}) are gone: resuming would '
+            'start every client over in silence. Restore them, or pass '
+            '--restart_client_states to start them over on purpose.')
+      logging.warning('Resuming at round %d with every client\'s state '
+                      'started over (%s held none).', done, states)
   training_loop.check_experiment_config(
       config.output_dir, dataclasses.asdict(config),
       defaults=dataclasses.asdict(ExperimentConfig()))

@@ -28,6 +28,8 @@ compose_dataset_computation_with_learning_process`), the way
 
 import asyncio
 import collections
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -43,7 +45,8 @@ from tff_methods import model_lib
 
 # Settings that may change between a run and its resumption.
 RESUMABLE_KEYS = ('rounds', 'verbosity', 'progress', 'max_concurrent_clients',
-                  'output_dir', 'data_dir', 'cache_dir')
+                  'output_dir', 'data_dir', 'cache_dir',
+                  'restart_client_states')
 CONFIG_FILE = 'experiment.json'
 
 
@@ -60,6 +63,121 @@ def _await(coroutine):
   if _EVENT_LOOP is None or _EVENT_LOOP.is_closed():
     _EVENT_LOOP = asyncio.new_event_loop()
   return _EVENT_LOOP.run_until_complete(coroutine)
+
+
+# The file a run holds locked while it writes to its output directory.
+LOCK_FILE = '.lock'
+
+
+class OutputDirInUseError(ValueError):
+  """Another process is running on the output directory."""
+
+
+@contextlib.contextmanager
+def output_dir_lock(output_dir: str):
+  """Holds `output_dir` for this process while the block runs.
+
+  An exclusive `flock` on `<output_dir>/.lock`: a second run on the same
+  directory is refused at once (two runs would interleave their rows of
+  `metrics.csv` and their checkpoints). The kernel releases the lock when
+  the process ends, SIGKILL included, so a dead run never blocks the next.
+
+  Raises:
+    OutputDirInUseError: naming the directory and the process that holds it.
+  """
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+    lock = open(os.path.join(output_dir, LOCK_FILE), 'a+')
+  except OSError as e:
+    raise ValueError(f'--output_dir={output_dir} cannot be written: '
+                     f'{e.strerror or e}.') from None
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    lock.seek(0)
+    holder = lock.read().strip() or 'another process'
+    lock.close()
+    raise OutputDirInUseError(
+        f'--output_dir={output_dir} is in use by another run (process '
+        f'{holder}); wait for it to end, or use another output '
+        'directory.') from None
+  try:
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    yield
+  finally:
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+
+
+class ClientStateError(ValueError):
+  """A client's stored state can't be read."""
+
+
+def _explain_client_state_failure(client_states, cohort, round_num) -> None:
+  """After a failed round: raises one line naming a client state file that
+  does not read, if that was the cause (TFF reports it as a long worker
+  error)."""
+  if client_states is None:
+    return
+  bad = client_states.unreadable_files(cohort, round_num)
+  if bad:
+    raise ClientStateError(
+        f'Round {round_num}: the client state file {bad[0]} cannot be read '
+        f'(truncated or corrupt{f"; {len(bad) - 1} more" if len(bad) > 1 else ""}'
+        '). Restore it, or delete it: its client then reads its version '
+        'before it, and the run no longer repeats an uninterrupted one.'
+    ) from None
+
+
+class CheckpointError(ValueError):
+  """No saved program state of the run can be read."""
+
+
+def _load_newest_readable(state_manager, structure):
+  """(program state, version) of the newest checkpoint that reads, else
+  (None, 0) when there is none. A newer one that does not read (a
+  truncated file after a full disk or a crash mid-save) is passed over
+  with a warning and set aside as `<its directory>.unreadable` (kept, but
+  no longer in the way of saving that round again): the run resumes from
+  the one before (the loop keeps two, and the clients' state versions the
+  older one needs).
+
+  Raises:
+    CheckpointError: no saved checkpoint reads; names the directory.
+  """
+  versions = sorted(_await(state_manager.get_versions()) or [], reverse=True)
+  errors = []
+  for version in versions:
+    try:
+      return _await(state_manager.load(version, structure)), version
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(f'round {version}: {type(e).__name__}')
+      # TFF's manager names a version's directory; a path it does not parse
+      # as a version is left alone by it.
+      path = state_manager._get_path_for_version(version)  # pylint: disable=protected-access
+      if os.path.exists(path):
+        os.replace(path, path + '.unreadable')
+      logging.warning('The checkpoint of round %d cannot be read (%s: %s); '
+                      'it is kept as %s.unreadable, and the run resumes '
+                      'from the one before.', version, type(e).__name__,
+                      str(e).splitlines()[0] if str(e) else '', path)
+  if errors:
+    path = getattr(state_manager, '_root_dir', 'program_state')
+    raise CheckpointError(
+        f'No checkpoint in {path} can be read ({"; ".join(errors)}). Delete '
+        'that directory to start the run over.')
+  return None, 0
+
+
+def saved_round(output_dir: str) -> int:
+  """The round of the newest program state saved in `output_dir` (0: none)."""
+  manager = tff.program.FileProgramStateManager(
+      os.path.join(output_dir, 'program_state'))
+  versions = _await(manager.get_versions())
+  return max(versions) if versions else 0
 
 
 def check_experiment_config(output_dir: str, config: Mapping[str, Any],
@@ -185,7 +303,7 @@ def run_training(
   if client_states is not None and client_key_fn is None:
     raise ValueError('A process with per-client state needs client_key_fn: '
                      'its clients are keyed by client and round.')
-  loaded, version = _await(state_manager.load_latest(program_state))
+  loaded, version = _load_newest_readable(state_manager, program_state)
   if loaded is not None:
     program_state = loaded
     state = loaded['state']
@@ -203,15 +321,21 @@ def run_training(
     for manager in release_managers:
       _await(manager.release(metrics, key=round_num))
 
-  # Clients whose older state versions may be pruned at the next save.
-  trained_since_save = set()
+  # Clients whose older state versions may be pruned at the next save: those
+  # trained since the save before the last (the older of the two kept
+  # checkpoints, which a run falls back to if the newer can't be read).
+  trained_since_save, trained_before_save = set(), set()
 
   def save(round_num):
     _await(state_manager.save(collections.OrderedDict(
         state=state, round_num=round_num, rejected_rounds=rejected_rounds),
                                    version=round_num))
     if client_states is not None:
-      client_states.prune(sorted(trained_since_save), round_num)
+      oldest_kept = min(_await(state_manager.get_versions()) or [round_num])
+      client_states.prune(sorted(trained_since_save | trained_before_save),
+                          oldest_kept)
+      trained_before_save.clear()
+      trained_before_save.update(trained_since_save)
       trained_since_save.clear()
 
   bar = tqdm.tqdm(total=total_rounds, initial=start_round, unit='round',
@@ -230,7 +354,11 @@ def run_training(
       if client_states is not None:
         expected_reads = [client_states.expected_read_version(c, round_num)
                           for c in cohort]
-      output = process.next(state, keys)
+      try:
+        output = process.next(state, keys)
+      except Exception:  # pylint: disable=broad-except
+        _explain_client_state_failure(client_states, cohort, round_num)
+        raise
       seconds = time.monotonic() - started
       durations.append(seconds)
       metrics = collections.OrderedDict(output.metrics)

@@ -169,9 +169,24 @@ def write_report(output_dir: str, points: Sequence[GridPoint],
 
 
 def read_settings(path: str) -> dict[str, dict[str, Any]]:
-  """A tuning.json: by method, the settings it was given (no accuracy)."""
-  with open(path) as f:
-    chosen = json.load(f)
+  """A tuning.json: by method, the settings it was given (no accuracy).
+
+  Raises:
+    ValueError: naming the file (`--settings_from`) and what is wrong with
+      it: missing, unreadable, not JSON, or not {method: {setting: value}}.
+  """
+  try:
+    with open(path) as f:
+      chosen = json.load(f)
+  except OSError as e:
+    raise ValueError(f'--settings_from={path}: {e.strerror or e}.') from None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f'--settings_from={path} is not JSON ({e}); give a '
+                     "tune run's tuning.json.") from None
+  if not isinstance(chosen, dict) or not all(
+      isinstance(settings, dict) for settings in chosen.values()):
+    raise ValueError(f'--settings_from={path} is not a tune run\'s '
+                     'tuning.json ({method: {setting: value}}).')
   return {method: {k: v for k, v in settings.items()
                    if k != 'validation_accuracy'}
           for method, settings in chosen.items()}

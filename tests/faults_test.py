@@ -1,0 +1,271 @@
+"""Faults and bad input end with one clear line, and lose nothing.
+
+A `compare` job that dies without reporting ends the parent within
+seconds; `compare --jobs=2` with one run left runs it; two runs on one
+output directory are refused (a dead run's lock is released by the
+kernel); a rerun with fewer rounds than done changes nothing; a resumed
+run whose client states are gone is refused unless told to start them over.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import datasets
+from tff_methods import model_lib
+from tooling import experiment
+from tooling import training_loop
+from tooling import tuning
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(tmp_path, name, **settings):
+  return experiment.ExperimentConfig(
+      **{'method': 'fedavg', 'task': 'digits', 'model': 'mlp',
+         'num_clients': 4, 'clients_per_round': 2, 'rounds': 2,
+         'batch_size': 32, 'seed': 2, 'output_dir': str(tmp_path / name),
+         'cache_dir': str(tmp_path / 'cache'), **settings})
+
+
+def test_a_second_run_on_a_locked_output_directory_is_refused(tmp_path):
+  with training_loop.output_dir_lock(str(tmp_path / 'run')):
+    with pytest.raises(training_loop.OutputDirInUseError,
+                       match=rf'--output_dir={tmp_path}/run is in use by '
+                       rf'another run \(process {os.getpid()}\)'):
+      experiment.run(_config(tmp_path, 'run'), progress=False)
+  # Released when the first ends.
+  with training_loop.output_dir_lock(str(tmp_path / 'run')):
+    pass
+
+
+def test_a_killed_runs_lock_does_not_block_the_next(tmp_path):
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; '
+       'from tooling import training_loop; '
+       'lock = training_loop.output_dir_lock(sys.argv[1]); '
+       'lock.__enter__(); print("held", flush=True); time.sleep(600)',
+       str(tmp_path / 'run')], cwd=REPO, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    with pytest.raises(training_loop.OutputDirInUseError,
+                       match=f'process {holder.pid}'):
+      with training_loop.output_dir_lock(str(tmp_path / 'run')):
+        pass
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    with training_loop.output_dir_lock(str(tmp_path / 'run')):
+      pass
+  finally:
+    holder.kill()
+
+
+def _snapshot(directory):
+  return {name: open(os.path.join(directory, name), 'rb').read()
+          for name in ('results.json', 'experiment.json', 'metrics.csv')}
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_rerun_with_fewer_rounds_than_done_changes_nothing(tmp_path):
+  config = _config(tmp_path, 'run', rounds=3)
+  experiment.run(config, progress=False)
+  before = _snapshot(config.output_dir)
+  with pytest.raises(ValueError, match=r'already at round 3, past '
+                     r'--rounds=2; nothing was changed'):
+    experiment.run(_config(tmp_path, 'run', rounds=2), progress=False)
+  assert _snapshot(config.output_dir) == before
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_resumed_run_whose_client_states_are_gone_is_refused(tmp_path):
+  config = _config(tmp_path, 'run', method='scaffold', rounds=2)
+  experiment.run(config, progress=False)
+  shutil.rmtree(os.path.join(config.output_dir, 'client_states'))
+  more = _config(tmp_path, 'run', method='scaffold', rounds=3)
+  with pytest.raises(ValueError, match=r'its client states \(.*'
+                     r'client_states\) are gone.*--restart_client_states'):
+    experiment.run(more, progress=False)
+  results = experiment.run(_config(tmp_path, 'run', method='scaffold',
+                                   rounds=3, restart_client_states=True),
+                           progress=False)
+  assert results['rounds'] == 3
+
+
+def _children(pid):
+  found = []
+  for entry in os.listdir('/proc'):
+    if entry.isdigit():
+      try:
+        with open(f'/proc/{entry}/stat') as f:
+          if int(f.read().rsplit(')', 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+      except (OSError, ValueError, IndexError):
+        pass
+  return found
+
+
+def _jobs(pid):
+  jobs = []
+  for child in _children(pid):
+    try:
+      with open(f'/proc/{child}/cmdline', 'rb') as f:
+        if b'spawn_main' in f.read():  # not the resource tracker
+          jobs.append(child)
+    except OSError:
+      pass
+  return jobs
+
+
+_COMPARE = [sys.executable, '-m', 'binaries.compare', '--task=digits',
+            '--model=mlp', '--num_clients=4', '--clients_per_round=2',
+            '--noprogress', '--jobs=2']
+
+
+@pytest.mark.slow
+def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
+  compare = subprocess.Popen(
+      _COMPARE + ['--methods=fedavg,fedprox', '--seeds=0,1', '--rounds=200',
+                  f'--cache_dir={tmp_path / "cache"}',
+                  f'--output_dir={tmp_path / "cmp"}'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(
+        os.path.exists(tmp_path / 'cmp' / m / 'seed0' / 'metrics.csv')
+        for m in ('fedavg', 'fedprox')):
+      time.sleep(0.5)
+    jobs = _jobs(compare.pid)
+    assert len(jobs) == 2, jobs
+    killed_at = time.monotonic()
+    os.kill(jobs[0], signal.SIGKILL)
+    _, stderr = compare.communicate(timeout=120)
+    assert time.monotonic() - killed_at < 30
+  finally:
+    compare.kill()
+  assert compare.returncode != 0
+  assert 'ended before reporting their run (killed by SIGKILL)' in stderr
+  assert 'Traceback' not in stderr
+
+
+@pytest.mark.slow
+def test_compare_in_two_jobs_with_one_run_left_runs_it(tmp_path):
+  result = subprocess.run(
+      _COMPARE + ['--methods=fedavg', '--seeds=0', '--rounds=2',
+                  f'--cache_dir={tmp_path / "cache"}',
+                  f'--output_dir={tmp_path / "cmp"}'],
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(tmp_path / 'cmp' / 'fedavg' / 'seed0' / 'results.json') as f:
+    assert json.load(f)['rounds'] == 2
+
+
+
+def _truncate_newest_checkpoint(output_dir):
+  root = os.path.join(output_dir, 'program_state')
+  newest = max(os.listdir(root), key=lambda n: int(n.rsplit('_', 1)[1]))
+  files = [os.path.join(d, f) for d, _, names in os.walk(
+      os.path.join(root, newest)) for f in names]
+  largest = max(files, key=os.path.getsize)
+  with open(largest, 'r+b') as f:
+    f.truncate(os.path.getsize(largest) // 2)
+  return newest
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_truncated_checkpoint_falls_back_to_the_one_before(tmp_path):
+  # SCAFFOLD: the clients' state versions the older checkpoint needs must
+  # still be there. The resumed run ends as the uninterrupted one.
+  straight = experiment.run(_config(tmp_path, 'straight', method='scaffold',
+                                    rounds=4), progress=False)
+  experiment.run(_config(tmp_path, 'run', method='scaffold', rounds=3),
+                 progress=False)
+  newest = _truncate_newest_checkpoint(str(tmp_path / 'run'))
+  resumed = experiment.run(_config(tmp_path, 'run', method='scaffold',
+                                   rounds=4), progress=False)
+  assert resumed['rounds'] == 4
+  assert os.path.isdir(tmp_path / 'run' / 'program_state' /
+                       f'{newest}.unreadable')
+  np.testing.assert_allclose(
+      model_lib.flat_trainable(resumed['final_weights']),
+      model_lib.flat_trainable(straight['final_weights']), rtol=1e-5,
+      atol=1e-6)
+
+
+
+def test_a_bad_settings_file_is_named_in_one_line(tmp_path):
+  with pytest.raises(ValueError, match=rf'--settings_from={tmp_path}/none'
+                     r'\.json: No such file or directory'):
+    tuning.read_settings(str(tmp_path / 'none.json'))
+  (tmp_path / 'bad.json').write_text('{"fedavg": ')
+  with pytest.raises(ValueError, match=r'bad\.json is not JSON'):
+    tuning.read_settings(str(tmp_path / 'bad.json'))
+  (tmp_path / 'list.json').write_text('[1, 2]')
+  with pytest.raises(ValueError, match=r"list\.json is not a tune run's "
+                     'tuning.json'):
+    tuning.read_settings(str(tmp_path / 'list.json'))
+
+
+
+def test_an_output_directory_that_cannot_be_written_is_named(tmp_path):
+  (tmp_path / 'file').write_text('not a directory')
+  with pytest.raises(ValueError, match=rf'--output_dir={tmp_path}/file '
+                     'cannot be written: File exists'):
+    experiment.run(_config(tmp_path, 'file'), progress=False)
+
+
+
+def _png(path, seed):
+  pixels = np.random.default_rng(seed).integers(0, 255, (6, 6, 3), np.uint8)
+  path.write_bytes(tf.io.encode_png(pixels).numpy())
+
+
+def test_an_image_folder_names_an_empty_class_and_a_bad_file(tmp_path):
+  for cls in ('cat', 'dog', 'emu'):
+    (tmp_path / cls).mkdir()
+  for i, cls in enumerate(('cat', 'emu')):
+    _png(tmp_path / cls / 'a.png', i)
+    _png(tmp_path / cls / 'b.png', i + 2)
+  (tmp_path / 'cat' / '.DS_Store').write_bytes(b'\0\1 not an image')
+  with pytest.raises(ValueError, match=rf'class folder {tmp_path}/dog has no '
+                     'images'):
+    datasets.load_image_folder_arrays(str(tmp_path), image_size=4)
+  _png(tmp_path / 'dog' / 'a.png', 5)
+  x_train, _, x_test, _ = datasets.load_image_folder_arrays(
+      str(tmp_path), image_size=4)
+  assert len(x_train) + len(x_test) == 5  # .DS_Store skipped
+  data = (tmp_path / 'emu' / 'b.png').read_bytes()
+  (tmp_path / 'emu' / 'b.png').write_bytes(data[:len(data) // 2])
+  with pytest.raises(ValueError, match=rf'{tmp_path}/emu/b\.png is not an '
+                     'image TensorFlow can read'):
+    datasets.load_image_folder_arrays(str(tmp_path), image_size=4)
+
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_truncated_client_state_file_is_named_in_one_line(tmp_path):
+  config = _config(tmp_path, 'run', method='scaffold', rounds=2,
+                   clients_per_round=4)
+  experiment.run(config, progress=False)
+  states = os.path.join(config.output_dir, 'client_states')
+  client_dir = sorted(d for d in os.listdir(states)
+                      if os.path.isdir(os.path.join(states, d)))[0]
+  path = os.path.join(states, client_dir, '2.state')
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+  with pytest.raises(training_loop.ClientStateError,
+                     match=rf'Round 3: the client state file {path} cannot '
+                     r'be read \(truncated or corrupt\)'):
+    experiment.run(_config(tmp_path, 'run', method='scaffold', rounds=3,
+                           clients_per_round=4), progress=False)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
