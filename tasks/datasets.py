@@ -706,7 +706,7 @@ class LocalBatches:
     drop_last: Drop each pass's last batch when it is partial.
     seed: The experiment's seed.
     with_index: Add each example's position in the client's data as
-      `index` (int64), for `local_training.ReferenceOutputs`.
+      `index` (int64), for `reference_outputs.ReferenceOutputs`.
   """
   batch_size: int
   local_epochs: int = 1

@@ -15,8 +15,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
+from tff_methods import client_states
 from tff_methods import runtime
-from tff_methods import stateful
 from tooling import comparison
 from tooling import experiment
 
@@ -29,11 +29,11 @@ def _state(value):
 
 @pytest.mark.parametrize('name', ['runs[a]', 'star*', 'what?', 'back\\slash'])
 def test_glob_characters_in_the_directory_match_nothing_else(tmp_path, name):
-  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / name))
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / name))
   files.put('a', _state(1.0), round_num=1)
   files.put('a', _state(3.0), round_num=3)
   # A neighbour whose name the unescaped pattern would also match.
-  neighbour = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'runsa'))
+  neighbour = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'runsa'))
   neighbour.put('a', _state(9.0), round_num=2)
 
   def read(round_num):
@@ -44,19 +44,19 @@ def test_glob_characters_in_the_directory_match_nothing_else(tmp_path, name):
   assert read(2) == (1.0, 1)  # the last round's version, found by name
   assert read(3) == (1.0, 1)  # by listing the client's versions
   assert read(4) == (3.0, 3)
-  assert read(1) == (0.0, stateful.INITIAL_VERSION)
+  assert read(1) == (0.0, client_states.INITIAL_VERSION)
 
 
 def test_the_version_read_is_what_python_expects(tmp_path):
-  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
-  files.put('a', _state(7.0), stateful.OWN_INITIAL_VERSION)
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a', _state(7.0), client_states.OWN_INITIAL_VERSION)
   files.put('a', _state(2.0), round_num=2)
   for round_num in (1, 2, 3, 5):
     _, version = files.read_with_version(tf.constant('a'),
                                          tf.constant(round_num, tf.int64))
     assert int(version) == files.expected_read_version('a', round_num)
   assert [files.expected_read_version('a', r) for r in (1, 2, 3)] == [
-      stateful.INITIAL_VERSION, stateful.OWN_INITIAL_VERSION, 2]
+      client_states.INITIAL_VERSION, client_states.OWN_INITIAL_VERSION, 2]
 
 
 def _config(tmp_path, name, **settings):
@@ -72,7 +72,7 @@ def test_the_loop_refuses_a_round_whose_clients_read_other_versions(
     tmp_path, monkeypatch):
   # As if a shared file system's listing were stale: Python expects the
   # clients to read versions their TensorFlow did not find.
-  monkeypatch.setattr(stateful.ClientStateFiles, 'expected_read_version',
+  monkeypatch.setattr(client_states.ClientStateFiles, 'expected_read_version',
                       lambda self, client_id, round_num: round_num - 1)
   with pytest.raises(RuntimeError, match='read other versions of their '
                      'state'):
@@ -91,11 +91,11 @@ def test_runs_sharing_a_state_directory_keep_their_own(tmp_path):
 
 
 def test_a_directory_holding_another_runs_states_is_refused(tmp_path):
-  stateful.claim_directory(str(tmp_path / 'st'), 'runs/moon')
-  stateful.claim_directory(str(tmp_path / 'st'), 'runs/moon')  # itself
+  client_states.claim_directory(str(tmp_path / 'st'), 'runs/moon')
+  client_states.claim_directory(str(tmp_path / 'st'), 'runs/moon')  # itself
   with pytest.raises(ValueError, match=r'holds the states of another run '
                      r'\(runs/moon\)'):
-    stateful.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
+    client_states.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
 
 
 @pytest.mark.usefixtures('tff_worker')
@@ -103,7 +103,7 @@ def test_pruning_under_train_model_keeps_the_directory_bounded(tmp_path):
   config = _config(tmp_path, 'program', method='fedcka', rounds=6)
   data = experiment.load_data(config)
   process, _ = experiment.build_process(config, data)
-  manager = stateful.PruningProgramStateManager(
+  manager = client_states.PruningProgramStateManager(
       tff.program.FileProgramStateManager(str(tmp_path / 'program_state')),
       process.client_states)
   initial = process.initialize()  # Outside the program's async context.

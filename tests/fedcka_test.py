@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from tasks import models
 from tff_methods import fedcka
-from tff_methods import local_training
 from tff_methods import model_lib
+from tff_methods import reference_outputs
 from tff_methods import regularizers
 from tff_methods import similarity
 
@@ -47,7 +47,7 @@ def test_cka_gradient_moves_activations_towards_the_global_ones():
 def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
   model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
                                (32, 32, 3))
-  view = local_training._reference_view(model_fn,  # pylint: disable=protected-access
+  view = reference_outputs.reference_view(model_fn,  # pylint: disable=protected-access
                                         ('layer_1', 'layer_2'))
   # Only the two conv layers (kernel + bias each) of the model's 14 tensors
   # exist: no copy of the rest of the model is built.
@@ -69,7 +69,7 @@ def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
   model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
                                (32, 32, 3))
   term = fedcka.CKAContrastiveTerm(1.0, num_layers=m)
-  view = local_training._reference_view(model_fn, term.global_outputs)  # pylint: disable=protected-access
+  view = reference_outputs.reference_view(model_fn, term.global_outputs)  # pylint: disable=protected-access
   # Kernel and bias of each of the first m layers; M = 7 is the whole CNN.
   assert len(view.model.trainable_variables) == tensors
   assert sorted(view.model.output) == [f'layer_{k}' for k in range(1, m + 1)]

@@ -11,9 +11,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
+from tff_methods import batches_in_memory
 from tff_methods import fedavg
 from tff_methods import fedprox
-from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods import regularizers
@@ -65,7 +65,7 @@ def test_reduce_over_batches_is_dataset_reduce_in_order(max_mb):
   expected = dataset.reduce((tf.constant(0, tf.int64), 0), lambda s, b: (
       s[0] * 3 + tf.cast(tf.reduce_sum(b['x'] - b['y']), tf.int64),
       s[1] + 1))
-  got = tf.function(lambda: local_training.reduce_over_batches(
+  got = tf.function(lambda: batches_in_memory.reduce_over_batches(
       dataset, (tf.constant(0, tf.int64), tf.constant(0)),
       lambda s, b: (s[0] * 3 + tf.cast(tf.reduce_sum(b['x'] - b['y']),
                                        tf.int64), s[1] + 1),

@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 
 from tasks import models
-from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import moon
+from tff_methods import reference_outputs
 from tff_methods import regularizers
 
 
@@ -54,7 +54,7 @@ def test_moon_gradient_moves_z_towards_the_global_projection():
 def test_reference_view_up_to_moons_projection_computes_the_models_z():
   model_fn = functools.partial(models.get_model, 'resnet18', 10, (8, 8, 3),
                                projection_dim=4)
-  view = local_training._reference_view(model_fn, ('z',))  # pylint: disable=protected-access
+  view = reference_outputs.reference_view(model_fn, ('z',))  # pylint: disable=protected-access
   full = model_fn()
   # The copy starts from its own initialization: equal outputs show every
   # weight was taken from the right place of the full model's list.

@@ -16,6 +16,8 @@ import tensorflow_federated as tff
 
 from tasks import datasets
 from tasks import models
+from tff_methods import batches_in_memory
+from tff_methods import client_states
 from tff_methods import fedavg
 from tff_methods import fedcka
 from tff_methods import local_training
@@ -23,8 +25,8 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import reference_outputs
 from tff_methods import regularizers
-from tff_methods import stateful
 from tooling import experiment
 from tooling import training_loop
 
@@ -68,11 +70,11 @@ class _CountingView:
     (0.0, 4, 512, 30)])
 def test_reference_outputs_are_computed_once_per_example(
     max_mb, batch_size, chunk_max, expected_computed, monkeypatch):
-  monkeypatch.setattr(local_training, 'REFERENCE_CHUNK_MAX_EXAMPLES',
+  monkeypatch.setattr(reference_outputs, 'REFERENCE_CHUNK_MAX_EXAMPLES',
                       chunk_max)
   model_fn = functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
                                hidden=(16, 8))
-  view = _CountingView(local_training.ReferenceView(
+  view = _CountingView(reference_outputs.ReferenceView(
       model_fn, ('layer_1', 'layer_2')))
   one_round = _round_reading_tables(view, max_mb)
   for _ in range(2):  # A second round computes its own tables.
@@ -85,12 +87,12 @@ def test_reference_outputs_are_computed_once_per_example(
 def _round_reading_tables(view, max_mb=1.0):
   """A round over a data set's batches: the largest difference between
   the outputs `ReferenceOutputs` reads and `view`'s own."""
-  reference = local_training.ReferenceOutputs({'global': view}, max_mb)
+  reference = reference_outputs.ReferenceOutputs({'global': view}, max_mb)
 
   @tf.function
   def one_round(dataset):
     view.computed.assign(0)
-    batches = local_training.BatchesInMemory(dataset)
+    batches = batches_in_memory.BatchesInMemory(dataset)
     tables = reference.tabulate(batches)
 
     def step(largest_error, batch):
@@ -118,7 +120,7 @@ def _indexed_batches(num_examples, batches_rows, seed):
 
 
 def _mlp_counting_view():
-  return _CountingView(local_training.ReferenceView(
+  return _CountingView(reference_outputs.ReferenceView(
       functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
                         hidden=(16, 8)), ('layer_1', 'layer_2')))
 
@@ -145,19 +147,19 @@ def test_reference_tables_hold_examples_first_seen_after_a_repeat():
 
 
 def test_reference_chunks_hold_at_most_the_cap_of_activations():
-  cnn = local_training.ReferenceView(
+  cnn = reference_outputs.ReferenceView(
       functools.partial(models.get_model, 'fedcka_cnn', 10, (32, 32, 3)),
       ('layer_1', 'layer_2'))
   # Its largest layer output: the first convolution's 28 x 28 x 16 floats.
   assert cnn.largest_layer_bytes() == 4 * 28 * 28 * 16
-  assert local_training.reference_chunk_examples([cnn, cnn]) == (
-      local_training.REFERENCE_CHUNK_MAX_EXAMPLES)
-  resnet = local_training.ReferenceView(
+  assert reference_outputs.reference_chunk_examples([cnn, cnn]) == (
+      reference_outputs.REFERENCE_CHUNK_MAX_EXAMPLES)
+  resnet = reference_outputs.ReferenceView(
       functools.partial(models.get_model, 'resnet18', 10, (32, 32, 3)),
       ('layer_1', 'layer_2'))
   # 32 x 32 x 64 floats, 256 KB an example: 64 MB hold 128 for two views.
   assert resnet.largest_layer_bytes() == 4 * 32 * 32 * 64
-  assert local_training.reference_chunk_examples([resnet, resnet]) == 128
+  assert reference_outputs.reference_chunk_examples([resnet, resnet]) == 128
 
 
 def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):
@@ -215,7 +217,7 @@ def _state(value):
 
 def test_a_client_reads_its_newest_version_written_before_the_round(
     tmp_path):
-  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
   files.put('a', _state(1.0), round_num=1)
   files.put('a', _state(3.0), round_num=3)
   files.put('b', _state(2.0), round_num=2)
@@ -240,7 +242,7 @@ def test_a_client_reads_its_newest_version_written_before_the_round(
 
 
 def test_written_versions_are_discarded_and_pruned_by_round(tmp_path):
-  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
   for r in (1, 2, 4, 5):
     files.put('a', _state(float(r)), round_num=r)
   files.discard(['a'], 5)  # a rejected round
@@ -253,15 +255,15 @@ def test_written_versions_are_discarded_and_pruned_by_round(tmp_path):
 
 
 def test_own_initial_state_is_read_from_the_second_round_on(tmp_path):
-  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
-  files.put('a', _state(7.0), stateful.OWN_INITIAL_VERSION)
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a', _state(7.0), client_states.OWN_INITIAL_VERSION)
   read = lambda r: files.read(tf.constant('a'), tf.constant(r, tf.int64))
   assert read(1)['flag'].numpy() == 0
   assert read(2)['w'][0].numpy()[0] == 7.0
 
 
 def test_clients_never_share_a_directory(tmp_path):
-  files = stateful.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
   files.put('a/b', _state(1.0), 1)
   files.put('a_b', _state(2.0), 1)
   assert files.get('a/b')['w'][0][0] == 1.0
@@ -269,7 +271,7 @@ def test_clients_never_share_a_directory(tmp_path):
 
 
 def test_files_reject_states_of_another_shape():
-  files = stateful.ClientStateFiles(INITIAL)
+  files = client_states.ClientStateFiles(INITIAL)
   with pytest.raises(ValueError, match="State of client 'a' has 1 tensors"):
     files.put('a', dict(flag=np.int32(1)), 1)
 
@@ -374,7 +376,7 @@ def test_moon_client_taking_part_late(setup, first_round):
     own = [files.get(c, before_round=1)['model'].trainable[0]
            for c in ids[2:4]]
     assert not np.allclose(own[0], own[1])
-    again = stateful.ClientStateFiles(files.initial_state)
+    again = client_states.ClientStateFiles(files.initial_state)
     moon.write_own_initial_models(again, ids[2:3], setup['model_fn'], seed=3)
     np.testing.assert_array_equal(
         again.get(ids[2])['model'].trainable[0], own[0])

@@ -22,14 +22,16 @@ LearningProcess`; with no regularizers and TFF's SGD it computes what
 
 import collections
 import collections.abc
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import batches_in_memory
+from tff_methods import composers
 from tff_methods import model_lib
+from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
 
 _TRAIN_SUMS = ('loss_sum', 'objective_sum', 'correct', 'num_labels',
@@ -82,342 +84,6 @@ def check_element_spec(element_spec: Any) -> None:
                   f'or (x, y) tuples; their spec is {element_spec!r}.')
 
 
-class ReferenceView:
-  """A copy of the first layers of a model, up to some of its outputs.
-
-  FedCKA and MOON read the global and previous models' outputs at a few
-  layers; running `model` computes only the layers those outputs depend on
-  (for FedCKA's first layers, a small part of the forward pass). Only those
-  layers' variables exist in the graph: a full copy of a ResNet-50 would be
-  created, initialized and assigned in every client's call.
-
-  Attributes:
-    model: The truncated Keras model, created in the current graph.
-  """
-
-  def __init__(self, keras_model_fn: model_lib.KerasModelFn,
-               output_names: Sequence[str]):
-    # Trace the full model in a scratch graph only to find which of its
-    # weights the truncated model keeps, and in which order.
-    with tf.Graph().as_default():
-      full = keras_model_fn()
-      missing = sorted(set(output_names) - set(full.output))
-      if missing:
-        raise ValueError(
-            f'A regularizer reads outputs {missing} that model {full.name!r} '
-            f'does not have (it has {sorted(full.output)}).')
-      view = tf.keras.Model(full.input,
-                            {name: full.output[name] for name in output_names})
-      self._trainable_indices = _indices(view.trainable_variables,
-                                         full.trainable_variables)
-      self._non_trainable_indices = _indices(view.non_trainable_variables,
-                                             full.non_trainable_variables)
-      config = view.get_config()
-    self.model = tf.keras.Model.from_config(config)
-
-  def __call__(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
-    """The outputs on `x`, in inference mode."""
-    return self.model(x, training=False)
-
-  def output_shapes(self) -> dict[str, tf.TensorShape]:
-    """Each output's shape for one example."""
-    return {name: self.model.output[name].shape[1:]
-            for name in self.model.output}
-
-  def static_shapes(self) -> bool:
-    """Whether every output's per-example shape is static."""
-    return all(s.is_fully_defined() for s in self.output_shapes().values())
-
-  def bytes_per_example(self) -> int:
-    """Float32 bytes of all outputs for one example (static shapes)."""
-    return sum(4 * int(np.prod(s)) for s in self.output_shapes().values())
-
-  def largest_layer_bytes(self) -> int:
-    """Float32 bytes of its largest layer output for one example: roughly
-    what a forward pass holds per example at its peak."""
-    sizes = [t.shape[1:].num_elements() or 0
-             for layer in self.model.layers
-             if not isinstance(layer, tf.keras.layers.InputLayer)
-             for t in tf.nest.flatten(layer.output)]
-    return 4 * max(sizes + [1])
-
-  def assign(self, weights) -> None:
-    """Sets the copy's variables from the FULL model's `ModelWeights`."""
-    trainable, non_trainable = weights
-    model_lib.assign_weights(self.model, (
-        [trainable[i] for i in self._trainable_indices],
-        [non_trainable[i] for i in self._non_trainable_indices]))
-
-
-def _indices(subset, variables):
-  position = {v.ref(): i for i, v in enumerate(variables)}
-  return [position[v.ref()] for v in subset]
-
-
-def _reference_view(keras_model_fn: model_lib.KerasModelFn,
-                    output_names: Sequence[str]) -> Optional[ReferenceView]:
-  """A `ReferenceView` up to `output_names`, or None when none are needed."""
-  if not output_names:
-    return None
-  return ReferenceView(keras_model_fn, output_names)
-
-
-# tf.data's default rewrites and autotuning run whenever an iterator is made,
-# which for a small client's data costs more than reading it.
-_PLAIN_OPTIONS = tf.data.Options()
-_PLAIN_OPTIONS.experimental_optimization.apply_default_optimizations = False
-_PLAIN_OPTIONS.autotune.enabled = False
-
-# Per client, at most this much of its round's batches is read into memory
-# before training (`reduce_over_batches`); the rest is streamed.
-BATCHES_IN_MEMORY_MAX_MB = 1024
-
-
-def _batch_bytes(batch) -> tf.Tensor:
-  return tf.add_n([tf.cast(tf.size(t), tf.int64) * t.dtype.size
-                   for t in tf.nest.flatten(batch)])
-
-
-class BatchesInMemory:
-  """A client's batches for one round, read into TensorArrays first.
-
-  TFF's client work iterates the client's data inside the graph; a training
-  step run as `Dataset.reduce`'s function is about 30% slower than the same
-  step in a `tf.while_loop` over batches read beforehand (measured with the
-  FedCKA CNN, 10 clients x 40 steps: 8.3-10.2 s against 6.4 s; a step per
-  numpy batch took 6.8-7.5 s). Up to `max_mb` of batches are kept
-  (`kept` of the `seen`); those past the cap are streamed by
-  `Dataset.reduce` from a second pass (`dataset.skip`: the dataset must give
-  the same batches when iterated again, as `tasks.datasets.LocalBatches`'
-  do).
-  """
-
-  def __init__(self, dataset: tf.data.Dataset,
-               max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
-    max_bytes = int(max_mb * 2**20)
-    self._dataset = dataset
-    self.element_spec = dataset.element_spec
-    flat_specs = tf.nest.flatten(self.element_spec)
-
-    def append(state, batch):
-      arrays, kept, seen, kept_bytes = state
-      size = _batch_bytes(batch)
-      keep = tf.logical_and(tf.equal(kept, seen),
-                            kept_bytes + size <= max_bytes)
-
-      def write():
-        return tuple(a.write(kept, t)
-                     for a, t in zip(arrays, tf.nest.flatten(batch)))
-
-      arrays = tf.cond(keep, write, lambda: tuple(arrays))
-      kept = tf.where(keep, kept + 1, kept)
-      kept_bytes = tf.where(keep, kept_bytes + size, kept_bytes)
-      return arrays, kept, seen + 1, kept_bytes
-
-    empty = tuple(tf.TensorArray(s.dtype, size=0, dynamic_size=True,
-                                 infer_shape=False, element_shape=s.shape)
-                  for s in flat_specs)
-    # An iterator in a `tf.while_loop`, not `Dataset.reduce`: the TFF worker
-    # instantiates a reduce function on every call (a few ms per client).
-    iterator = iter(dataset.with_options(_PLAIN_OPTIONS))
-
-    def body(next_batch, state):
-      return iterator.get_next_as_optional(), append(
-          state, next_batch.get_value())
-
-    _, (self._arrays, self.kept, self.seen, _) = tf.while_loop(
-        lambda next_batch, _: next_batch.has_value(), body,
-        (iterator.get_next_as_optional(),
-         (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64))))
-
-  def batch(self, i: tf.Tensor):
-    """The i-th kept batch."""
-    return tf.nest.pack_sequence_as(self.element_spec,
-                                    [a.read(i) for a in self._arrays])
-
-  def reduce(self, initial_state, reduce_fn):
-    """`dataset.reduce(initial_state, reduce_fn)`: kept batches, then the rest.
-    """
-
-    def body(i, state):
-      return i + 1, reduce_fn(state, self.batch(i))
-
-    _, state = tf.while_loop(lambda i, _: i < self.kept, body,
-                             (tf.constant(0), initial_state))
-    # Batches past the cap: streamed, from a second pass over the data.
-    return tf.cond(self.seen > self.kept,
-                   lambda: self._dataset.skip(tf.cast(
-                       self.kept, tf.int64)).reduce(state, reduce_fn),
-                   lambda: state)
-
-
-def reduce_over_batches(dataset: tf.data.Dataset, initial_state, reduce_fn,
-                        max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
-  """`dataset.reduce(initial_state, reduce_fn)`, about 30% faster.
-
-  See `BatchesInMemory`.
-  """
-  return BatchesInMemory(dataset, max_mb).reduce(initial_state, reduce_fn)
-
-
-# Per client, at most this much memory holds the reference models' outputs
-# for the client's examples (beyond it: computed at every step).
-REFERENCE_CACHE_MAX_MB = 512
-
-
-class ReferenceOutputs:
-  """The reference models' outputs for each batch of a client's round.
-
-  The global and previous models don't change during a client's round, so
-  their outputs for an example (MOON's z, FedCKA's first-layer activations)
-  need computing once per round, not once per step: `tabulate` runs them
-  over each example once, before training, in chunks of up to
-  `reference_chunk_examples` (larger batches than the round's run
-  faster), and `outputs` reads each batch's rows back with one gather
-  (one branch a step, on whether the tables are used). Needs the batches to
-  carry each example's position in the client's data, `batch['index']`
-  (`datasets.LocalBatches(..., with_index=True)`), no data augmentation
-  (the project has none), every batch in memory (`BatchesInMemory`) and the
-  tables within `max_mb`; otherwise the outputs are computed at every step.
-  """
-
-  def __init__(self, views: Mapping[str, ReferenceView], max_mb: float,
-               cache: bool = True):
-    self._views = dict(views)
-    self.max_mb = max_mb
-    self._cache = cache and bool(self._views) and all(
-        view.static_shapes() for view in self._views.values())
-
-  def compute(self, x: tf.Tensor) -> dict[str, Any]:
-    """Every view's outputs on `x`, by view name."""
-    return {key: view(x) for key, view in self._views.items()}
-
-  def bytes_per_example(self) -> int:
-    """The bytes of every view's outputs for one example."""
-    return sum(view.bytes_per_example() for view in self._views.values())
-
-  def tabulate(self, batches: BatchesInMemory) -> Any:
-    """The tables `outputs` reads, or None when not caching.
-
-    Returns (use, outputs): whether the tables are used (all batches in
-    memory, every example from 0 to the largest index in them, the tables
-    within `max_mb`); every view's outputs on each example, by index. An
-    example's input is taken from its first occurrence in the round's
-    batches, so only the batches up to the one where every example has been
-    seen (about one epoch) are read.
-    """
-    if (not self._cache or
-        not isinstance(batches.element_spec, collections.abc.Mapping) or
-        'index' not in batches.element_spec):
-      return None
-    # Each example's first position in the round's stream of examples.
-    index = tf.cast(_concat_kept(batches, 'index'), tf.int32)
-    num_examples = tf.reduce_max(tf.concat([index, [-1]], 0)) + 1
-    positions = tf.math.unsorted_segment_min(tf.range(tf.size(index)), index,
-                                             num_examples)
-    batch_size = tf.cond(
-        batches.kept > 0,
-        lambda: tf.shape(batches.batch(0)['index'])[0],
-        lambda: tf.constant(1))
-    # (An index missing from the stream has position INT32_MAX: the tables
-    # are not used.)
-    last = tf.cast(tf.reduce_max(tf.concat([positions, [-1]], 0)), tf.int64)
-    max_examples = int(self.max_mb * 2**20) // max(self.bytes_per_example(),
-                                                   1)
-    every_example_seen = last < tf.cast(tf.size(index), tf.int64)
-    use = tf.reduce_all([
-        tf.equal(batches.seen, batches.kept), batches.kept > 0,
-        every_example_seen,
-        tf.cast(num_examples, tf.int64) <= max_examples])
-
-    def run():
-      # Only the batches up to the last first occurrence are read.
-      examples = tf.gather(
-          _concat_kept(batches, 'x', rows=tf.cast(last, tf.int32) + 1),
-          positions)
-      chunk = tf.maximum(batch_size, reference_chunk_examples(
-          self._views.values()))
-      num_chunks = (num_examples + chunk - 1) // chunk
-      arrays = {key: {name: tf.TensorArray(
-          tf.float32, size=num_chunks, infer_shape=False,
-          element_shape=tf.TensorShape([None]).concatenate(shape))
-                          for name, shape in view.output_shapes().items()}
-                for key, view in self._views.items()}
-
-      def body(i, arrays):
-        outputs = self.compute(examples[i * chunk:(i + 1) * chunk])
-        return i + 1, {key: {name: arrays[key][name].write(i, value)
-                             for name, value in outputs[key].items()}
-                       for key in arrays}
-
-      _, arrays = tf.while_loop(lambda i, _: i < num_chunks, body,
-                                (tf.constant(0), arrays))
-      return tf.nest.map_structure(lambda a: a.concat(), arrays)
-
-    def empty():
-      return {key: {name: tf.zeros([0] + shape.as_list())
-                    for name, shape in view.output_shapes().items()}
-              for key, view in self._views.items()}
-
-    return use, tf.cond(use, run, empty)
-
-  def outputs(self, batch, tables) -> dict[str, Any]:
-    """The views' outputs on `batch` (no gradient), by view name."""
-    if not self._views:
-      return {}
-    if tables is None:
-      outputs = self.compute(batch['x'])
-    else:
-      use, values = tables
-
-      def read():
-        rows = tf.cast(batch['index'], tf.int32)
-        return tf.nest.map_structure(lambda v: tf.gather(v, rows), values)
-
-      outputs = tf.cond(use, read, lambda: self.compute(batch['x']))
-    return tf.nest.map_structure(tf.stop_gradient, outputs)
-
-
-# The reference models run over a client's examples in chunks of at most
-# this many examples, whose largest layer outputs (over all views) hold at
-# most this much: one chunk of 512 ran the FedCKA CNN's two reference views
-# in 48 ms a client against 60 ms in batches of 64 (medians of 15
-# interleaved runs, one thread); a ResNet-18's chunks hold 128 examples.
-REFERENCE_CHUNK_MAX_EXAMPLES = 512
-REFERENCE_CHUNK_MAX_MB = 64
-
-
-def reference_chunk_examples(views: Iterable[ReferenceView]) -> int:
-  """Examples per call of `views` when tabulating (a round's batch, if
-  larger, instead): at most `REFERENCE_CHUNK_MAX_EXAMPLES`, and
-  `REFERENCE_CHUNK_MAX_MB` of their largest layer outputs."""
-  per_example = sum(view.largest_layer_bytes() for view in views)
-  by_memory = int(REFERENCE_CHUNK_MAX_MB * 2**20) // max(per_example, 1)
-  return max(1, min(REFERENCE_CHUNK_MAX_EXAMPLES, by_memory))
-
-
-def _concat_kept(batches: BatchesInMemory, key: str,
-                 rows: Optional[tf.Tensor] = None) -> tf.Tensor:
-  """`key` of the kept batches, concatenated: all of them, or the first
-  ones that hold at least `rows` rows."""
-  spec = batches.element_spec[key]
-  array = tf.TensorArray(spec.dtype, size=0, dynamic_size=True,
-                         infer_shape=False, element_shape=spec.shape)
-
-  def more(i, written, _):
-    if rows is None:
-      return i < batches.kept
-    return tf.logical_and(i < batches.kept, written < rows)
-
-  def body(i, written, array):
-    value = batches.batch(i)[key]
-    return i + 1, written + tf.shape(value)[0], array.write(i, value)
-
-  _, _, array = tf.while_loop(more, body,
-                              (tf.constant(0), tf.constant(0), array))
-  return array.concat()
-
-
 def _union(names_lists):
   return tuple(sorted(set(n for names in names_lists for n in names)))
 
@@ -452,15 +118,16 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
   # Every model here is assigned its weights before its first use.
   with model_lib.weights_assigned_before_use():
     model = keras_model_fn()
-    global_reference = _reference_view(
+    global_reference = reference_outputs.reference_view(
         keras_model_fn, _union(r.global_outputs for r in regularizers))
-    previous_reference = _reference_view(
+    previous_reference = reference_outputs.reference_view(
         keras_model_fn, _union(r.previous_outputs for r in regularizers))
   views = {key: view for key, view in (('global', global_reference),
                                        ('previous', previous_reference))
            if view is not None}
-  reference = ReferenceOutputs(views, REFERENCE_CACHE_MAX_MB,
-                               cache=cache_reference_outputs)
+  reference = reference_outputs.ReferenceOutputs(
+      views, reference_outputs.REFERENCE_CACHE_MAX_MB,
+      cache=cache_reference_outputs)
   weight_correctors = [r for r in regularizers if r.corrects_weights]
 
   @tf.function
@@ -473,7 +140,7 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
       global_reference.assign(initial_weights)
     if previous_reference is not None:
       previous_reference.assign(previous_weights)
-    batches = BatchesInMemory(dataset)
+    batches = batches_in_memory.BatchesInMemory(dataset)
     tables = reference.tabulate(batches)
 
     def reduce_fn(state, batch):
@@ -560,66 +227,6 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
   return client_update
 
 
-def build_distributor(
-    weights_type: tff.Type,
-    regularizers: Sequence[regularizers_lib.Regularizer],
-    trainable_zeros: Sequence[np.ndarray],
-) -> tff.learning.templates.DistributionProcess:
-  """Broadcasts the global weights, and the regularizers' server values.
-
-  Without regularizers that keep server state this is TFF's
-  `build_broadcast_process`. Otherwise its state holds each such
-  regularizer's server state; every round it runs their `server_broadcast`
-  on the global weights and broadcasts `OrderedDict(model=weights,
-  broadcast=values by regularizer name)`.
-  """
-  if not regularizers_lib.keeps_server_state(regularizers):
-    return tff.learning.templates.build_broadcast_process(weights_type)
-  initial_states = regularizers_lib.with_server_state(regularizers,
-                                                      trainable_zeros)
-  stateful_regularizers = [r for r in regularizers if r.name in
-                           initial_states]
-
-  @tff.tensorflow.computation
-  def initial_state_fn():
-    return collections.OrderedDict(
-        (name, tf.nest.map_structure(tf.constant, state))
-        for name, state in initial_states.items())
-
-  state_type = initial_state_fn.type_signature.result
-
-  @tff.tensorflow.computation(state_type, weights_type)
-  def server_update(state, weights):
-    new_states, values = collections.OrderedDict(), collections.OrderedDict()
-    for r in stateful_regularizers:
-      new_states[r.name], values[r.name] = r.server_broadcast(
-          state[r.name], list(weights.trainable))
-    return new_states, values
-
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_eval(initial_state_fn, tff.SERVER)
-
-  @tff.federated_computation(init_fn.type_signature.result,
-                             tff.FederatedType(weights_type, tff.SERVER))
-  def next_fn(state, weights):
-    updated = tff.federated_map(server_update, (state, weights))
-    new_state, values = updated[0], updated[1]
-    received = tff.federated_broadcast(tff.federated_zip(
-        collections.OrderedDict(model=weights, broadcast=values)))
-    return tff.templates.MeasuredProcessOutput(
-        new_state, received, tff.federated_value((), tff.SERVER))
-
-  return tff.learning.templates.DistributionProcess(init_fn, next_fn)
-
-
-def split_received(received, has_broadcast: bool):
-  """(model weights, broadcast values) from what the distributor sent."""
-  if has_broadcast:
-    return received['model'], received['broadcast']
-  return received, None
-
-
 def build_local_training_client_work(
     keras_model_fn: model_lib.KerasModelFn,
     element_spec: Any,
@@ -686,7 +293,8 @@ def build_local_training_client_work(
 
   @tff.tensorflow.computation(received_type, client_batches.client_data_type)
   def client_update_computation(received, client_data):
-    initial_weights, broadcast = split_received(received, has_broadcast)
+    initial_weights, broadcast = composers.split_received(received,
+                                                          has_broadcast)
     client_update = build_client_update_fn(keras_model_fn, optimizer,
                                            regularizers, client_weighting,
                                            loss_fn, count_labels=num_classes)
@@ -819,7 +427,7 @@ def build_local_training_process(
       keras_model_fn)
 
   regularizers = tuple(regularizers)
-  distributor = build_distributor(weights_type, regularizers,
+  distributor = composers.build_distributor(weights_type, regularizers,
                                   zero_weights.trainable)
   client_work = build_local_training_client_work(
       keras_model_fn, element_spec, client_optimizer, regularizers,
@@ -833,13 +441,13 @@ def build_local_training_process(
   aggregator = factory.create(weights_type.trainable, weight_type)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
-  recorder = build_mean_update_recorder(distributor, regularizers,
+  recorder = composers.build_mean_update_recorder(distributor, regularizers,
                                         weights_type.trainable)
   if recorder is None and dataset_computation is None:
     return tff.learning.templates.compose_learning_process(
         initial_model_weights_fn, distributor, client_work, aggregator,
         finalizer)
-  return _compose(initial_model_weights_fn, distributor, client_work,
+  return composers.compose(initial_model_weights_fn, distributor, client_work,
                   aggregator, finalizer, recorder)
 
 
@@ -864,87 +472,3 @@ def checked_model_fn(keras_model_fn: Any,
   return keras_model_fn
 
 
-def build_mean_update_recorder(
-    distributor: tff.learning.templates.DistributionProcess,
-    regularizers: Sequence[regularizers_lib.Regularizer],
-    trainable_type: tff.Type) -> Optional[tff.Computation]:
-  """(distributor state, mean update) -> the state that has learnt it.
-
-  None when no regularizer reads the mean update (`reads_mean_update`).
-  """
-  if not regularizers_lib.reads_mean_update(regularizers):
-    return None
-  state_type = distributor.initialize.type_signature.result.member
-
-  @tff.tensorflow.computation(state_type, trainable_type)
-  def record_mean_update(state, mean_update):
-    new_state = collections.OrderedDict()
-    for name in state:
-      r = next(r for r in regularizers if r.name == name)
-      new_state[name] = (r.record_mean_update(state[name], list(mean_update))
-                         if r.reads_mean_update else
-                         tf.nest.map_structure(tf.identity, state[name]))
-    return new_state
-
-  return record_mean_update
-
-
-def _compose(initial_model_weights_fn, distributor, client_work, aggregator,
-             finalizer, recorder=None
-             ) -> tff.learning.templates.LearningProcess:
-  """TFF's `compose_learning_process`, for client work of any client data
-  (keys too), plus the recorder, if any, after aggregation."""
-
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
-        distributor.initialize(), client_work.initialize(),
-        aggregator.initialize(), finalizer.initialize()))
-
-  state_type = init_fn.type_signature.result
-  data_type = client_work.next.type_signature.parameter[2]
-
-  @tff.federated_computation(state_type, data_type)
-  def next_fn(state, client_data):
-    distributed = distributor.next(state.distributor,
-                                   state.global_model_weights)
-    worked = client_work.next(state.client_work, distributed.result,
-                              client_data)
-    aggregated = aggregator.next(state.aggregator, worked.result.update,
-                                 worked.result.update_weight)
-    finalized = finalizer.next(state.finalizer, state.global_model_weights,
-                               aggregated.result)
-    distributor_state = distributed.state
-    if recorder is not None:
-      distributor_state = tff.federated_map(
-          recorder, (distributor_state, aggregated.result))
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        finalized.result, distributor_state, worked.state, aggregated.state,
-        finalized.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        distributor=distributed.measurements,
-        client_work=worked.measurements,
-        aggregator=aggregated.measurements,
-        finalizer=finalized.measurements))
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
-
-  return tff.learning.templates.LearningProcess(
-      init_fn, next_fn, *model_weights_computations(state_type.member))
-
-
-def model_weights_computations(state_type: tff.Type):
-  """`get_model_weights` and `set_model_weights` of a
-  `LearningAlgorithmState` of type `state_type`, as TFF's composer makes."""
-
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(state_type, state_type.global_model_weights)
-  def set_model_weights(state, weights):
-    return tff.learning.templates.LearningAlgorithmState(
-        weights, state.distributor, state.client_work, state.aggregator,
-        state.finalizer)
-
-  return get_model_weights, set_model_weights

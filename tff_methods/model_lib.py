@@ -16,8 +16,8 @@ which names the layers a method reads (`named_outputs(model,
 features='hidden')` for FedMAX); a model with one output is taken as
 `logits` as it is, which is all FedAvg, FedProx, FedCos and SCAFFOLD read.
 Every builder checks the model it is given (`check_outputs`) and says which
-named output a method needs and how to name it. The project's own client work reads
-that dict; TFF's builders
+named output a method needs and how to name it. The project's own client
+work reads that dict; TFF's builders
 (`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
 `tff.learning.models.VariableModel` built from the same layers with `logits`
 as the only output. Both see the same trainable variables in the same order,

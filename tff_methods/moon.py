@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import client_states as client_states_lib
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers
@@ -81,27 +82,28 @@ class ModelContrastiveTerm(regularizers.Regularizer):
 FIRST_ROUNDS = ('skip', 'initial_model')
 
 
-def write_own_initial_models(client_states: stateful.ClientStateFiles,
-                             client_ids: Sequence[str],
-                             keras_model_fn: model_lib.KerasModelFn,
-                             seed: int) -> None:
+def write_own_initial_models(
+    client_states: client_states_lib.ClientStateFiles,
+    client_ids: Sequence[str], keras_model_fn: model_lib.KerasModelFn,
+    seed: int) -> None:
   """Gives each client its own initial model as its previous model.
 
   The MOON repo's reading: every party has its own randomly initialised net,
   and a party that first takes part after the first round is contrasted
   against it. Written as each client's version 0, which clients read from
-  the second round on (`stateful.OWN_INITIAL_VERSION`); the initialisation
-  is seeded by (seed, client id), so reruns repeat it. Clients that already
-  have one keep it (a resumed run).
+  the second round on (`client_states.OWN_INITIAL_VERSION`); the
+  initialisation is seeded by (seed, client id), so reruns repeat it.
+  Clients that already have one keep it (a resumed run).
   """
+  own_initial = client_states_lib.OWN_INITIAL_VERSION
   for client_id in client_ids:
-    if stateful.OWN_INITIAL_VERSION in client_states.versions(client_id):
+    if own_initial in client_states.versions(client_id):
       continue
     client_seed = zlib.crc32(f'{seed}/{client_id}'.encode())
     client_states.put(client_id, collections.OrderedDict(
         has_previous=np.int32(1),
         model=model_lib.initial_weights(keras_model_fn, client_seed)),
-                      stateful.OWN_INITIAL_VERSION)
+                      own_initial)
 
 
 def build_moon(

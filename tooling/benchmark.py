@@ -32,9 +32,9 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
-from tff_methods import local_training
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
+from tff_methods import reference_outputs
 from tff_methods import runtime
 from tooling import experiment
 from tooling import pytorch_loop
@@ -207,16 +207,16 @@ def _reference_passes_fn(method: str, model_name: str, num_classes: int,
                          input_shape: Sequence[int], output_names,
                          examples: tf.Tensor, batch_size: int):
   """The global and the previous model up to `output_names` over every
-  example once, in the chunks `local_training.ReferenceOutputs` uses: a
+  example once, in the chunks `reference_outputs.ReferenceOutputs` uses: a
   `tf.function` of no arguments."""
   model_fn = experiment.model_fn_for(method, model_name, num_classes,
                                      tuple(input_shape),
                                      methods_lib.Hyperparameters(),
                                      **model_kwargs(model_name))
-  views = [local_training.ReferenceView(model_fn, output_names)
+  views = [reference_outputs.ReferenceView(model_fn, output_names)
            for _ in range(2)]
   count = int(examples.shape[0])
-  chunk = max(batch_size, local_training.reference_chunk_examples(views))
+  chunk = max(batch_size, reference_outputs.reference_chunk_examples(views))
 
   @tf.function
   def reference_passes():

@@ -29,6 +29,7 @@ from tasks import models as task_models
 from tasks import partition as partition_lib
 from tasks import report
 from tff_methods import aggregation
+from tff_methods import client_states
 from tff_methods import fed2
 from tff_methods import fedcos
 from tff_methods import methods
@@ -36,7 +37,6 @@ from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
-from tff_methods import stateful
 from tooling import evaluation
 from tooling import training_loop
 
@@ -465,7 +465,7 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
                     'momentum uses it, as NIID-Bench does).',
                     config.client_momentum)
   if methods.is_stateful(config.method):
-    stateful.claim_directory(hparams.client_state_dir,
+    client_states.claim_directory(hparams.client_state_dir,
                              os.path.abspath(config.output_dir))
   process = methods.build_method_for_client_ids(
       config.method, keras_model_fn,
@@ -540,7 +540,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
         'directory.')
   if done and methods.is_stateful(config.method):
     states = config.client_state_directory()
-    if not stateful.has_client_states(states):
+    if not client_states.has_client_states(states):
       if not config.restart_client_states:
         raise ValueError(
             f'--output_dir={config.output_dir} holds a run at round {done}, '

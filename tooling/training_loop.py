@@ -126,10 +126,14 @@ def _explain_client_state_failure(client_states, cohort, round_num) -> None:
   if bad:
     raise ClientStateError(
         f'Round {round_num}: the client state file {bad[0]} cannot be read '
-        f'(truncated or corrupt{f"; {len(bad) - 1} more" if len(bad) > 1 else ""}'
+        f'(truncated or corrupt{_more(len(bad) - 1)}'
         '). Restore it, or delete it: its client then reads its version '
         'before it, and the run no longer repeats an uninterrupted one.'
     ) from None
+
+
+def _more(count: int) -> str:
+  return f'; {count} more' if count else ''
 
 
 class CheckpointError(ValueError):
@@ -157,7 +161,8 @@ def _load_newest_readable(state_manager, structure):
       errors.append(f'round {version}: {type(e).__name__}')
       # TFF's manager names a version's directory; a path it does not parse
       # as a version is left alone by it.
-      path = state_manager._get_path_for_version(version)  # pylint: disable=protected-access
+      path = state_manager._get_path_for_version(  # pylint: disable=protected-access
+          version)
       if os.path.exists(path):
         os.replace(path, path + '.unreadable')
       logging.warning('The checkpoint of round %d cannot be read (%s: %s); '

@@ -1,0 +1,369 @@
+"""Each client's state in files, named by client and round.
+
+MOON and FedCKA need each client's previous local model, SCAFFOLD each
+client's control variate. `ClientStateFiles` keeps them in files that the
+client's own TensorFlow reads and writes, named by the client and the round:
+
+  <directory>/<client>/<round>.state
+
+A client reads the newest version written before the round (the initial
+state if there is none) and writes this round's. So a client's state never
+passes through Python, TFF's value serialization or the worker's gRPC
+channel, and a round that is run again (resumed, or retried) reads what it
+read the first time and overwrites what it wrote. Python's part is
+housekeeping between rounds: `discard` the versions of a rejected round,
+`prune` versions no checkpoint needs (`PruningProgramStateManager` does it
+under TFF's program logic), and `claim_directory` for a run.
+"""
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def serialize_state(state: Any) -> tf.Tensor:
+  """A nested structure of tensors as one string tensor (graph or eager)."""
+  return tf.io.serialize_tensor(tf.stack(
+      [tf.io.serialize_tensor(t) for t in tf.nest.flatten(state)]))
+
+
+def parse_state(serialized: tf.Tensor, template: Any) -> Any:
+  """The inverse of `serialize_state`; `template` gives dtypes and shapes."""
+  parts = tf.io.parse_tensor(serialized, tf.string)
+  flat = [tf.ensure_shape(tf.io.parse_tensor(parts[i], tf.as_dtype(a.dtype)),
+                          np.shape(a))
+          for i, a in enumerate(tf.nest.flatten(template))]
+  return tf.nest.pack_sequence_as(template, flat)
+
+
+# A client's own initial state (MOON's `initial_model`): version 0, read
+# from the second round on.
+OWN_INITIAL_VERSION = 0
+# The version number of the shared initial state (`initial.state`).
+INITIAL_VERSION = -1
+
+
+class ClientStateFiles:
+  """Each client's state, one file per version, written by round.
+
+  In a client computation (TensorFlow): `read(client_id, round_num)`, the
+  newest version written before `round_num` (or the initial state), and
+  `write(client_id, round_num, state)`. In Python: `get`, `put`, `discard`,
+  `prune`.
+
+  Args:
+    initial_state: The state of a client that has not taken part yet (a
+      nested structure of arrays); also the template for stored states.
+    directory: Where the files live. By default a temporary directory,
+      removed at exit (a run in another process can't resume from it).
+  """
+
+  def __init__(self, initial_state: Any, directory: Optional[str] = None):
+    self._initial = tf.nest.map_structure(np.asarray, initial_state)
+    self.temporary = directory is None
+    if directory is None:
+      directory = tempfile.mkdtemp(prefix='tff_methods_client_states_')
+      atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    self._directory = os.path.abspath(directory)
+    os.makedirs(self._directory, exist_ok=True)
+    # The directory as a literal in `tf.io.matching_files`' patterns: a
+    # `[`, `*` or `?` in it would otherwise match other paths, or none.
+    self._pattern_directory = _escape_glob(self._directory)
+    self._initial_file = os.path.join(self._directory, 'initial.state')
+    self._client_dirs: dict[str, str] = {}
+    self._write_file(self._initial_file, self._initial)
+
+  @property
+  def initial_state(self):
+    return self._initial
+
+  @property
+  def directory(self) -> str:
+    return self._directory
+
+  # -- In TensorFlow, in the client computation.
+
+  def _client_dir_tf(self, client_id: tf.Tensor, as_pattern: bool = False
+                     ) -> tf.Tensor:
+    """The client's directory; `as_pattern`: escaped for a glob pattern
+    (the client's own part is only letters, digits, `_`, `-` and `.`)."""
+    safe = tf.strings.regex_replace(client_id, _UNSAFE, '_')
+    fingerprint = tf.strings.as_string(
+        tf.strings.to_hash_bucket_fast(client_id, _BUCKETS))
+    directory = self._pattern_directory if as_pattern else self._directory
+    return tf.strings.join([directory, '/', safe, '.', fingerprint])
+
+  def read_path(self, client_id: tf.Tensor, round_num: tf.Tensor
+                ) -> tf.Tensor:
+    """The file of the newest version written before `round_num`."""
+    round_num = tf.cast(round_num, tf.int64)
+    # A client that trained in the last round reads that round's version: a
+    # check for one file (0.1 ms) instead of listing its versions (0.6 ms).
+    last_round = tf.io.matching_files(
+        self.write_path(client_id, round_num - 1, as_pattern=True))
+    return tf.cond(
+        tf.logical_and(round_num > 1, tf.size(last_round) > 0),
+        lambda: last_round[0],
+        lambda: self._newest_path(client_id, round_num))
+
+  def _newest_path(self, client_id: tf.Tensor, round_num: tf.Tensor
+                   ) -> tf.Tensor:
+    files = tf.io.matching_files(tf.strings.join(
+        [self._client_dir_tf(client_id, as_pattern=True), '/*.state']))
+    files = tf.boolean_mask(files, tf.strings.regex_full_match(
+        files, r'.*/[0-9]+\.state'))
+    versions = tf.strings.to_number(tf.strings.regex_replace(
+        files, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64)
+    usable = tf.logical_and(
+        versions < round_num,
+        # tf.not_equal: `!=` is Python's in TFF's graph mode.
+        tf.logical_or(tf.not_equal(versions, OWN_INITIAL_VERSION),
+                      round_num > 1))
+    versions = tf.where(usable, versions, -1)
+    return tf.cond(
+        tf.reduce_any(usable),
+        lambda: tf.gather(files, tf.argmax(versions)),
+        lambda: tf.constant(self._initial_file))
+
+  def write_path(self, client_id: tf.Tensor, round_num: tf.Tensor,
+                 as_pattern: bool = False) -> tf.Tensor:
+    return tf.strings.join([self._client_dir_tf(client_id, as_pattern), '/',
+                            tf.strings.as_string(round_num), '.state'])
+
+  def read(self, client_id: tf.Tensor, round_num: tf.Tensor) -> Any:
+    """The client's state as of the start of `round_num`."""
+    return self.read_with_version(client_id, round_num)[0]
+
+  def read_with_version(self, client_id: tf.Tensor, round_num: tf.Tensor
+                        ) -> tuple[Any, tf.Tensor]:
+    """(The state `read` returns, the version it read: the round its file
+    was written in, or `INITIAL_VERSION` for the shared initial state)."""
+    path = self.read_path(client_id, round_num)
+    version = tf.cond(
+        tf.equal(path, self._initial_file),
+        lambda: tf.constant(INITIAL_VERSION, tf.int64),
+        lambda: tf.strings.to_number(tf.strings.regex_replace(
+            path, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64))
+    return parse_state(tf.io.read_file(path), self._initial), version
+
+  def unreadable_files(self, client_ids: Sequence[str], round_num: int
+                       ) -> list[str]:
+    """The state files the clients would read in `round_num` that do not
+    parse (truncated by a full disk, a crash mid-write, ...)."""
+    bad = []
+    for client_id in client_ids:
+      version = self.expected_read_version(client_id, round_num)
+      path = (self._initial_file if version == INITIAL_VERSION
+              else self._file(client_id, version))
+      try:
+        with open(path, 'rb') as f:
+          parse_state(tf.constant(f.read()), self._initial)
+      except (OSError, tf.errors.OpError, ValueError):
+        bad.append(path)
+    return bad
+
+  def expected_read_version(self, client_id: str, round_num: int) -> int:
+    """The version a client reads in `round_num`, from Python's listing:
+    what `read_with_version` should report."""
+    usable = [v for v in self.versions(client_id) if v < round_num and (
+        v != OWN_INITIAL_VERSION or round_num > 1)]
+    return max(usable) if usable else INITIAL_VERSION
+
+  def write(self, client_id: tf.Tensor, round_num: tf.Tensor,
+            state: Any) -> tf.Tensor:
+    """Writes the client's state as of the end of `round_num`.
+
+    Returns:
+      1 once written: return it from the computation, so that the write
+      runs before the round ends.
+    """
+    serialized = serialize_state(state)
+    with tf.control_dependencies([tf.io.write_file(
+        self.write_path(client_id, round_num), serialized)]):
+      return tf.cast(tf.strings.length(serialized) > 0, tf.int32)
+
+  # -- In Python, between rounds.
+
+  def client_dir(self, client_id: str) -> str:
+    # The TF op that names it, run once per client (prune and get ask often).
+    if client_id not in self._client_dirs:
+      self._client_dirs[client_id] = self._client_dir_tf(
+          tf.constant(client_id)).numpy().decode()
+    return self._client_dirs[client_id]
+
+  def versions(self, client_id: str) -> list[int]:
+    """The rounds the client's stored versions were written in, sorted."""
+    try:
+      names = os.listdir(self.client_dir(client_id))
+    except FileNotFoundError:
+      return []
+    return sorted(int(n[:-len('.state')]) for n in names
+                  if n.endswith('.state') and n[:-len('.state')].isdigit())
+
+  def __contains__(self, client_id: str) -> bool:
+    return bool(self.versions(client_id))
+
+  def _file(self, client_id: str, version: int) -> str:
+    return os.path.join(self.client_dir(client_id), f'{version}.state')
+
+  def _write_file(self, path: str, state: Any) -> None:
+    tmp = f'{path}.tmp'
+    with open(tmp, 'wb') as f:
+      f.write(serialize_state(state).numpy())
+    os.replace(tmp, path)
+
+  def get(self, client_id: str, before_round: Optional[int] = None):
+    """The newest version written before `before_round` (default: any)."""
+    versions = [v for v in self.versions(client_id)
+                if before_round is None or v < before_round]
+    path = (self._file(client_id, versions[-1]) if versions
+            else self._initial_file)
+    with open(path, 'rb') as f:
+      state = parse_state(tf.constant(f.read()), self._initial)
+    return tf.nest.map_structure(lambda t: t.numpy(), state)
+
+  def put(self, client_id: str, state: Any, round_num: int) -> None:
+    """Stores the client's state as of the end of `round_num`."""
+    flat = [np.asarray(a) for a in tf.nest.flatten(state)]
+    template = tf.nest.flatten(self._initial)
+    if len(flat) != len(template):
+      raise ValueError(f'State of client {client_id!r} has {len(flat)} '
+                       f'tensors; the files hold states of {len(template)}.')
+    flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
+    os.makedirs(self.client_dir(client_id), exist_ok=True)
+    self._write_file(self._file(client_id, round_num), flat)
+
+  def discard(self, client_ids: Sequence[str], round_num: int) -> None:
+    """Removes the versions the clients wrote in `round_num` (rejected)."""
+    for client_id in client_ids:
+      _remove(self._file(client_id, round_num))
+
+  def prune(self, client_ids: Sequence[str], checkpoint_round: int) -> None:
+    """Keeps what a resumption from `checkpoint_round` or later can read.
+
+    For each client: the versions written after `checkpoint_round`, and the
+    newest one written up to it (and its own initial state).
+    """
+    for client_id in client_ids:
+      _prune_directory(self.client_dir(client_id), checkpoint_round)
+
+  def prune_all(self, checkpoint_round: int) -> None:
+    """`prune` for every client that has a directory here."""
+    for name in os.listdir(self._directory):
+      path = os.path.join(self._directory, name)
+      if os.path.isdir(path):
+        _prune_directory(path, checkpoint_round)
+
+
+def _prune_directory(client_dir: str, checkpoint_round: int) -> None:
+  """Removes a client's versions older than its newest up to
+  `checkpoint_round` (keeping its own initial state)."""
+  try:
+    names = os.listdir(client_dir)
+  except FileNotFoundError:
+    return
+  versions = sorted(int(n[:-len('.state')]) for n in names
+                    if n.endswith('.state') and n[:-len('.state')].isdigit())
+  older = [v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round]
+  for version in older[:-1]:
+    _remove(os.path.join(client_dir, f'{version}.state'))
+
+
+class PruningProgramStateManager(tff.program.ProgramStateManager):
+  """A program state manager that prunes the client states it saves past.
+
+  For `tff.learning.programs.train_model` (and any TFF program): after each
+  `save(program_state, version)` of the wrapped manager, every client keeps
+  only the state versions a program resumed from that version can read
+  (`ClientStateFiles.prune_all`), so the directory stays bounded (about one
+  version per client) instead of growing by a version per client and round.
+
+      manager = client_states.PruningProgramStateManager(
+          tff.program.FileProgramStateManager(root), process.client_states)
+
+  Args:
+    program_state_manager: The manager that saves and loads.
+    client_states: The process's client states (`process.client_states`).
+  """
+
+  def __init__(self, program_state_manager: tff.program.ProgramStateManager,
+               client_states: ClientStateFiles):
+    self._manager = program_state_manager
+    self._client_states = client_states
+
+  async def get_versions(self) -> Optional[list[int]]:
+    return await self._manager.get_versions()
+
+  async def load(self, version: int, structure: Any) -> Any:
+    return await self._manager.load(version, structure)
+
+  async def save(self, program_state: Any, version: int) -> None:
+    await self._manager.save(program_state, version)
+    self._client_states.prune_all(version)
+
+
+def has_client_states(directory: str) -> bool:
+  """Whether any client has a stored state version under `directory`."""
+  try:
+    names = os.listdir(directory)
+  except FileNotFoundError:
+    return False
+  return any(
+      n.endswith('.state')
+      for name in names if os.path.isdir(os.path.join(directory, name))
+      for n in os.listdir(os.path.join(directory, name)))
+
+
+# The file that names the run a state directory belongs to.
+OWNER_FILE = 'owner.txt'
+
+
+def claim_directory(directory: str, owner: str) -> None:
+  """Marks `directory` as `owner`'s state directory, or refuses another's.
+
+  Runs that share a state directory would read each other's states (MOON's
+  and FedCKA's files have the same layout): a program claims its directory
+  before it trains, naming itself (e.g. its output directory).
+
+  Raises:
+    ValueError: `directory` holds another owner's states.
+  """
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, OWNER_FILE)
+  try:
+    with open(path) as f:
+      current = f.read().strip()
+  except FileNotFoundError:
+    with open(path, 'w') as f:
+      f.write(owner + '\n')
+    return
+  if current != owner:
+    raise ValueError(
+        f'The client state directory {directory} holds the states of '
+        f'another run ({current}); each run keeps its own. Give this run '
+        'another client_state_dir, or remove that directory to start over.')
+
+
+# Characters kept in a client's directory name (a fingerprint of the id
+# follows, so distinct ids never share a directory).
+_UNSAFE = r'[^A-Za-z0-9_-]'
+_BUCKETS = 2**62
+
+
+def _escape_glob(path: str) -> str:
+  """`path` with glob's special characters escaped (`\\[`, `\\*`, ...)."""
+  return re.sub(r'([\[\]*?\\])', r'\\\1', path)
+
+
+def _remove(path: str) -> None:
+  try:
+    os.remove(path)
+  except FileNotFoundError:
+    pass

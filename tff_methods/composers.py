@@ -1,0 +1,164 @@
+"""The pieces every method's process is composed of, beside its client work.
+
+As TFF's `learning/templates`: the distributor (TFF's broadcast, plus the
+server values of regularizers that keep server state, such as FedCos's last
+global move), the recorder that lets that state learn the round's mean
+update, and the composer of the four pieces into a `LearningProcess`
+(TFF's `compose_learning_process`, for client work whose client data are
+keys too).
+"""
+
+import collections
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import regularizers as regularizers_lib
+
+
+def build_distributor(
+    weights_type: tff.Type,
+    regularizers: Sequence[regularizers_lib.Regularizer],
+    trainable_zeros: Sequence[np.ndarray],
+) -> tff.learning.templates.DistributionProcess:
+  """Broadcasts the global weights, and the regularizers' server values.
+
+  Without regularizers that keep server state this is TFF's
+  `build_broadcast_process`. Otherwise its state holds each such
+  regularizer's server state; every round it runs their `server_broadcast`
+  on the global weights and broadcasts `OrderedDict(model=weights,
+  broadcast=values by regularizer name)`.
+  """
+  if not regularizers_lib.keeps_server_state(regularizers):
+    return tff.learning.templates.build_broadcast_process(weights_type)
+  initial_states = regularizers_lib.with_server_state(regularizers,
+                                                      trainable_zeros)
+  stateful_regularizers = [r for r in regularizers if r.name in
+                           initial_states]
+
+  @tff.tensorflow.computation
+  def initial_state_fn():
+    return collections.OrderedDict(
+        (name, tf.nest.map_structure(tf.constant, state))
+        for name, state in initial_states.items())
+
+  state_type = initial_state_fn.type_signature.result
+
+  @tff.tensorflow.computation(state_type, weights_type)
+  def server_update(state, weights):
+    new_states, values = collections.OrderedDict(), collections.OrderedDict()
+    for r in stateful_regularizers:
+      new_states[r.name], values[r.name] = r.server_broadcast(
+          state[r.name], list(weights.trainable))
+    return new_states, values
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initial_state_fn, tff.SERVER)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.SERVER))
+  def next_fn(state, weights):
+    updated = tff.federated_map(server_update, (state, weights))
+    new_state, values = updated[0], updated[1]
+    received = tff.federated_broadcast(tff.federated_zip(
+        collections.OrderedDict(model=weights, broadcast=values)))
+    return tff.templates.MeasuredProcessOutput(
+        new_state, received, tff.federated_value((), tff.SERVER))
+
+  return tff.learning.templates.DistributionProcess(init_fn, next_fn)
+
+
+def split_received(received, has_broadcast: bool):
+  """(model weights, broadcast values) from what the distributor sent."""
+  if has_broadcast:
+    return received['model'], received['broadcast']
+  return received, None
+
+
+def build_mean_update_recorder(
+    distributor: tff.learning.templates.DistributionProcess,
+    regularizers: Sequence[regularizers_lib.Regularizer],
+    trainable_type: tff.Type) -> Optional[tff.Computation]:
+  """(distributor state, mean update) -> the state that has learnt it.
+
+  None when no regularizer reads the mean update (`reads_mean_update`).
+  """
+  if not regularizers_lib.reads_mean_update(regularizers):
+    return None
+  state_type = distributor.initialize.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, trainable_type)
+  def record_mean_update(state, mean_update):
+    new_state = collections.OrderedDict()
+    for name in state:
+      r = next(r for r in regularizers if r.name == name)
+      new_state[name] = (r.record_mean_update(state[name], list(mean_update))
+                         if r.reads_mean_update else
+                         tf.nest.map_structure(tf.identity, state[name]))
+    return new_state
+
+  return record_mean_update
+
+
+def compose(initial_model_weights_fn, distributor, client_work, aggregator,
+             finalizer, recorder=None
+             ) -> tff.learning.templates.LearningProcess:
+  """TFF's `compose_learning_process`, for client work of any client data
+  (keys too), plus the recorder, if any, after aggregation."""
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+        distributor.initialize(), client_work.initialize(),
+        aggregator.initialize(), finalizer.initialize()))
+
+  state_type = init_fn.type_signature.result
+  data_type = client_work.next.type_signature.parameter[2]
+
+  @tff.federated_computation(state_type, data_type)
+  def next_fn(state, client_data):
+    distributed = distributor.next(state.distributor,
+                                   state.global_model_weights)
+    worked = client_work.next(state.client_work, distributed.result,
+                              client_data)
+    aggregated = aggregator.next(state.aggregator, worked.result.update,
+                                 worked.result.update_weight)
+    finalized = finalizer.next(state.finalizer, state.global_model_weights,
+                               aggregated.result)
+    distributor_state = distributed.state
+    if recorder is not None:
+      distributor_state = tff.federated_map(
+          recorder, (distributor_state, aggregated.result))
+    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        finalized.result, distributor_state, worked.state, aggregated.state,
+        finalized.state))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        distributor=distributed.measurements,
+        client_work=worked.measurements,
+        aggregator=aggregated.measurements,
+        finalizer=finalized.measurements))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+  return tff.learning.templates.LearningProcess(
+      init_fn, next_fn, *model_weights_computations(state_type.member))
+
+
+def model_weights_computations(state_type: tff.Type):
+  """`get_model_weights` and `set_model_weights` of a
+  `LearningAlgorithmState` of type `state_type`, as TFF's composer makes."""
+
+  @tff.tensorflow.computation(state_type)
+  def get_model_weights(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(state_type, state_type.global_model_weights)
+  def set_model_weights(state, weights):
+    return tff.learning.templates.LearningAlgorithmState(
+        weights, state.distributor, state.client_work, state.aggregator,
+        state.finalizer)
+
+  return get_model_weights, set_model_weights
