@@ -13,6 +13,7 @@ from tff_methods import fed2
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
+from tooling import analysis
 from tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -193,7 +194,7 @@ def test_class_preference_and_layer_report(tmp_path):
   variances = fed2.total_variance_by_layer(model, x)
   assert list(variances)[:2] == ['layer_1', 'layer_2']
   assert all(v >= 0 for v in variances.values())
-  csv_path, png_path = fed2.write_total_variance_report(variances,
+  csv_path, png_path = analysis.write_total_variance_report(variances,
                                                          str(tmp_path))
   assert open(csv_path).read().startswith('layer,total_variance\nlayer_1,')
   assert open(png_path, 'rb').read(4) == b'\x89PNG'

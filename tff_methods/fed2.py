@@ -42,15 +42,15 @@ import collections
 import dataclasses
 import functools
 import math
-import os
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import grouped_layers
 from tff_methods import local_training
 from tff_methods import model_lib
 
@@ -189,12 +189,12 @@ def grouped_model(plan: LayerPlan, num_classes: int,
     spec = layers[i]
     width = math.ceil(spec[1] / num_groups)
     if spec[0] == 'fc':
-      x = _flatten_groups(x, num_groups) if grouped else (
+      x = grouped_layers.flatten_groups(x, num_groups) if grouped else (
           flatten_if_needed(x, spec))
-      x = _GroupedDense([width] * num_groups, grouped, activation='relu',
+      x = grouped_layers.GroupedDense([width] * num_groups, grouped, activation='relu',
                         name=f'fed2_groups_{i + 1}')(x)
     else:
-      branches = _split_groups(x, num_groups) if grouped else (
+      branches = grouped_layers.split_groups(x, num_groups) if grouped else (
           [x] * num_groups)
       new = []
       for g, t in enumerate(branches):
@@ -205,7 +205,7 @@ def grouped_model(plan: LayerPlan, num_classes: int,
         if spec[0] == 'conv' and spec[3]:
           t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
         new.append(t)
-      x = _side_by_side(new)
+      x = grouped_layers.side_by_side(new)
     grouped = num_groups > 1
     layer_outputs.append(x)
 
@@ -213,168 +213,20 @@ def grouped_model(plan: LayerPlan, num_classes: int,
     # Per-channel means: each group keeps its own block.
     features = tf.keras.layers.GlobalAveragePooling2D()(x)
   else:
-    features = _flatten_groups(x, num_groups) if grouped else (
+    features = grouped_layers.flatten_groups(x, num_groups) if grouped else (
         flatten_if_needed(x, ('fc',)))
-  group_logits = _GroupedDense([len(classes) for classes in groups], grouped,
+  group_logits = grouped_layers.GroupedDense([len(classes) for classes in groups], grouped,
                                name='fed2_groups_logits')(features)
   # Back to class order: where class c sits in the groups' concatenation.
   order = np.argsort([c for classes in groups for c in classes])
-  logits = _GatherClasses(order, name='class_order')(group_logits)
+  logits = grouped_layers.GatherClasses(order, name='class_order')(group_logits)
   outputs = {f'layer_{k + 1}': t for k, t in enumerate(layer_outputs)}
   outputs['features'] = features
   outputs['logits'] = logits
   return tf.keras.Model(inputs, outputs, name=f'{name}_fed2')
 
 
-def _side_by_side(tensors):
-  if len(tensors) == 1:
-    return tensors[0]
-  return tf.keras.layers.Concatenate(axis=-1)(tensors)
-
-
-class _ChannelSlice(tf.keras.layers.Layer):
-  """The channels [start, end) of the last axis (no weights)."""
-
-  def __init__(self, start, end, **kwargs):
-    super().__init__(**kwargs)
-    self._start, self._end = int(start), int(end)
-
-  def call(self, inputs):
-    return inputs[..., self._start:self._end]
-
-  def get_config(self):
-    return dict(super().get_config(), start=self._start, end=self._end)
-
-
-def _split_groups(x, num_groups):
-  """The groups' blocks of the last axis of `x` (side by side, equal)."""
-  if num_groups == 1:
-    return [x]
-  width = x.shape[-1] // num_groups
-  return [_ChannelSlice(g * width, (g + 1) * width)(x)
-          for g in range(num_groups)]
-
-
-def _flatten_groups(x, num_groups):
-  """Flattens grouped feature maps so that each group's block stays whole.
-
-  [B, H, W, G*w] -> [B, G*(H*W*w)], group g's map flattened (as Keras'
-  `Flatten` would flatten it alone) in block g.
-  """
-  if len(x.shape) == 2:
-    return x
-  return _GroupFlatten(num_groups)(x)
-
-
-class _GroupFlatten(tf.keras.layers.Layer):
-  """[B, ..., G*w] -> [B, G*(...*w)], groups in contiguous blocks."""
-
-  def __init__(self, num_groups, **kwargs):
-    super().__init__(**kwargs)
-    self._num_groups = int(num_groups)
-
-  def call(self, inputs):
-    spatial = inputs.shape[1:-1].as_list()
-    width = inputs.shape[-1] // self._num_groups
-    x = tf.reshape(inputs, [-1] + spatial + [self._num_groups, width])
-    # Group axis first, then the group's own (..., w) in Flatten's order.
-    rank = len(spatial) + 3
-    x = tf.transpose(x, [0, rank - 2] + list(range(1, rank - 2)) + [rank - 1])
-    return tf.reshape(x, [-1, int(np.prod(spatial)) * width *
-                          self._num_groups])
-
-  def get_config(self):
-    return dict(super().get_config(), num_groups=self._num_groups)
-
-
 STACKED = -2  # `tensor_groups` value of a tensor whose axis 0 is the group.
-
-
-def _per_group_glorot_uniform(widths):
-  """Initializes a stacked [G, in, max(widths)] kernel group by group.
-
-  Group g's [in, widths[g]] block is Glorot-uniform, as a Keras `Dense` of
-  that shape would be; the padding columns past widths[g] are zeros.
-  """
-
-  def initializer(shape, dtype=None):
-    del dtype
-    glorot = tf.keras.initializers.GlorotUniform()
-    return tf.stack([tf.pad(glorot((shape[1], w)), [[0, 0], [0, shape[2] - w]])
-                     for w in widths])
-
-  return initializer
-
-
-class _GroupedDense(tf.keras.layers.Layer):
-  """G dense layers as one: group g maps to `widths[g]` units.
-
-  With `grouped_input=False` every group reads the whole input (the first
-  decoupled layer); with True the input is the groups' features side by
-  side in equal blocks and group g reads block g only. The output is the
-  groups' units side by side. The weights are stacked, a [G, in, w] kernel
-  and a [G, w] bias (`tensor_groups` reports them as `STACKED`, and the
-  aggregator averages slice g with group g's weights): G separate layers
-  would be 2G small tensors, each with its own optimizer update at every
-  step, which was most of Fed2's extra cost. Groups narrower than the
-  widest are padded with unused zero columns.
-  """
-
-  def __init__(self, widths, grouped_input, activation=None, **kwargs):
-    super().__init__(**kwargs)
-    self._widths = [int(w) for w in widths]
-    self._grouped_input = bool(grouped_input)
-    self._activation = tf.keras.activations.get(activation)
-
-  # Plain Python: Keras may convert `build` with autograph (it did in
-  # tests/multi_worker_test.py), and the converted one failed with
-  # KeyError: '__class__'.
-  @tf.autograph.experimental.do_not_convert
-  def build(self, input_shape):
-    num_groups, widest = len(self._widths), max(self._widths)
-    self._input_width = int(input_shape[-1])
-    if self._grouped_input:
-      self._input_width //= num_groups
-    self.kernel = self.add_weight(
-        name='fed2_stacked_kernel',
-        shape=(num_groups, self._input_width, widest),
-        initializer=_per_group_glorot_uniform(self._widths))
-    self.bias = self.add_weight(name='fed2_stacked_bias',
-                                shape=(num_groups, widest),
-                                initializer='zeros')
-    super().build(input_shape)
-
-  def call(self, inputs):
-    num_groups, widest = len(self._widths), max(self._widths)
-    if self._grouped_input:
-      x = tf.reshape(inputs, [-1, num_groups, self._input_width])
-      y = tf.einsum('bgi,gio->bgo', x, self.kernel)
-    else:
-      y = tf.einsum('bi,gio->bgo', inputs, self.kernel)
-    y = tf.reshape(y + self.bias, [-1, num_groups * widest])
-    if any(w != widest for w in self._widths):
-      y = tf.gather(y, [g * widest + k for g, w in enumerate(self._widths)
-                        for k in range(w)], axis=-1)
-    return self._activation(y)
-
-  def get_config(self):
-    return dict(super().get_config(), widths=self._widths,
-                grouped_input=self._grouped_input,
-                activation=tf.keras.activations.serialize(self._activation))
-
-
-class _GatherClasses(tf.keras.layers.Layer):
-  """Reorders the last axis by a fixed permutation (no weights)."""
-
-  def __init__(self, order, **kwargs):
-    super().__init__(**kwargs)
-    self._order = [int(i) for i in order]
-
-  def call(self, inputs):
-    return tf.gather(inputs, self._order, axis=-1)
-
-  def get_config(self):
-    return dict(super().get_config(), order=self._order)
 
 
 def tensor_groups(keras_model_fn: model_lib.KerasModelFn) -> list[int]:
@@ -609,28 +461,3 @@ def total_variance_by_layer(model: tf.keras.Model, x: np.ndarray
   return collections.OrderedDict(
       (layer, layer_total_variance(class_preference(model, x, layer)))
       for layer in model_lib.layer_names(model))
-
-
-def write_total_variance_report(variances: Mapping[str, float],
-                                output_dir: str) -> tuple[str, str]:
-  """Writes `total_variance.csv` and `total_variance.png` (per layer)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  os.makedirs(output_dir, exist_ok=True)
-  csv_path = os.path.join(output_dir, 'total_variance.csv')
-  with open(csv_path, 'w') as f:
-    f.write('layer,total_variance\n')
-    for layer, value in variances.items():
-      f.write(f'{layer},{value:.6g}\n')
-  fig, ax = plt.subplots(figsize=(6, 3.5))
-  ax.plot(range(1, len(variances) + 1), list(variances.values()), 'o-')
-  ax.set_xticks(range(1, len(variances) + 1))
-  ax.set_xlabel('layer (1 = nearest the input)')
-  ax.set_ylabel('feature total variance (Eq. 17)')
-  ax.set_title('Fed2: layer-wise feature divergence')
-  fig.tight_layout()
-  png_path = os.path.join(output_dir, 'total_variance.png')
-  fig.savefig(png_path, dpi=100)
-  plt.close(fig)
-  return csv_path, png_path

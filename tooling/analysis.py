@@ -24,6 +24,7 @@ CSV:
 import csv
 import itertools
 import os
+from typing import Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -206,6 +207,31 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
         data.class_counts(), output_dir)[1]
   model_lib.assign_weights(probe_model, process.get_model_weights(state))
   variances = fed2.total_variance_by_layer(probe_model, x_test[:64])
-  paths['total_variance'] = fed2.write_total_variance_report(
+  paths['total_variance'] = write_total_variance_report(
       variances, output_dir)[1]
   return paths
+
+
+def write_total_variance_report(variances: Mapping[str, float],
+                                output_dir: str) -> tuple[str, str]:
+  """Writes `total_variance.csv` and `total_variance.png` (per layer)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  os.makedirs(output_dir, exist_ok=True)
+  csv_path = os.path.join(output_dir, 'total_variance.csv')
+  with open(csv_path, 'w') as f:
+    f.write('layer,total_variance\n')
+    for layer, value in variances.items():
+      f.write(f'{layer},{value:.6g}\n')
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  ax.plot(range(1, len(variances) + 1), list(variances.values()), 'o-')
+  ax.set_xticks(range(1, len(variances) + 1))
+  ax.set_xlabel('layer (1 = nearest the input)')
+  ax.set_ylabel('feature total variance (Eq. 17)')
+  ax.set_title('Fed2: layer-wise feature divergence')
+  fig.tight_layout()
+  png_path = os.path.join(output_dir, 'total_variance.png')
+  fig.savefig(png_path, dpi=100)
+  plt.close(fig)
+  return csv_path, png_path
