@@ -29,7 +29,7 @@ examples of g's classes, counted inside the round (only counts leave the
 client). It drops the evidence a group gets from clients without its
 classes, which pushes its logits down; under strong label skew (digits, 2
 classes per client) every group's logits then drift up: over five rounds
-its training loss rises while uniform pairing's falls (without group
+its training loss ends well above uniform pairing's (without group
 normalization it diverged by the fourth round).
 
 Feature interpretation (`class_preference`, `layer_total_variance`): the
@@ -110,22 +110,26 @@ def _layer(spec, width, name, padding, activation='relu'):
   return tf.keras.layers.Dense(width, activation=activation, name=name)
 
 
-# Group normalization's groups in a shared layer: Wu and He's 32, or the
-# largest count that divides the layer's channels.
+# Group normalization's groups in a shared layer: Wu and He's 32, with at
+# least `_MIN_CHANNELS_PER_NORM_GROUP` channels in each (a group of one
+# channel on a small feature map normalizes away what the layer computed).
 _SHARED_NORM_GROUPS = 32
+_MIN_CHANNELS_PER_NORM_GROUP = 4
 
 
 def _block(x, spec, width, name, padding, normalization, norm_groups=None):
   """One ReLU block. Convolutions get group normalization before the ReLU
   (`normalization='group'`, the paper's replacement of batch norm), over
-  `norm_groups` groups of channels (by default `_SHARED_NORM_GROUPS` or
-  the largest divisor of `width` below it); dense layers none."""
+  `norm_groups` groups of channels (by default the most groups, up to
+  `_SHARED_NORM_GROUPS`, that divide `width` with at least
+  `_MIN_CHANNELS_PER_NORM_GROUP` channels each); dense layers none."""
   if spec[0] == 'fc' or normalization == 'none':
     return _layer(spec, width, name, padding)(x)
   x = _layer(spec, width, name, padding, activation=None)(x)
   if norm_groups is None:
-    norm_groups = max(d for d in range(1, _SHARED_NORM_GROUPS + 1)
-                      if width % d == 0)
+    norm_groups = max([d for d in range(1, _SHARED_NORM_GROUPS + 1)
+                       if width % d == 0 and
+                       width // d >= _MIN_CHANNELS_PER_NORM_GROUP] or [1])
   x = tf.keras.layers.GroupNormalization(groups=norm_groups,
                                          name=f'{name}_gn')(x)
   return tf.keras.layers.ReLU()(x)
@@ -361,7 +365,7 @@ def build_fed2(
       'class_weighted' (group g weighted by each client's examples of g's
       classes). The latter drops the negative evidence a group gets from
       clients without its classes; under strong label skew every group's
-      logits then drift up and its loss rises.
+      logits then drift up and it trains worse.
     seed: The seed the class -> group assignment was drawn with.
     server_optimizer_fn: SGD with learning rate 1 by default.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
