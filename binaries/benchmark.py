@@ -27,9 +27,11 @@ from absl import app
 from absl import flags
 
 from tff_methods import runtime
+from tff_methods import workers
+from tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
-runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
+process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import runtime_flags
@@ -158,7 +160,7 @@ def _check_flags() -> list[str]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  runtime.quiet(FLAGS.verbosity)
+  process_setup.quiet(FLAGS.verbosity)
   errors = _check_flags()
   pytorch_python = FLAGS.pytorch_python or sys.executable
   pytorch_error = None
@@ -190,18 +192,18 @@ def main(argv):
       client_momentum=FLAGS.client_momentum,
       max_concurrent_clients=FLAGS.max_concurrent_clients), models={})
 
-  worker_threads = runtime.threads_per_client(None,
+  worker_threads = workers.threads_per_client(None,
                                               FLAGS.max_concurrent_clients)
 
   def use_worker_for(model_parameters):
     """Restarts the local worker when a model needs other threads per
-    client (`runtime.threads_per_client`): ResNet-18 gets every core."""
+    client (`workers.threads_per_client`): ResNet-18 gets every core."""
     nonlocal worker_threads
-    threads = runtime.threads_per_client(model_parameters,
+    threads = workers.threads_per_client(model_parameters,
                                          FLAGS.max_concurrent_clients)
     if FLAGS.tff_workers or threads == worker_threads:
       return threads
-    runtime.stop_workers()
+    workers.stop_workers()
     error = runtime_flags.start(model_parameters)
     if error:
       raise RuntimeError(error)

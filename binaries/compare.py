@@ -24,10 +24,10 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import runtime
+from tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
-runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
+process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
@@ -64,7 +64,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  runtime.quiet(FLAGS.verbosity)
+  process_setup.quiet(FLAGS.verbosity)
   try:
     seeds = experiment_flags.numbers('seeds')
   except ValueError as e:
@@ -114,7 +114,7 @@ def main(argv):
         configs, progress=FLAGS.progress,
         on_run=lambda label: print(f'== {label}', flush=True),
         jobs=FLAGS.jobs, max_concurrent_clients=FLAGS.max_concurrent_clients)
-  except ValueError as e:  # A run refused (a locked or finished directory).
+  except ValueError as e:  # A run refused (locked, finished, or changed).
     print(f'error: {e}', file=sys.stderr)
     return 2
   arm_labels = [comparison.as_arm(a).label for a in arms]

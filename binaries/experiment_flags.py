@@ -3,7 +3,7 @@
 One flag per field of `tooling.experiment.ExperimentConfig`, with the
 field's default and help: the config is the single source of every setting.
 `config_from_flags()` turns the flags back into a config. Importing this
-module imports TensorFlow, so binaries call `runtime.configure_process(...)`
+module imports TensorFlow, so binaries call `process_setup.configure_process(...)`
 first.
 """
 
@@ -15,8 +15,10 @@ from typing import Callable, Optional
 
 from absl import flags
 
+from binaries import runtime_flags
 from tasks import datasets
 from tff_methods import runtime
+from tff_methods import workers
 from tooling import comparison
 from tooling import experiment
 from tooling import presets
@@ -53,9 +55,10 @@ def define_last_rounds_flag() -> None:
 
 # Failures a user can fix, which end in one line rather than a traceback:
 # data that can't be had offline, a computation several workers can't run,
-# a run of a comparison that failed in its own job.
+# a run of a comparison that failed in its own job, a worker that died.
 EXPECTED_ERRORS = (datasets.DataUnavailableError, runtime.NotMergeableError,
-                   comparison.RunFailedError)
+                   comparison.RunFailedError, workers.WorkerExitedError,
+                   workers.WorkerUnreachableError)
 
 
 def one_line_errors(main: Callable[[list[str]], int]
@@ -67,7 +70,13 @@ def one_line_errors(main: Callable[[list[str]], int]
     try:
       return main(argv)
     except EXPECTED_ERRORS as e:
-      print(f'{type(e).__name__}: {e}', file=sys.stderr)
+      message = str(e)
+      if isinstance(e, runtime.NotMergeableError):
+        message += (' (Drop --tff_workers; --tff_worker_binary runs another '
+                    'worker executable locally.)')
+      elif isinstance(e, workers.WorkerUnreachableError):
+        message = runtime_flags.with_worker_command(e)
+      print(f'{type(e).__name__}: {message}', file=sys.stderr)
       return 1
 
   return wrapped

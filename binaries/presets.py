@@ -17,9 +17,10 @@ from absl import app
 from absl import flags
 
 from tff_methods import runtime
+from tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
-runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
+process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from tooling import presets

@@ -12,6 +12,7 @@ from typing import Optional
 from absl import flags
 
 from tff_methods import runtime
+from tff_methods import workers
 
 flags.DEFINE_list('tff_workers', [],
                   'host:port of running TFF workers (python -m '
@@ -25,6 +26,34 @@ flags.DEFINE_integer('max_concurrent_clients', 2,
                      '(<= 0: no limit); with a limit, models under a million '
                      'parameters get the cores split between them.')
 FLAGS = flags.FLAGS
+
+BINARY_WITH_REMOTE_WORKERS = (
+    '--tff_worker_binary starts a local worker, but --tff_workers connects '
+    'to running ones: start each of those with python -m binaries.worker '
+    '--tff_worker_binary=PATH instead')
+
+
+def parse_worker_addresses(text: str) -> list[str]:
+  """`'host:port,host:port'` -> the list of addresses; names a bad one.
+
+  Raises:
+    ValueError: An address that is not `host:port` with a port in 1..65535,
+      or the same address twice.
+  """
+  addresses = [a.strip() for a in text.split(',') if a.strip()]
+  if not addresses:
+    raise ValueError(f'--tff_workers={text!r} names no worker; give '
+                     'host:port[,host:port...]')
+  for address in addresses:
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+      raise ValueError(
+          f'--tff_workers: {address!r} is not host:port with a port in '
+          '1..65535 (e.g. 127.0.0.1:8000)')
+  duplicates = sorted({a for a in addresses if addresses.count(a) > 1})
+  if duplicates:
+    raise ValueError(f'--tff_workers names {duplicates} more than once')
+  return addresses
 
 
 def define_jobs_flag() -> None:
@@ -40,16 +69,16 @@ def check() -> list[str]:
   errors = []
   if FLAGS.tff_workers:
     try:
-      runtime.parse_worker_addresses(','.join(FLAGS.tff_workers))
+      parse_worker_addresses(','.join(FLAGS.tff_workers))
     except ValueError as e:
       errors.append(str(e))
     if FLAGS.tff_worker_binary:
-      errors.append(runtime.BINARY_WITH_REMOTE_WORKERS)
+      errors.append(BINARY_WITH_REMOTE_WORKERS)
   elif FLAGS.tff_worker_binary:
     try:
-      runtime.check_worker_binary(FLAGS.tff_worker_binary)
+      workers.check_worker_binary(FLAGS.tff_worker_binary)
     except ValueError as e:
-      errors.append(str(e))
+      errors.append(f'--tff_worker_binary: {e}')
   return errors
 
 
@@ -83,11 +112,21 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
   if errors:
     return 'Bad flags:\n  ' + '\n  '.join(errors)
   try:
-    runtime.set_execution_context(
-        tff_workers=FLAGS.tff_workers or None,
-        worker_binary=FLAGS.tff_worker_binary,
-        max_concurrent_clients=FLAGS.max_concurrent_clients,
-        model_parameters=model_parameters)
+    if FLAGS.tff_workers:
+      runtime.set_remote_execution_context(FLAGS.tff_workers)
+    else:
+      runtime.set_local_execution_context(
+          FLAGS.max_concurrent_clients, FLAGS.tff_worker_binary,
+          model_parameters=model_parameters)
+  except workers.WorkerUnreachableError as e:
+    return f'--tff_workers: {with_worker_command(e)}'
   except RuntimeError as e:
     return str(e)
   return None
+
+
+def with_worker_command(error: workers.WorkerUnreachableError) -> str:
+  """`error`'s message, with the command that starts the worker it names."""
+  port = error.address.rpartition(':')[2]
+  return (f'{error} (On {error.address.rpartition(":")[0]}: python -m '
+          f'binaries.worker --port={port})')

@@ -21,10 +21,10 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import runtime
+from tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
-runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
+process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
@@ -42,7 +42,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  runtime.quiet(FLAGS.verbosity)
+  process_setup.quiet(FLAGS.verbosity)
   try:
     if FLAGS.preset:
       preset = presets.get(FLAGS.preset)

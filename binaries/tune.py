@@ -20,10 +20,10 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import runtime
+from tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
-runtime.configure_process(runtime.verbosity_from_argv(sys.argv))
+process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 # pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
@@ -56,7 +56,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  runtime.quiet(FLAGS.verbosity)
+  process_setup.quiet(FLAGS.verbosity)
   output_dir = FLAGS.output_dir or f'runs/tune_{FLAGS.task}'
   try:
     if FLAGS.last_rounds < 1:
@@ -74,10 +74,14 @@ def main(argv):
   error = runtime_flags.start_for_runs()
   if error:
     return experiment_flags.usage_error(error)
-  comparison.run_comparison(
-      configs, progress=FLAGS.progress,
-      on_run=lambda label: print(f'== {label}', flush=True), jobs=FLAGS.jobs,
-      max_concurrent_clients=FLAGS.max_concurrent_clients)
+  try:
+    comparison.run_comparison(
+        configs, progress=FLAGS.progress,
+        on_run=lambda label: print(f'== {label}', flush=True),
+        jobs=FLAGS.jobs, max_concurrent_clients=FLAGS.max_concurrent_clients)
+  except ValueError as e:  # A run refused (locked, finished, or changed).
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   chosen = tuning.choose(output_dir, points, seeds, FLAGS.last_rounds,
                          dict(client_momentum=FLAGS.client_momentum))
   paths = tuning.write_report(

@@ -17,10 +17,11 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import runtime
+from tff_methods import workers
+from tooling import process_setup
 
 # The worker inherits this process's environment (oneDNN kernels on).
-runtime.configure_environment()
+process_setup.configure_environment()
 
 flags.DEFINE_integer('port', None, 'The port to serve on (1..65535).')
 flags.DEFINE_integer('max_concurrent_clients', 2,
@@ -38,9 +39,12 @@ def main(argv):
     print(f'--port={FLAGS.port} must be a port in 1..65535', file=sys.stderr)
     return 2
   try:
-    binary = (runtime.check_worker_binary(FLAGS.tff_worker_binary)
-              if FLAGS.tff_worker_binary else runtime.packaged_worker_binary())
-  except (ValueError, RuntimeError) as e:
+    binary = (workers.check_worker_binary(FLAGS.tff_worker_binary)
+              if FLAGS.tff_worker_binary else workers.packaged_worker_binary())
+  except ValueError as e:
+    print(f'--tff_worker_binary: {e}', file=sys.stderr)
+    return 2
+  except RuntimeError as e:
     print(e, file=sys.stderr)
     return 2
   print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
@@ -48,7 +52,7 @@ def main(argv):
   os.execve(binary, [binary, f'--port={FLAGS.port}',
                      '--max_concurrent_computation_calls='
                      f'{FLAGS.max_concurrent_clients}'],
-            runtime.worker_environment(FLAGS.max_concurrent_clients))
+            workers.worker_environment(FLAGS.max_concurrent_clients))
 
 
 if __name__ == '__main__':

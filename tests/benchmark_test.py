@@ -12,7 +12,7 @@ from tasks import datasets
 from tasks import models as task_models
 from tff_methods import methods
 from tff_methods import model_lib
-from tff_methods import runtime
+from tff_methods import workers
 from tooling import benchmark
 from tooling import experiment
 from tooling import pytorch_loop
@@ -143,7 +143,7 @@ def test_time_methods_interleaves_and_divides_by_fedavg(tiny_cifar):
 
 def test_loopback_workers_are_timed_and_stopped(tiny_cifar):
   hparams = methods.Hyperparameters(client_learning_rate=0.01)
-  before = set(runtime.worker_pids())
+  before = set(workers.worker_pids())
   by_count = benchmark.loopback_worker_throughput(
       tiny_cifar, 'mlp', hparams, local_epochs=1, batch_size=8,
       worker_counts=(1, 2), repeats=1)
@@ -151,7 +151,7 @@ def test_loopback_workers_are_timed_and_stopped(tiny_cifar):
   for timing in by_count.values():
     assert timing['clients_per_second'] == pytest.approx(
         3 / timing['median'])
-  assert set(runtime.worker_pids()) == before  # Every worker it started ended.
+  assert set(workers.worker_pids()) == before  # Every worker it started ended.
 
 
 def test_report_marks_each_figure_against_its_target():

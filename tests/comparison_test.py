@@ -121,8 +121,9 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
 
 _KILL_THE_WORKER_MID_RUN = r"""
 import json, os, signal, sys
-from tff_methods import runtime
-runtime.configure_process()
+from tff_methods import runtime, workers
+from tooling import process_setup
+process_setup.configure_process()
 from tooling import comparison, experiment
 
 def start_worker():
@@ -137,8 +138,8 @@ def config(name):
 def kill_after_round_2(round_num, metrics):
   del metrics
   if round_num == 2 and not killed:
-    killed.append(runtime.worker_pids())
-    for pid in runtime.worker_pids():
+    killed.append(workers.worker_pids())
+    for pid in workers.worker_pids():
       os.kill(pid, signal.SIGSEGV)
 
 killed = []

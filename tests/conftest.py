@@ -10,8 +10,9 @@ workers of their own are marked `slow` (`pytest -m "not slow"` skips them;
 """
 
 from tff_methods import runtime
+from tooling import process_setup
 
-runtime.configure_process()
+process_setup.configure_process()
 runtime.discard_default_context()
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from binaries import experiment_flags  # pylint: disable=unused-import
 from tff_methods import methods
-from tff_methods import runtime
+from tff_methods import workers
 from tooling import experiment
 
 
@@ -45,7 +45,7 @@ def test_model_parameters_are_counted_from_the_tasks_shapes():
   assert cnn == (1216 + 12832 + 96120 + 10164 + 7140 + 21760 + 2570)
   resnet = experiment.model_parameters(
       experiment.ExperimentConfig(task='cifar10', model='resnet18'))
-  assert resnet > runtime.LARGE_MODEL_PARAMETERS > cnn
+  assert resnet > workers.LARGE_MODEL_PARAMETERS > cnn
   # A model only Fed2's grouping builds (VGG-16) is not counted.
   assert experiment.model_parameters(dataclasses.replace(
       experiment.ExperimentConfig(), model='vgg16')) is None

@@ -7,6 +7,7 @@ kernel); a rerun with fewer rounds than done changes nothing; a resumed
 run whose client states are gone is refused unless told to start them over.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tff_methods import model_lib
+from tooling import comparison
 from tooling import experiment
 from tooling import training_loop
 from tooling import tuning
@@ -97,6 +99,28 @@ def test_a_resumed_run_whose_client_states_are_gone_is_refused(tmp_path):
                                    rounds=3, restart_client_states=True),
                            progress=False)
   assert results['rounds'] == 3
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_compare_refuses_a_finished_run_saved_with_other_settings(tmp_path):
+  base = _config(tmp_path, 'unused', rounds=1)
+  runs = comparison.plan(base, ['fedavg'], [0], str(tmp_path / 'cmp'))
+  comparison.run_comparison(runs, progress=False)
+  before = _snapshot(runs[0].output_dir)
+  changed = comparison.plan(
+      dataclasses.replace(base, client_learning_rate=0.5), ['fedavg'], [0],
+      str(tmp_path / 'cmp'))
+  with pytest.raises(ValueError, match=r'saved with other settings; nothing '
+                     r'was run(?s:.*)fedavg/seed0: client_learning_rate: saved '
+                     r'0\.05, now 0\.5'):
+    comparison.run_comparison(changed, progress=False)
+  assert _snapshot(runs[0].output_dir) == before
+  # The same settings, or more rounds, are no difference.
+  comparison.run_comparison(
+      comparison.plan(dataclasses.replace(base, rounds=2), ['fedavg'], [0],
+                      str(tmp_path / 'cmp')), progress=False)
+  with open(os.path.join(runs[0].output_dir, 'results.json')) as f:
+    assert json.load(f)['rounds'] == 2
 
 
 def _children(pid):

@@ -13,12 +13,15 @@ import subprocess
 import sys
 
 import numpy as np
+import portpicker
 import pytest
 import tensorflow_federated as tff
 
+from binaries import runtime_flags
 from tasks import datasets
 from tff_methods import model_lib
 from tff_methods import runtime
+from tff_methods import workers
 from tooling import experiment
 
 pytestmark = [pytest.mark.usefixtures('tff_worker'), pytest.mark.slow]
@@ -37,7 +40,7 @@ METHODS = [('fedavg', 'mlp'), ('fedadam', 'mlp'), ('fedcos', 'mlp'),
 
 
 def _start_workers(count):
-  started = [runtime.start_worker(max_concurrent_computation_calls=2)
+  started = [workers.start_worker(max_concurrent_computation_calls=2)
              for _ in range(count)]
   return [p for p, _ in started], [f'127.0.0.1:{port}' for _, port in started]
 
@@ -180,7 +183,7 @@ def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(tmp_path,
         experiment.run(config, progress=False, round_hook=kill_second_worker)
       # Round 1's program state was saved before the worker died: with the
       # worker back, the same run resumes from it.
-      processes[1], _ = runtime.start_worker(
+      processes[1], _ = workers.start_worker(
           port=int(addresses[1].rpartition(':')[2]))
       resumed = experiment.run(config, progress=False)
     assert resumed['rounds'] == 3
@@ -195,16 +198,16 @@ def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(tmp_path,
 
 
 def test_addresses_and_worker_binaries_are_checked():
-  assert runtime.parse_worker_addresses(' a:1,127.0.0.1:8000 ') == [
+  assert runtime_flags.parse_worker_addresses(' a:1,127.0.0.1:8000 ') == [
       'a:1', '127.0.0.1:8000']
   for bad, message in (('localhost', 'not host:port'),
                        ('localhost:0', 'not host:port'),
                        ('h:70000', 'not host:port'),
                        ('h:1,h:1', 'more than once'), (',', 'names no')):
     with pytest.raises(ValueError, match=message):
-      runtime.parse_worker_addresses(bad)
+      runtime_flags.parse_worker_addresses(bad)
   with pytest.raises(ValueError, match='/no/such/worker.*not an executable'):
-    runtime.check_worker_binary('/no/such/worker')
+    workers.check_worker_binary('/no/such/worker')
 
 
 def _train(tmp_path, *flags):
@@ -230,6 +233,15 @@ def test_train_binary_names_a_bad_or_unreachable_worker(tmp_path):
                   '--tff_worker_binary=/bin/true')
   assert result.returncode == 2
   assert '--tff_worker_binary starts a local worker' in result.stderr
+  # A port nobody listens on is named, with the command to start a worker
+  # there: not the mid-run message about a round.
+  port = portpicker.pick_unused_port()
+  result = _train(tmp_path, f'--tff_workers=127.0.0.1:{port}')
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      f'--tff_workers: No TFF worker serves at 127.0.0.1:{port} (for 10 s: '
+      'Connection refused). Start one there, then run again; nothing has run '
+      f'yet. (On 127.0.0.1: python -m binaries.worker --port={port})']
   assert not (tmp_path / 'run').exists()  # Nothing ran.
 
 
@@ -237,7 +249,7 @@ def test_tff_worker_binary_is_the_worker_started(tmp_path):
   marker = tmp_path / 'started_by_wrapper'
   wrapper = tmp_path / 'my_worker'
   wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\n'
-                     f'exec {runtime.packaged_worker_binary()} "$@"\n')
+                     f'exec {workers.packaged_worker_binary()} "$@"\n')
   wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
   result = _train(tmp_path, f'--tff_worker_binary={wrapper}')
   assert result.returncode == 0, result.stderr

@@ -1,4 +1,5 @@
-"""Tests for tff_methods.runtime: the process set-up and the worker's life."""
+"""Tests for tff_methods.runtime and .workers (the contexts and the workers'
+life) and tooling.process_setup (the binaries' own set-up)."""
 
 import os
 import subprocess
@@ -7,7 +8,8 @@ import time
 
 import pytest
 
-from tff_methods import runtime
+from tff_methods import workers
+from tooling import process_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,10 +26,31 @@ def test_importing_the_runtime_changes_no_environment():
   assert out.stdout.strip().splitlines()[-1] == '[]'
 
 
+def test_a_local_context_leaves_the_users_process_alone():
+  # Signal handlers and warning filters are the binaries' choice
+  # (tooling.process_setup), not the library's.
+  script = '\n'.join([
+      'import signal, warnings',
+      'import tensorflow as tf, tensorflow_federated as tff',
+      'filters = list(warnings.filters)',
+      'from tff_methods import fedavg, runtime, workers',
+      'runtime.set_local_execution_context(max_concurrent_clients=1)',
+      'assert tff.tensorflow.computation(lambda: tf.constant(3))() == 3',
+      'print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,',
+      '      signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,',
+      '      warnings.filters == filters, len(workers.worker_pids()))',
+      'workers.install_signal_handlers()',
+      'print(signal.getsignal(signal.SIGINT) is workers._signal_handler)'])
+  out = subprocess.run([sys.executable, '-c', script], cwd=REPO,
+                       capture_output=True, text=True, timeout=300,
+                       check=True)
+  assert out.stdout.split() == ['True', 'True', 'True', '1', 'True']
+
+
 def test_configure_environment_keeps_the_callers_settings(monkeypatch):
   monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
   monkeypatch.delenv('GRPC_ENABLE_FORK_SUPPORT', raising=False)
-  runtime.configure_environment()
+  process_setup.configure_environment()
   assert os.environ['TF_ENABLE_ONEDNN_OPTS'] == '0'
   assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
 
@@ -39,8 +62,8 @@ def test_configure_environment_keeps_the_callers_settings(monkeypatch):
 def test_a_worker_splits_the_cores_between_its_clients(
     monkeypatch, cores, max_calls, threads):
   monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
-  monkeypatch.setattr(runtime, 'usable_cores', lambda: cores)
-  env = runtime.worker_environment(max_calls)
+  monkeypatch.setattr(workers, 'usable_cores', lambda: cores)
+  env = workers.worker_environment(max_calls)
   assert env.get('TF_NUM_INTRAOP_THREADS') == threads
   assert env['TF_ENABLE_ONEDNN_OPTS'] == os.environ.get(
       'TF_ENABLE_ONEDNN_OPTS', '1')
@@ -54,17 +77,17 @@ def test_a_worker_splits_the_cores_between_its_clients(
 def test_large_models_get_every_core_for_each_client(
     monkeypatch, cores, max_calls, parameters, threads):
   monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
-  monkeypatch.setattr(runtime, 'usable_cores', lambda: cores)
-  assert runtime.threads_per_client(parameters, max_calls) == threads
-  env = runtime.worker_environment(max_calls, model_parameters=parameters)
+  monkeypatch.setattr(workers, 'usable_cores', lambda: cores)
+  assert workers.threads_per_client(parameters, max_calls) == threads
+  env = workers.worker_environment(max_calls, model_parameters=parameters)
   assert env.get('TF_NUM_INTRAOP_THREADS') == (
       None if threads is None else str(threads))
 
 
 def test_a_workers_threads_follow_the_callers_setting(monkeypatch):
   monkeypatch.setenv('TF_NUM_INTRAOP_THREADS', '3')
-  monkeypatch.setattr(runtime, 'usable_cores', lambda: 2)
-  assert runtime.worker_environment(2)['TF_NUM_INTRAOP_THREADS'] == '3'
+  monkeypatch.setattr(workers, 'usable_cores', lambda: 2)
+  assert workers.worker_environment(2)['TF_NUM_INTRAOP_THREADS'] == '3'
   assert 'TF_NUM_INTRAOP_THREADS' in os.environ  # not consumed
 
 
@@ -72,25 +95,25 @@ def test_a_workers_threads_follow_the_callers_setting(monkeypatch):
 def test_a_started_worker_gets_onednn_and_dies_when_ended(monkeypatch):
   monkeypatch.delenv('TF_ENABLE_ONEDNN_OPTS', raising=False)
   monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
-  process, _ = runtime.start_worker(max_concurrent_computation_calls=1)
+  process, _ = workers.start_worker(max_concurrent_computation_calls=1)
   try:
     with open(f'/proc/{process.pid}/environ', 'rb') as f:
       environ = f.read().split(b'\0')
     assert b'TF_ENABLE_ONEDNN_OPTS=1' in environ
-    threads = str(runtime.usable_cores()).encode()
+    threads = str(workers.usable_cores()).encode()
     assert b'TF_NUM_INTRAOP_THREADS=' + threads in environ
     assert 'TF_ENABLE_ONEDNN_OPTS' not in os.environ  # ours is untouched
   finally:
     process.terminate()
     process.wait(timeout=30)
-  assert process.pid not in runtime.worker_pids()
+  assert process.pid not in workers.worker_pids()
 
 
 @pytest.mark.slow
 def test_the_worker_binary_serves_with_the_cores_split():
   env = {k: v for k, v in os.environ.items()
          if k != 'TF_NUM_INTRAOP_THREADS'}
-  port = runtime.portpicker.pick_unused_port()
+  port = workers.portpicker.pick_unused_port()
   process = subprocess.Popen(
       [sys.executable, '-m', 'binaries.worker', f'--port={port}',
        '--max_concurrent_clients=2'], cwd=REPO, env=env,
@@ -103,14 +126,14 @@ def test_the_worker_binary_serves_with_the_cores_split():
     while True:
       assert process.poll() is None, 'the worker exited'
       if os.path.realpath(f'/proc/{process.pid}/exe') == os.path.realpath(
-          runtime.packaged_worker_binary()):
+          workers.packaged_worker_binary()):
         with open(f'/proc/{process.pid}/environ', 'rb') as f:
           environ = f.read().split(b'\0')
         if len(environ) > 1:
           break
       assert time.monotonic() < deadline, 'binaries.worker did not exec'
       time.sleep(0.05)
-    threads = str(max(1, runtime.usable_cores() // 2)).encode()
+    threads = str(max(1, workers.usable_cores() // 2)).encode()
     assert b'TF_NUM_INTRAOP_THREADS=' + threads in environ
     assert b'TF_ENABLE_ONEDNN_OPTS=' + os.environ.get(
         'TF_ENABLE_ONEDNN_OPTS', '1').encode() in environ

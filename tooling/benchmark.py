@@ -36,6 +36,7 @@ from tff_methods import methods as methods_lib
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import runtime
+from tff_methods import workers
 from tooling import experiment
 from tooling import pytorch_loop
 
@@ -392,12 +393,12 @@ def loopback_worker_throughput(
       'fedavg', model_fn, *_round_datasets(data, batches), hparams)
   results = {}
   for count in worker_counts:
-    workers = [runtime.start_worker(
+    started = [workers.start_worker(
         max_concurrent_computation_calls=max_concurrent_clients)
                for _ in range(count)]
     try:
       context = runtime.create_remote_execution_context(
-          [f'127.0.0.1:{port}' for _, port in workers])
+          [f'127.0.0.1:{port}' for _, port in started])
       with context_stack_impl.context_stack.install(context):
         state = process.set_model_weights(
             process.initialize(), model_lib.initial_weights(model_fn, seed))
@@ -408,7 +409,7 @@ def loopback_worker_throughput(
           state = process.next(state, _keys(client_ids, round_num)).state
           seconds.append(time.perf_counter() - start)
     finally:
-      for worker, _ in workers:
+      for worker, _ in started:
         worker.kill()
         worker.wait()
     results[count] = dict(seconds=seconds, median=_median(seconds),
@@ -511,7 +512,7 @@ def _status_kb(pid: int, field: str) -> int:
 def resident_mb() -> dict[str, float]:
   """Resident and peak resident memory (MB) of this process and workers."""
   pids = {'python': os.getpid()}
-  pids.update({f'worker_{i}': p for i, p in enumerate(runtime.worker_pids())})
+  pids.update({f'worker_{i}': p for i, p in enumerate(workers.worker_pids())})
   figures = {}
   for name, pid in pids.items():
     figures[f'{name}_rss_mb'] = _status_kb(pid, 'VmRSS') / 1024
@@ -525,7 +526,7 @@ def resident_mb() -> dict[str, float]:
 
 def reset_peak_memory() -> None:
   """Restarts the peak-resident counters (Linux `clear_refs` 5), if allowed."""
-  for pid in [os.getpid()] + runtime.worker_pids():
+  for pid in [os.getpid()] + workers.worker_pids():
     try:
       with open(f'/proc/{pid}/clear_refs', 'w') as f:
         f.write('5')

@@ -27,6 +27,8 @@ from absl import logging
 import numpy as np
 
 from tff_methods import runtime
+from tff_methods import workers
+from tooling import process_setup
 from tooling import experiment
 
 
@@ -182,10 +184,19 @@ def run_comparison(configs: Sequence[experiment.ExperimentConfig],
     max_concurrent_clients: Each job's worker's client concurrency.
 
   Raises:
-    ValueError: for `jobs` < 1, before any run starts.
+    ValueError: for `jobs` < 1, or when a run's directory holds a run saved
+      with other settings (finished or not), before any run starts.
   """
   if jobs < 1:
     raise ValueError(f'jobs must be >= 1, got {jobs}.')
+  changed = [f'{config.output_dir}: ' + '; '.join(differences)
+             for config in configs
+             if (differences := experiment.saved_settings_differences(config))]
+  if changed:
+    raise ValueError(
+        'These runs were saved with other settings; nothing was run. Delete '
+        'them to run them again with the new settings, or give another '
+        '--output_dir:\n  ' + '\n  '.join(changed))
   pending = []
   for config in configs:
     if _finished(config):
@@ -289,7 +300,7 @@ def _exit_description(exitcode: int) -> str:
 
 def _job(pending, max_concurrent_clients, done):
   """Runs from `pending` until a None, in a process of its own."""
-  runtime.configure_process()
+  process_setup.configure_process()
 
   def start_worker():
     runtime.set_local_execution_context(
@@ -321,7 +332,7 @@ def run_restarting_worker(config: experiment.ExperimentConfig,
   """
   try:
     return experiment.run(config, **run_kwargs)
-  except runtime.WorkerExitedError as e:
+  except workers.WorkerExitedError as e:
     logging.warning('%s: %s Starting a new worker; the run resumes from its '
                     'last checkpoint.', _label(config), e)
     start_worker()

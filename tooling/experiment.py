@@ -418,9 +418,9 @@ def model_parameters(config: ExperimentConfig) -> Optional[int]:
   shapes (no data is read); None for a model only Fed2's grouping builds.
 
   It sets the local TFF worker's threads per client
-  (`runtime.threads_per_client`). An image folder's classes are not known
+  (`workers.threads_per_client`). An image folder's classes are not known
   before its data is read: counted with 10 (classes don't move a model
-  across `runtime.LARGE_MODEL_PARAMETERS`).
+  across `workers.LARGE_MODEL_PARAMETERS`).
   """
   input_shape, num_classes = datasets.TASK_SHAPES[config.task]
   if config.task == 'image_folder':
@@ -504,6 +504,13 @@ def load_data(config: ExperimentConfig) -> datasets.FederatedData:
     raise ValueError(f'--clients_per_round={config.clients_per_round} is '
                      f'more than the task\'s {len(client_ids)} clients.')
   return data
+
+
+def saved_settings_differences(config: ExperimentConfig) -> list[str]:
+  """How `config` differs from the run saved in its output directory, if any."""
+  return training_loop.experiment_config_differences(
+      config.output_dir, dataclasses.asdict(config),
+      defaults=dataclasses.asdict(ExperimentConfig()))
 
 
 def run(config: ExperimentConfig,

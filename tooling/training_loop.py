@@ -185,36 +185,49 @@ def saved_round(output_dir: str) -> int:
   return max(versions) if versions else 0
 
 
+def experiment_config_differences(
+    output_dir: str, config: Mapping[str, Any],
+    defaults: Optional[Mapping[str, Any]] = None) -> list[str]:
+  """Each setting in which `config` differs from the one saved in `output_dir`.
+
+  A setting the saved config does not record (one that did not exist when
+  it was written) is taken at its value in `defaults`. Settings a resumption
+  may change (`RESUMABLE_KEYS`) are not compared. Empty when nothing is
+  saved there.
+  """
+  path = os.path.join(output_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return []
+  config = json.loads(json.dumps(dict(config), default=str))
+  with open(path) as f:
+    saved = json.load(f)
+  defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
+  saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
+  keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
+  return [f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
+          for k in sorted(keys) if saved.get(k) != config.get(k)]
+
+
 def check_experiment_config(output_dir: str, config: Mapping[str, Any],
                             defaults: Optional[Mapping[str, Any]] = None
                             ) -> None:
   """Writes `config` to `output_dir`, or checks it matches the one there.
 
-  A setting the saved config does not record (one that did not exist when
-  it was written) is taken at its value in `defaults`.
-
   Raises:
     ValueError: when `output_dir` holds a different experiment: names each
-      setting that differs, with both values.
+      setting that differs, with both values
+      (`experiment_config_differences`).
   """
   os.makedirs(output_dir, exist_ok=True)
-  path = os.path.join(output_dir, CONFIG_FILE)
-  config = json.loads(json.dumps(dict(config), default=str))
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
-    defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
-    saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
-    keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
-    differences = [f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
-                   for k in sorted(keys) if saved.get(k) != config.get(k)]
-    if differences:
-      raise ValueError(
-          f'--output_dir={output_dir} holds a checkpoint of a different '
-          'experiment (' + '; '.join(differences) + '). Use a new '
-          'output directory, or the same settings to resume.')
-  with open(path, 'w') as f:
-    json.dump(config, f, indent=2, sort_keys=True)
+  differences = experiment_config_differences(output_dir, config, defaults)
+  if differences:
+    raise ValueError(
+        f'--output_dir={output_dir} holds a checkpoint of a different '
+        'experiment (' + '; '.join(differences) + '). Use a new '
+        'output directory, or the same settings to resume.')
+  with open(os.path.join(output_dir, CONFIG_FILE), 'w') as f:
+    json.dump(json.loads(json.dumps(dict(config), default=str)), f,
+              indent=2, sort_keys=True)
 
 
 def _flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict:

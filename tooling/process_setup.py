@@ -1,0 +1,85 @@
+"""How the binaries set up their own process, before TensorFlow loads.
+
+The library changes nothing in the importing process; these are the
+binaries' choices (and a comparison's jobs', which are binaries' children):
+
+- TensorFlow's oneDNN CPU kernels on (TensorFlow 2.14 turns them on by
+  default only on the newest Intel CPUs);
+- gRPC's fork handlers off: workers are started by fork + exec while gRPC
+  threads run, and the handlers would only log "skipping fork() handlers";
+- TensorFlow's and TFF's info logs, and Python's deprecation and user
+  warnings, silenced unless `--verbosity` > 0;
+- SIGINT and SIGTERM end the TFF workers first
+  (`workers.install_signal_handlers`).
+"""
+
+import logging as py_logging
+import os
+import threading
+
+from absl import logging
+
+from tff_methods import workers
+
+
+def verbosity_from_argv(argv: list[str]) -> int:
+  """absl's `--verbosity`/`-v` value in `argv`, read before flags are parsed.
+
+  TensorFlow reads its C++ log level once, when imported, and a binary must
+  import TensorFlow before `absl.app.run` (importing it inside `main` breaks
+  Keras' functional API in TF 2.14), so the level is read from argv early.
+  """
+  for i, arg in enumerate(argv):
+    for name in ('--verbosity', '-v'):
+      if arg.startswith(name + '='):
+        value = arg.split('=', 1)[1]
+      elif arg == name and i + 1 < len(argv):
+        value = argv[i + 1]
+      else:
+        continue
+      try:
+        return int(value)
+      except ValueError:
+        return 0
+  return 0
+
+
+def configure_process(verbosity: int = 0) -> None:
+  """Sets up this process as the module docstring says; binaries call it
+  first thing.
+
+  Call it before TensorFlow and gRPC are imported: both read these settings
+  once, when they initialize. The caller's own environment settings win.
+  A library user who skips it still gets workers with oneDNN on
+  (`workers.start_worker`), and their own process as they set it.
+  """
+  configure_environment()
+  quiet(verbosity)
+  if threading.current_thread() is threading.main_thread():
+    workers.install_signal_handlers()
+
+
+def configure_environment() -> None:
+  """`configure_process`'s environment settings alone (no TensorFlow)."""
+  os.environ.setdefault(*workers.ONEDNN)
+  os.environ.setdefault('GRPC_ENABLE_FORK_SUPPORT', '0')
+
+
+def quiet(verbosity: int = 0) -> None:
+  """Silences TensorFlow's and TFF's info logs unless `verbosity` > 0.
+
+  Call before TensorFlow is imported for TensorFlow's C++ logs to follow.
+  """
+  if verbosity > 0:
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '0')
+    logging.set_verbosity(logging.DEBUG if verbosity > 1 else logging.INFO)
+    return
+  os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+  logging.set_verbosity(logging.WARNING)
+  os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+  import warnings  # pylint: disable=g-import-not-at-top
+  warnings.filterwarnings('ignore', category=DeprecationWarning)
+  warnings.filterwarnings('ignore', category=UserWarning)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel(py_logging.ERROR)
+  tf.autograph.set_verbosity(0)
