@@ -25,6 +25,7 @@ process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 from binaries import experiment_flags
 from binaries import runtime_flags
 from tooling import analysis
+from tooling import training_loop
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_integer('analysis_clients', 5,
@@ -43,6 +44,7 @@ def main(argv):
         f'--analysis_clients={FLAGS.analysis_clients} must be >= 2.')
   try:
     analysis.experiment.validate(config)
+    training_loop.make_output_dir(output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
   error = runtime_flags.start()

@@ -40,6 +40,7 @@ from tasks import models as task_models
 from tff_methods import methods as methods_lib
 from tooling import benchmark
 from tooling import pytorch_loop
+from tooling import training_loop
 # pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_list('models', ['fedcka_cnn', 'resnet18'],
@@ -169,6 +170,10 @@ def main(argv):
     if pytorch_error and FLAGS.pytorch_python:
       errors.append(f'--pytorch_python={FLAGS.pytorch_python}: '
                     f'{pytorch_error}')
+  try:
+    training_loop.make_output_dir(FLAGS.output_dir)
+  except ValueError as e:
+    errors.append(str(e))
   if errors:
     runtime.discard_default_context()
     print('Bad flags:\n  ' + '\n  '.join(errors), file=sys.stderr)
@@ -178,7 +183,6 @@ def main(argv):
     runtime.discard_default_context()
     print(error, file=sys.stderr)
     return 2
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
   cache_dir = os.path.join(FLAGS.output_dir, 'cache')
   hparams = methods_lib.Hyperparameters(
       client_learning_rate=FLAGS.client_learning_rate,

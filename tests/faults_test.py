@@ -4,10 +4,13 @@ A `compare` job that dies without reporting ends the parent within
 seconds; `compare --jobs=2` with one run left runs it; two runs on one
 output directory are refused (a dead run's lock is released by the
 kernel); a rerun with fewer rounds than done changes nothing; a resumed
-run whose client states are gone is refused unless told to start them over.
+run whose client states are gone is refused unless told to start them over;
+a comparison refuses runs saved with other settings; a full disk and an
+output directory that can't be written end in one line naming the file.
 """
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -121,6 +124,43 @@ def test_compare_refuses_a_finished_run_saved_with_other_settings(tmp_path):
                       str(tmp_path / 'cmp')), progress=False)
   with open(os.path.join(runs[0].output_dir, 'results.json')) as f:
     assert json.load(f)['rounds'] == 2
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_full_disk_ends_the_run_in_one_line_and_it_resumes(tmp_path):
+  def disk_fills(round_num, metrics):
+    del metrics
+    if round_num == 2:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                    str(tmp_path / 'run' / 'metrics.csv'))
+
+  config = _config(tmp_path, 'run', method='scaffold', rounds=3,
+                   rounds_per_checkpoint=1)
+  with pytest.raises(training_loop.DiskFullError,
+                     match=rf'No space left on the device writing '
+                     rf'{tmp_path}/run/metrics.csv\. .*resumes from the last '
+                     r'saved round \(2\)'):
+    experiment.run(config, progress=False, round_hook=disk_fills)
+  resumed = experiment.run(config, progress=False)
+  whole = experiment.run(_config(tmp_path, 'whole', method='scaffold',
+                                 rounds=3, rounds_per_checkpoint=1),
+                         progress=False)
+  for a, b in zip(whole['final_weights'].trainable,
+                  resumed['final_weights'].trainable):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_full_disk_in_the_worker_names_the_file(tmp_path):
+  # What TFF's worker reports when a client's state can't be written.
+  error = RuntimeError(
+      'Failed to run computation: /x/client_states/c1/3.state; No space '
+      'left on device\n\t [[{{node WriteFile}}]]\nHint: If you want to see '
+      'a list of allocated tensors when OOM happens ...')
+  message = str(training_loop.disk_full_error(error, str(tmp_path)))
+  assert message.startswith('No space left on the device writing '
+                            '/x/client_states/c1/3.state. ')
+  assert 'OOM' not in message
+  assert training_loop.disk_full_error(RuntimeError('other'), '.') is None
 
 
 def _children(pid):
@@ -243,6 +283,24 @@ def test_an_output_directory_that_cannot_be_written_is_named(tmp_path):
   with pytest.raises(ValueError, match=rf'--output_dir={tmp_path}/file '
                      'cannot be written: File exists'):
     experiment.run(_config(tmp_path, 'file'), progress=False)
+
+
+@pytest.mark.parametrize('binary, line', [
+    ('analyze', '--output_dir={} cannot be written: Not a directory.'),
+    ('benchmark', 'Bad flags:'),
+])
+def test_every_binary_names_an_output_directory_it_cannot_write(
+    tmp_path, binary, line):
+  (tmp_path / 'file').write_text('not a directory')
+  output_dir = tmp_path / 'file' / 'run'
+  result = subprocess.run(
+      [sys.executable, '-m', f'binaries.{binary}',
+       f'--output_dir={output_dir}'], cwd=REPO, capture_output=True,
+      text=True, timeout=300, check=False)
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.strip().splitlines()[0] == line.format(output_dir)
+  assert f'--output_dir={output_dir} cannot be written' in result.stderr
+  assert 'Traceback' not in result.stderr
 
 
 

@@ -533,7 +533,13 @@ def run(config: ExperimentConfig,
   """
   validate(config)
   with training_loop.output_dir_lock(config.output_dir):
-    return _run_locked(config, progress, round_hook, data)
+    try:
+      return _run_locked(config, progress, round_hook, data)
+    except Exception as e:  # pylint: disable=broad-except
+      disk_full = training_loop.disk_full_error(e, config.output_dir)
+      if disk_full is None:
+        raise
+      raise disk_full from None
 
 
 def _run_locked(config, progress, round_hook, data) -> dict:

@@ -29,9 +29,12 @@ compose_dataset_computation_with_learning_process`), the way
 import asyncio
 import collections
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import re
+import tempfile
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -73,6 +76,53 @@ class OutputDirInUseError(ValueError):
   """Another process is running on the output directory."""
 
 
+class DiskFullError(ValueError):
+  """A run stopped because its disk is full; what it saved before is kept."""
+
+
+_NO_SPACE = 'No space left on device'
+
+
+def disk_full_error(error: BaseException, output_dir: str
+                    ) -> Optional[DiskFullError]:
+  """`error` as one line if a full disk caused it (else None).
+
+  A full disk shows up as Python's `OSError` (ENOSPC) when this process
+  writes, or as a long TFF worker error naming the file when a client's
+  state is written. Nothing saved before is lost: checkpoints that did not
+  complete are passed over on resumption, and a client state file cut short
+  in the failed round is written again when that round reruns.
+  """
+  if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+    path = error.filename or output_dir
+  elif _NO_SPACE in str(error):
+    found = re.search(r'([^\s\'"]+); ' + _NO_SPACE, str(error))
+    path = found.group(1) if found else output_dir
+  else:
+    return None
+  done = saved_round(output_dir)
+  return DiskFullError(
+      f'No space left on the device writing {path}. Free some space and run '
+      'the same command again: it resumes from the last saved round '
+      f'({done}), and nothing saved before is lost.')
+
+
+def make_output_dir(output_dir: str) -> str:
+  """Creates `output_dir` if needed, and checks it can be written.
+
+  Raises:
+    ValueError: naming the directory and why (a file, read-only, ...).
+  """
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=output_dir):
+      pass
+  except OSError as e:
+    raise ValueError(f'--output_dir={output_dir} cannot be written: '
+                     f'{e.strerror or e}.') from None
+  return output_dir
+
+
 @contextlib.contextmanager
 def output_dir_lock(output_dir: str):
   """Holds `output_dir` for this process while the block runs.
@@ -85,8 +135,8 @@ def output_dir_lock(output_dir: str):
   Raises:
     OutputDirInUseError: naming the directory and the process that holds it.
   """
+  make_output_dir(output_dir)
   try:
-    os.makedirs(output_dir, exist_ok=True)
     lock = open(os.path.join(output_dir, LOCK_FILE), 'a+')
   except OSError as e:
     raise ValueError(f'--output_dir={output_dir} cannot be written: '
