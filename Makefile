@@ -17,8 +17,13 @@ $(STAMP): requirements.txt pyproject.toml
 	# TFF 0.87.0 pins jax/jaxlib 0.4.14, which the registry does not serve:
 	# its other dependencies come from requirements.txt (jax 0.4.13).
 	$(VENV)/bin/pip install --quiet --no-deps tensorflow-federated==0.87.0
-	# The project itself, editable: its packages import from anywhere.
-	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	# The repository itself on the environment's path, as it is laid out
+	# (tff_methods, tasks, tooling, binaries): edits apply at once.
+	# `pip install .` installs it under tff_methods* names instead (setup.py).
+	$(VENV)/bin/python -c 'import os, sysconfig; \
+	  open(os.path.join(sysconfig.get_paths()["purelib"], \
+	  "tff_methods_repository.pth"), "w").write(os.getcwd() + "\n")'
+	$(VENV)/bin/pip uninstall --quiet --yes tff_methods 2>/dev/null || true
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -56,5 +56,10 @@ def main(argv):
   return 0
 
 
-if __name__ == '__main__':
+def run():
+  """The `tff-methods-analyze` command."""
   app.run(experiment_flags.one_line_errors(main))
+
+
+if __name__ == '__main__':
+  run()

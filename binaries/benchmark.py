@@ -170,10 +170,11 @@ def main(argv):
     if pytorch_error and FLAGS.pytorch_python:
       errors.append(f'--pytorch_python={FLAGS.pytorch_python}: '
                     f'{pytorch_error}')
-  try:
-    training_loop.make_output_dir(FLAGS.output_dir)
-  except ValueError as e:
-    errors.append(str(e))
+  if not errors:  # Only a run with good flags creates its directory.
+    try:
+      training_loop.make_output_dir(FLAGS.output_dir)
+    except ValueError as e:
+      errors.append(str(e))
   if errors:
     runtime.discard_default_context()
     print('Bad flags:\n  ' + '\n  '.join(errors), file=sys.stderr)
@@ -346,5 +347,10 @@ def main(argv):
   return 0
 
 
-if __name__ == '__main__':
+def run():
+  """The `tff-methods-benchmark` command."""
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()

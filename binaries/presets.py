@@ -59,5 +59,10 @@ def main(argv):
   return 0
 
 
-if __name__ == '__main__':
+def run():
+  """The `tff-methods-presets` command."""
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()

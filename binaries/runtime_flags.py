@@ -15,8 +15,9 @@ from tff_methods import runtime
 from tff_methods import workers
 
 flags.DEFINE_list('tff_workers', [],
-                  'host:port of running TFF workers (python -m '
-                  'binaries.worker) to split every round\'s clients across; '
+                  'host:port of running TFF workers '
+                  '(python -m binaries.worker) to split every round\'s '
+                  'clients across; '
                   'empty: one local worker.')
 flags.DEFINE_string('tff_worker_binary', None,
                     'The local TFF worker executable instead of the one in '
@@ -128,5 +129,5 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
 def with_worker_command(error: workers.WorkerUnreachableError) -> str:
   """`error`'s message, with the command that starts the worker it names."""
   port = error.address.rpartition(':')[2]
-  return (f'{error} (On {error.address.rpartition(":")[0]}: python -m '
-          f'binaries.worker --port={port})')
+  host = error.address.rpartition(':')[0]
+  return f'{error} (On {host}: python -m binaries.worker --port={port})'

@@ -79,5 +79,10 @@ def main(argv):
   return 0
 
 
-if __name__ == '__main__':
+def run():
+  """The `tff-methods-train` command."""
   app.run(experiment_flags.one_line_errors(main))
+
+
+if __name__ == '__main__':
+  run()

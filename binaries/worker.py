@@ -55,5 +55,10 @@ def main(argv):
             workers.worker_environment(FLAGS.max_concurrent_clients))
 
 
-if __name__ == '__main__':
+def run():
+  """The `tff-methods-worker` command."""
   app.run(main)
+
+
+if __name__ == '__main__':
+  run()

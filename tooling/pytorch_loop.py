@@ -36,7 +36,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The loop runs as this file, in the other interpreter: it imports nothing of
+# the project, so it runs from a repository or an installed package alike.
+_THIS_FILE = os.path.abspath(__file__)
 
 
 def torch_import_error(python: str) -> Optional[str]:
@@ -282,7 +284,7 @@ def run_in(python: str, clients, model_plan: dict, local_epochs: int,
     np.savez(clients_path,
              **{f'x{i}': x for i, (x, _) in enumerate(clients)},
              **{f'y{i}': y for i, (_, y) in enumerate(clients)})
-    command = [python, '-m', 'tooling.pytorch_loop',
+    command = [python, _THIS_FILE,
                f'--clients={clients_path}', f'--model_plan={plan_path}',
                f'--local_epochs={local_epochs}', f'--batch_size={batch_size}',
                f'--learning_rate={learning_rate}', f'--momentum={momentum}',
@@ -291,8 +293,7 @@ def run_in(python: str, clients, model_plan: dict, local_epochs: int,
     if initial_weights is not None:
       _save_weights(weights_in, initial_weights)
       command.append(f'--initial_weights={weights_in}')
-    result = subprocess.run(command, capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=_REPO), cwd=_REPO)
+    result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
       raise RuntimeError(f'{" ".join(command)} failed:\n{result.stderr}')
     seconds = json.loads(result.stdout.strip().splitlines()[-1])['seconds']

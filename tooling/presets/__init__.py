@@ -42,6 +42,6 @@ def get(name: str) -> Preset:
   """The preset `name`; raises naming the presets there are."""
   if name not in PRESETS:
     raise ValueError(f'--preset={name!r} is unknown; choose one of '
-                     f'{", ".join(PRESETS)} (list them with python -m '
-                     'binaries.presets).')
+                     f'{", ".join(PRESETS)} (list them with '
+                     'python -m binaries.presets).')
   return PRESETS[name]
