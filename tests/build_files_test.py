@@ -1,8 +1,8 @@
 """Keeps the Bazel BUILD files in step with the code.
 
-Bazel cannot fetch its rule sets on the project's offline machines, so
-instead of `bazel build` this test reads every BUILD file (evaluating it
-with stand-ins for the rules) and checks that every Python source belongs
+`make bazel` builds and runs them offline (Bazel's native py rules); this
+test, which needs no Bazel, reads every BUILD file (evaluating it with
+stand-ins for the rules) and checks that every Python source belongs
 to exactly one target, every test file has a py_test, every binary a
 py_binary, every dependency names an existing target or a required
 package, and every project module a file imports is among its target's
@@ -108,6 +108,18 @@ def test_every_dependency_exists():
         assert dep.split(':', 1)[1] in required, (label, dep)
       else:
         assert _label(dep, target['package']) in BY_LABEL, (label, dep)
+
+
+def test_every_required_package_has_a_stand_in_target():
+  # Offline, `requirement(name)` is //third_party/python:name, an empty
+  # target for a package the interpreter's environment holds.
+  stand_ins = {t['name'] for t in _read_build('third_party/python')}
+  used = {dep.split(':', 1)[1] for target in TARGETS
+          for dep in target.get('deps', []) if dep.startswith('requirement:')}
+  assert used <= stand_ins, sorted(used - stand_ins)
+  with open(os.path.join(REPO, 'WORKSPACE')) as f:
+    workspace = f.read()
+  assert 'http_archive' not in workspace  # Nothing is fetched.
 
 
 def test_every_project_import_is_a_declared_dependency():
