@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test bazel clean-venv
+.PHONY: setup demo test lint bazel clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
@@ -43,6 +43,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -n 2
+
+# Google's Python style, as ruff checks and formats it (pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Bazel, offline (Bazel 4's native py rules; Debian's bazel-bootstrap): every
 # target builds, and two test targets run their tests with .venv's Python.

@@ -16,10 +16,14 @@ import re
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-RENAMED = {'tasks': 'tff_methods_tasks', 'tooling': 'tff_methods_tooling',
-           'binaries': 'tff_methods_binaries'}
-_IMPORT = re.compile(r'^(\s*)(from|import) (tasks|tooling|binaries)\b',
-                     re.MULTILINE)
+RENAMED = {
+  'tasks': 'tff_methods_tasks',
+  'tooling': 'tff_methods_tooling',
+  'binaries': 'tff_methods_binaries',
+}
+_IMPORT = re.compile(
+  r'^(\s*)(from|import) (tasks|tooling|binaries)\b', re.MULTILINE
+)
 _COMMAND = re.compile(r'python -m binaries\.(\w+)')
 
 

@@ -21,15 +21,14 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
 from tooling import analysis
 from tooling import training_loop
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_integer('analysis_clients', 5,
-                     'How many clients\' local models are probed.')
+flags.DEFINE_integer(
+  'analysis_clients', 5, "How many clients' local models are probed."
+)
 FLAGS = flags.FLAGS
 
 
@@ -41,7 +40,8 @@ def main(argv):
   config = experiment_flags.config_from_flags(output_dir=output_dir)
   if FLAGS.analysis_clients < 2:
     return experiment_flags.usage_error(
-        f'--analysis_clients={FLAGS.analysis_clients} must be >= 2.')
+      f'--analysis_clients={FLAGS.analysis_clients} must be >= 2.'
+    )
   try:
     analysis.experiment.validate(config)
     training_loop.make_output_dir(output_dir)

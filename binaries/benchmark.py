@@ -33,7 +33,6 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import runtime_flags
 from tasks import datasets
 from tasks import models as task_models
@@ -41,58 +40,94 @@ from tff_methods import methods as methods_lib
 from tooling import benchmark
 from tooling import pytorch_loop
 from tooling import training_loop
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_list('models', ['fedcka_cnn', 'resnet18'],
-                  'Models to time every method on (resnet50 too, slowly).')
-flags.DEFINE_list('methods', list(benchmark.BENCHMARK_METHODS),
-                  'Methods to time (fedavg and tff_fedavg are always '
-                  'included).')
+flags.DEFINE_list(
+  'models',
+  ['fedcka_cnn', 'resnet18'],
+  'Models to time every method on (resnet50 too, slowly).',
+)
+flags.DEFINE_list(
+  'methods',
+  list(benchmark.BENCHMARK_METHODS),
+  'Methods to time (fedavg and tff_fedavg are always ' 'included).',
+)
 flags.DEFINE_integer('num_clients', 10, 'Clients, all taking part.')
-flags.DEFINE_integer('examples_per_client', 500,
-                     'Examples per client for the CNN and the floor.')
-flags.DEFINE_integer('resnet_examples_per_client', 50,
-                     'Examples per client for ResNets (CPU time).')
+flags.DEFINE_integer(
+  'examples_per_client', 500, 'Examples per client for the CNN and the floor.'
+)
+flags.DEFINE_integer(
+  'resnet_examples_per_client',
+  50,
+  'Examples per client for ResNets (CPU time).',
+)
 flags.DEFINE_integer('local_epochs', 5, 'Local epochs when timing methods.')
-flags.DEFINE_integer('floor_local_epochs', 5,
-                     'Local epochs of the TFF-vs-plain-TF comparison '
-                     '(0 skips it).')
+flags.DEFINE_integer(
+  'floor_local_epochs',
+  5,
+  'Local epochs of the TFF-vs-plain-TF comparison ' '(0 skips it).',
+)
 flags.DEFINE_integer('batch_size', 64, 'Local batch size.')
 flags.DEFINE_float('client_learning_rate', 0.01, 'Client SGD learning rate.')
 flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum.')
 flags.DEFINE_integer('repeats', 3, 'Timed rounds per method (median).')
-flags.DEFINE_integer('memory_rounds', 200,
-                     'FedAvg rounds of the memory-growth run (0 skips it).')
-flags.DEFINE_integer('loopback_workers', 2,
-                     'Time FedAvg over 1..N TFF workers on 127.0.0.1 '
-                     '(0 skips it).')
-flags.DEFINE_list('scaling_clients', ['10', '100', '1000'],
-                  'Cohort sizes of the clients-per-round table (FedAvg and '
-                  'the plain TF loop, one local epoch; empty skips it).')
-flags.DEFINE_integer('scaling_examples_per_client', 20,
-                     'Examples per client in the clients-per-round table '
-                     '(one batch of --batch_size or less).')
-flags.DEFINE_integer('cross_device_rounds', 100,
-                     'Rounds of the cross-device run (0 skips it).')
-flags.DEFINE_list('cross_device_methods', ['fedavg', 'scaffold', 'moon'],
-                  'Methods of the cross-device run.')
-flags.DEFINE_integer('cross_device_clients', 3400,
-                     'Clients of the cross-device run (EMNIST has 3,400 '
-                     'writers).')
-flags.DEFINE_integer('cross_device_clients_per_round', 100,
-                     'Clients sampled per round in the cross-device run.')
-flags.DEFINE_integer('cross_device_min_examples', 100,
-                     'Fewest examples of a cross-device client.')
-flags.DEFINE_integer('cross_device_max_examples', 300,
-                     'Most examples of a cross-device client.')
-flags.DEFINE_string('cross_device_model', 'fedcka_cnn',
-                    'Model of the cross-device run (MOON needs one with a '
-                    'projection head: fedcka_cnn or a ResNet).')
-flags.DEFINE_string('pytorch_python', None,
-                    'Python interpreter that times the PyTorch loop in the '
-                    'floor comparison (a virtual environment with torch; '
-                    'default: this one). Without torch the PyTorch figure '
-                    'is reported as not measured.')
+flags.DEFINE_integer(
+  'memory_rounds', 200, 'FedAvg rounds of the memory-growth run (0 skips it).'
+)
+flags.DEFINE_integer(
+  'loopback_workers',
+  2,
+  'Time FedAvg over 1..N TFF workers on 127.0.0.1 ' '(0 skips it).',
+)
+flags.DEFINE_list(
+  'scaling_clients',
+  ['10', '100', '1000'],
+  'Cohort sizes of the clients-per-round table (FedAvg and '
+  'the plain TF loop, one local epoch; empty skips it).',
+)
+flags.DEFINE_integer(
+  'scaling_examples_per_client',
+  20,
+  'Examples per client in the clients-per-round table '
+  '(one batch of --batch_size or less).',
+)
+flags.DEFINE_integer(
+  'cross_device_rounds', 100, 'Rounds of the cross-device run (0 skips it).'
+)
+flags.DEFINE_list(
+  'cross_device_methods',
+  ['fedavg', 'scaffold', 'moon'],
+  'Methods of the cross-device run.',
+)
+flags.DEFINE_integer(
+  'cross_device_clients',
+  3400,
+  'Clients of the cross-device run (EMNIST has 3,400 ' 'writers).',
+)
+flags.DEFINE_integer(
+  'cross_device_clients_per_round',
+  100,
+  'Clients sampled per round in the cross-device run.',
+)
+flags.DEFINE_integer(
+  'cross_device_min_examples', 100, 'Fewest examples of a cross-device client.'
+)
+flags.DEFINE_integer(
+  'cross_device_max_examples', 300, 'Most examples of a cross-device client.'
+)
+flags.DEFINE_string(
+  'cross_device_model',
+  'fedcka_cnn',
+  'Model of the cross-device run (MOON needs one with a '
+  'projection head: fedcka_cnn or a ResNet).',
+)
+flags.DEFINE_string(
+  'pytorch_python',
+  None,
+  'Python interpreter that times the PyTorch loop in the '
+  'floor comparison (a virtual environment with torch; '
+  'default: this one). Without torch the PyTorch figure '
+  'is reported as not measured.',
+)
 flags.DEFINE_integer('seed', 0, 'Fixes the generated data and weights.')
 flags.DEFINE_string('output_dir', 'runs/benchmark', 'Where results go.')
 FLAGS = flags.FLAGS
@@ -102,59 +137,91 @@ def _check_flags() -> list[str]:
   errors = []
   for name in FLAGS.models:
     if name not in task_models.MODEL_NAMES:
-      errors.append(f'--models: {name!r} is not one of '
-                    f'{", ".join(task_models.MODEL_NAMES)}')
+      errors.append(
+        f'--models: {name!r} is not one of '
+        f'{", ".join(task_models.MODEL_NAMES)}'
+      )
   for name in FLAGS.methods:
     if name not in benchmark.BENCHMARK_METHODS:
-      errors.append(f'--methods: {name!r} is not one of '
-                    f'{", ".join(benchmark.BENCHMARK_METHODS)}')
-  for name in ('num_clients', 'examples_per_client',
-               'resnet_examples_per_client', 'local_epochs', 'batch_size',
-               'repeats'):
+      errors.append(
+        f'--methods: {name!r} is not one of '
+        f'{", ".join(benchmark.BENCHMARK_METHODS)}'
+      )
+  for name in (
+    'num_clients',
+    'examples_per_client',
+    'resnet_examples_per_client',
+    'local_epochs',
+    'batch_size',
+    'repeats',
+  ):
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
   for name in FLAGS.cross_device_methods:
     if name not in benchmark.BENCHMARK_METHODS:
-      errors.append(f'--cross_device_methods: {name!r} is not one of '
-                    f'{", ".join(benchmark.BENCHMARK_METHODS)}')
+      errors.append(
+        f'--cross_device_methods: {name!r} is not one of '
+        f'{", ".join(benchmark.BENCHMARK_METHODS)}'
+      )
   if FLAGS.cross_device_model not in task_models.MODEL_NAMES:
-    errors.append(f'--cross_device_model={FLAGS.cross_device_model!r} is not '
-                  f'one of {", ".join(task_models.MODEL_NAMES)}')
+    errors.append(
+      f'--cross_device_model={FLAGS.cross_device_model!r} is not '
+      f'one of {", ".join(task_models.MODEL_NAMES)}'
+    )
   needs_z = [m for m in FLAGS.cross_device_methods if m in ('moon', 'fedcka')]
   if needs_z and FLAGS.cross_device_model not in benchmark.PROJECTION_MODELS:
-    errors.append(f'--cross_device_model={FLAGS.cross_device_model!r} has no '
-                  f'projection head, which {", ".join(needs_z)} need: use '
-                  f'one of {", ".join(benchmark.PROJECTION_MODELS)}')
+    errors.append(
+      f'--cross_device_model={FLAGS.cross_device_model!r} has no '
+      f'projection head, which {", ".join(needs_z)} need: use '
+      f'one of {", ".join(benchmark.PROJECTION_MODELS)}'
+    )
   for value in FLAGS.scaling_clients:
     if not value.isdigit() or int(value) < 1:
-      errors.append(f'--scaling_clients: {value!r} is not a whole number '
-                    '>= 1')
-  for name in ('scaling_examples_per_client', 'cross_device_clients',
-               'cross_device_clients_per_round', 'cross_device_min_examples'):
+      errors.append(
+        f'--scaling_clients: {value!r} is not a whole number ' '>= 1'
+      )
+  for name in (
+    'scaling_examples_per_client',
+    'cross_device_clients',
+    'cross_device_clients_per_round',
+    'cross_device_min_examples',
+  ):
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
   if FLAGS.cross_device_max_examples < FLAGS.cross_device_min_examples:
-    errors.append(f'--cross_device_max_examples='
-                  f'{FLAGS.cross_device_max_examples} must be >= '
-                  f'--cross_device_min_examples='
-                  f'{FLAGS.cross_device_min_examples}')
+    errors.append(
+      f'--cross_device_max_examples='
+      f'{FLAGS.cross_device_max_examples} must be >= '
+      f'--cross_device_min_examples='
+      f'{FLAGS.cross_device_min_examples}'
+    )
   if FLAGS.cross_device_clients_per_round > FLAGS.cross_device_clients:
-    errors.append(f'--cross_device_clients_per_round='
-                  f'{FLAGS.cross_device_clients_per_round} must be <= '
-                  f'--cross_device_clients={FLAGS.cross_device_clients}')
-  for name in ('floor_local_epochs', 'memory_rounds', 'loopback_workers',
-               'cross_device_rounds'):
+    errors.append(
+      f'--cross_device_clients_per_round='
+      f'{FLAGS.cross_device_clients_per_round} must be <= '
+      f'--cross_device_clients={FLAGS.cross_device_clients}'
+    )
+  for name in (
+    'floor_local_epochs',
+    'memory_rounds',
+    'loopback_workers',
+    'cross_device_rounds',
+  ):
     if FLAGS[name].value < 0:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 0')
   if 0 < FLAGS.memory_rounds < 21:
-    errors.append(f'--memory_rounds={FLAGS.memory_rounds} must be 0 or > 20 '
-                  '(growth is measured from round 20)')
+    errors.append(
+      f'--memory_rounds={FLAGS.memory_rounds} must be 0 or > 20 '
+      '(growth is measured from round 20)'
+    )
   if FLAGS.client_learning_rate <= 0:
-    errors.append(f'--client_learning_rate={FLAGS.client_learning_rate} '
-                  'must be > 0')
+    errors.append(
+      f'--client_learning_rate={FLAGS.client_learning_rate} ' 'must be > 0'
+    )
   if not 0 <= FLAGS.client_momentum < 1:
-    errors.append(f'--client_momentum={FLAGS.client_momentum} must be in '
-                  '[0, 1)')
+    errors.append(
+      f'--client_momentum={FLAGS.client_momentum} must be in ' '[0, 1)'
+    )
   return errors
 
 
@@ -168,8 +235,9 @@ def main(argv):
   if FLAGS.floor_local_epochs and not errors:
     pytorch_error = pytorch_loop.torch_import_error(pytorch_python)
     if pytorch_error and FLAGS.pytorch_python:
-      errors.append(f'--pytorch_python={FLAGS.pytorch_python}: '
-                    f'{pytorch_error}')
+      errors.append(
+        f'--pytorch_python={FLAGS.pytorch_python}: ' f'{pytorch_error}'
+      )
   if not errors:  # Only a run with good flags creates its directory.
     try:
       training_loop.make_output_dir(FLAGS.output_dir)
@@ -186,26 +254,37 @@ def main(argv):
     return 2
   cache_dir = os.path.join(FLAGS.output_dir, 'cache')
   hparams = methods_lib.Hyperparameters(
-      client_learning_rate=FLAGS.client_learning_rate,
-      client_momentum=FLAGS.client_momentum, num_clients=FLAGS.num_clients,
-      seed=FLAGS.seed)
+    client_learning_rate=FLAGS.client_learning_rate,
+    client_momentum=FLAGS.client_momentum,
+    num_clients=FLAGS.num_clients,
+    seed=FLAGS.seed,
+  )
   method_names = ['fedavg', benchmark.TFF_FEDAVG] + [
-      m for m in FLAGS.methods if m not in ('fedavg', benchmark.TFF_FEDAVG)]
-  results = dict(settings=dict(
-      num_clients=FLAGS.num_clients, batch_size=FLAGS.batch_size,
-      repeats=FLAGS.repeats, client_learning_rate=FLAGS.client_learning_rate,
+    m for m in FLAGS.methods if m not in ('fedavg', benchmark.TFF_FEDAVG)
+  ]
+  results = dict(
+    settings=dict(
+      num_clients=FLAGS.num_clients,
+      batch_size=FLAGS.batch_size,
+      repeats=FLAGS.repeats,
+      client_learning_rate=FLAGS.client_learning_rate,
       client_momentum=FLAGS.client_momentum,
-      max_concurrent_clients=FLAGS.max_concurrent_clients), models={})
+      max_concurrent_clients=FLAGS.max_concurrent_clients,
+    ),
+    models={},
+  )
 
-  worker_threads = workers.threads_per_client(None,
-                                              FLAGS.max_concurrent_clients)
+  worker_threads = workers.threads_per_client(
+    None, FLAGS.max_concurrent_clients
+  )
 
   def use_worker_for(model_parameters):
     """Restarts the local worker when a model needs other threads per
     client (`workers.threads_per_client`): ResNet-18 gets every core."""
     nonlocal worker_threads
-    threads = workers.threads_per_client(model_parameters,
-                                         FLAGS.max_concurrent_clients)
+    threads = workers.threads_per_client(
+      model_parameters, FLAGS.max_concurrent_clients
+    )
     if FLAGS.tff_workers or threads == worker_threads:
       return threads
     workers.stop_workers()
@@ -222,124 +301,210 @@ def main(argv):
       f.write(benchmark.report_markdown(results))
 
   for model_name in FLAGS.models:
-    examples = (FLAGS.resnet_examples_per_client
-                if model_name.startswith('resnet')
-                else FLAGS.examples_per_client)
-    data = datasets.generated_like('cifar10', FLAGS.num_clients, examples,
-                                   cache_dir, seed=FLAGS.seed)
+    examples = (
+      FLAGS.resnet_examples_per_client
+      if model_name.startswith('resnet')
+      else FLAGS.examples_per_client
+    )
+    data = datasets.generated_like(
+      'cifar10', FLAGS.num_clients, examples, cache_dir, seed=FLAGS.seed
+    )
     names = benchmark.applicable_methods(model_name, method_names)
-    threads = use_worker_for(task_models.parameter_count(
-        model_name, data.num_classes, data.input_shape,
-        **benchmark.model_kwargs(model_name)))
-    print(f'== {model_name}: {", ".join(names)} ({threads or "all"} '
-          'threads per client)', flush=True)
+    threads = use_worker_for(
+      task_models.parameter_count(
+        model_name,
+        data.num_classes,
+        data.input_shape,
+        **benchmark.model_kwargs(model_name),
+      )
+    )
+    print(
+      f'== {model_name}: {", ".join(names)} ({threads or "all"} '
+      'threads per client)',
+      flush=True,
+    )
     benchmark.reset_peak_memory()
     timings = benchmark.time_methods(
-        model_name, names, data, hparams, FLAGS.local_epochs,
-        FLAGS.batch_size, FLAGS.repeats, FLAGS.seed,
-        on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True))
+      model_name,
+      names,
+      data,
+      hparams,
+      FLAGS.local_epochs,
+      FLAGS.batch_size,
+      FLAGS.repeats,
+      FLAGS.seed,
+      on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
+    )
     results['models'][model_name] = dict(
-        examples_per_client=examples, local_epochs=FLAGS.local_epochs,
-        threads_per_client=threads, methods=timings,
-        peak_mb=benchmark.resident_mb()['total_peak_mb'])
-    for method, extra_seconds in (('fedcka', benchmark.fedcka_extra_seconds),
-                                  ('moon', benchmark.moon_extra_seconds)):
+      examples_per_client=examples,
+      local_epochs=FLAGS.local_epochs,
+      threads_per_client=threads,
+      methods=timings,
+      peak_mb=benchmark.resident_mb()['total_peak_mb'],
+    )
+    for method, extra_seconds in (
+      ('fedcka', benchmark.fedcka_extra_seconds),
+      ('moon', benchmark.moon_extra_seconds),
+    ):
       if method in names:
         results['models'][model_name][f'{method}_extra'] = extra_seconds(
-            model_name, data.num_classes, data.input_shape, examples,
-            FLAGS.batch_size, FLAGS.local_epochs, repeats=FLAGS.repeats,
-            # (Non-positive: no limit, every client at once.)
-            concurrent_clients=(FLAGS.max_concurrent_clients
-                                if FLAGS.max_concurrent_clients > 0
-                                else FLAGS.num_clients),
-            seed=FLAGS.seed)
+          model_name,
+          data.num_classes,
+          data.input_shape,
+          examples,
+          FLAGS.batch_size,
+          FLAGS.local_epochs,
+          repeats=FLAGS.repeats,
+          # (Non-positive: no limit, every client at once.)
+          concurrent_clients=(
+            FLAGS.max_concurrent_clients
+            if FLAGS.max_concurrent_clients > 0
+            else FLAGS.num_clients
+          ),
+          seed=FLAGS.seed,
+        )
     save()
   use_worker_for(None)  # The phases below time small models.
   # The CNN-sized data of the floor and the workers' phases (same files).
   cnn_data = lambda: datasets.generated_like(
-      'cifar10', FLAGS.num_clients, FLAGS.examples_per_client, cache_dir,
-      seed=FLAGS.seed)
+    'cifar10',
+    FLAGS.num_clients,
+    FLAGS.examples_per_client,
+    cache_dir,
+    seed=FLAGS.seed,
+  )
   if FLAGS.floor_local_epochs:
     print('== FedAvg through TFF against a plain TF loop', flush=True)
     data = cnn_data()
     tff_timings = benchmark.time_methods(
-        'fedcka_cnn', ['fedavg', benchmark.TFF_FEDAVG], data,
-        hparams, FLAGS.floor_local_epochs, FLAGS.batch_size, FLAGS.repeats,
-        FLAGS.seed)
+      'fedcka_cnn',
+      ['fedavg', benchmark.TFF_FEDAVG],
+      data,
+      hparams,
+      FLAGS.floor_local_epochs,
+      FLAGS.batch_size,
+      FLAGS.repeats,
+      FLAGS.seed,
+    )
     plain = benchmark.plain_tf_round_seconds(
-        'fedcka_cnn', benchmark.client_arrays(data), data.num_classes,
-        FLAGS.floor_local_epochs, FLAGS.batch_size,
-        FLAGS.client_learning_rate, FLAGS.client_momentum, FLAGS.repeats,
-        FLAGS.seed)
+      'fedcka_cnn',
+      benchmark.client_arrays(data),
+      data.num_classes,
+      FLAGS.floor_local_epochs,
+      FLAGS.batch_size,
+      FLAGS.client_learning_rate,
+      FLAGS.client_momentum,
+      FLAGS.repeats,
+      FLAGS.seed,
+    )
     if pytorch_error is None:
       pytorch, _ = pytorch_loop.run_in(
-          pytorch_python, benchmark.client_arrays(data),
-          pytorch_loop.layer_plan(task_models.get_model(
-              'fedcka_cnn', data.num_classes, data.input_shape)),
-          FLAGS.floor_local_epochs, FLAGS.batch_size,
-          FLAGS.client_learning_rate, FLAGS.client_momentum, FLAGS.repeats,
-          FLAGS.seed)
+        pytorch_python,
+        benchmark.client_arrays(data),
+        pytorch_loop.layer_plan(
+          task_models.get_model(
+            'fedcka_cnn', data.num_classes, data.input_shape
+          )
+        ),
+        FLAGS.floor_local_epochs,
+        FLAGS.batch_size,
+        FLAGS.client_learning_rate,
+        FLAGS.client_momentum,
+        FLAGS.repeats,
+        FLAGS.seed,
+      )
       pytorch_figures = dict(
-          pytorch_seconds=float(sorted(pytorch)[len(pytorch) // 2]),
-          pytorch_all=pytorch)
+        pytorch_seconds=float(sorted(pytorch)[len(pytorch) // 2]),
+        pytorch_all=pytorch,
+      )
     else:
       pytorch_figures = dict(pytorch_note=pytorch_error)
     results['floor'] = dict(
-        model='fedcka_cnn', examples_per_client=FLAGS.examples_per_client,
-        local_epochs=FLAGS.floor_local_epochs,
-        fedavg_seconds=tff_timings['fedavg']['median'],
-        fedavg_all=tff_timings['fedavg']['seconds'],
-        tff_fedavg_seconds=tff_timings[benchmark.TFF_FEDAVG]['median'],
-        tff_fedavg_all=tff_timings[benchmark.TFF_FEDAVG]['seconds'],
-        plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
-        plain_tf_all=plain, **pytorch_figures)
+      model='fedcka_cnn',
+      examples_per_client=FLAGS.examples_per_client,
+      local_epochs=FLAGS.floor_local_epochs,
+      fedavg_seconds=tff_timings['fedavg']['median'],
+      fedavg_all=tff_timings['fedavg']['seconds'],
+      tff_fedavg_seconds=tff_timings[benchmark.TFF_FEDAVG]['median'],
+      tff_fedavg_all=tff_timings[benchmark.TFF_FEDAVG]['seconds'],
+      plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
+      plain_tf_all=plain,
+      **pytorch_figures,
+    )
     save()
   if FLAGS.scaling_clients:
     counts = [int(c) for c in FLAGS.scaling_clients]
-    print(f'== FedAvg and the plain TF loop at {counts} clients per round',
-          flush=True)
+    print(
+      f'== FedAvg and the plain TF loop at {counts} clients per round',
+      flush=True,
+    )
     results['scaling'] = dict(
-        model='fedcka_cnn',
-        examples_per_client=FLAGS.scaling_examples_per_client,
-        by_count=benchmark.scaling(
-            counts, 'fedcka_cnn', FLAGS.scaling_examples_per_client,
-            FLAGS.batch_size, hparams, cache_dir, FLAGS.repeats, FLAGS.seed))
+      model='fedcka_cnn',
+      examples_per_client=FLAGS.scaling_examples_per_client,
+      by_count=benchmark.scaling(
+        counts,
+        'fedcka_cnn',
+        FLAGS.scaling_examples_per_client,
+        FLAGS.batch_size,
+        hparams,
+        cache_dir,
+        FLAGS.repeats,
+        FLAGS.seed,
+      ),
+    )
     save()
   if FLAGS.cross_device_rounds:
-    print(f'== cross-device: {FLAGS.cross_device_clients} clients, '
-          f'{FLAGS.cross_device_clients_per_round} per round', flush=True)
+    print(
+      f'== cross-device: {FLAGS.cross_device_clients} clients, '
+      f'{FLAGS.cross_device_clients_per_round} per round',
+      flush=True,
+    )
     results['cross_device'] = benchmark.cross_device(
-        FLAGS.cross_device_methods, num_clients=FLAGS.cross_device_clients,
-        min_examples=FLAGS.cross_device_min_examples,
-        max_examples=FLAGS.cross_device_max_examples,
-        clients_per_round=FLAGS.cross_device_clients_per_round,
-        rounds=FLAGS.cross_device_rounds,
-        model_name=FLAGS.cross_device_model, batch_size=FLAGS.batch_size,
-        hparams=hparams,
-        output_dir=os.path.join(FLAGS.output_dir, 'cross_device'),
-        seed=FLAGS.seed,
-        on_round=lambda m, r, s: print(f'  {m} round {r}: {s:.2f} s',
-                                       flush=True))
+      FLAGS.cross_device_methods,
+      num_clients=FLAGS.cross_device_clients,
+      min_examples=FLAGS.cross_device_min_examples,
+      max_examples=FLAGS.cross_device_max_examples,
+      clients_per_round=FLAGS.cross_device_clients_per_round,
+      rounds=FLAGS.cross_device_rounds,
+      model_name=FLAGS.cross_device_model,
+      batch_size=FLAGS.batch_size,
+      hparams=hparams,
+      output_dir=os.path.join(FLAGS.output_dir, 'cross_device'),
+      seed=FLAGS.seed,
+      on_round=lambda m, r, s: print(f'  {m} round {r}: {s:.2f} s', flush=True),
+    )
     save()
   if FLAGS.loopback_workers:
     print('== FedAvg over 1..N loopback TFF workers', flush=True)
     data = cnn_data()
     by_count = benchmark.loopback_worker_throughput(
-        data, 'fedcka_cnn', hparams, FLAGS.local_epochs, FLAGS.batch_size,
-        range(1, FLAGS.loopback_workers + 1), FLAGS.repeats,
-        FLAGS.max_concurrent_clients, FLAGS.seed)
+      data,
+      'fedcka_cnn',
+      hparams,
+      FLAGS.local_epochs,
+      FLAGS.batch_size,
+      range(1, FLAGS.loopback_workers + 1),
+      FLAGS.repeats,
+      FLAGS.max_concurrent_clients,
+      FLAGS.seed,
+    )
     results['workers'] = dict(
-        model='fedcka_cnn', examples_per_client=FLAGS.examples_per_client,
-        local_epochs=FLAGS.local_epochs, by_count=by_count)
+      model='fedcka_cnn',
+      examples_per_client=FLAGS.examples_per_client,
+      local_epochs=FLAGS.local_epochs,
+      by_count=by_count,
+    )
     save()
   if FLAGS.memory_rounds:
     print(f'== memory over {FLAGS.memory_rounds} rounds', flush=True)
-    data = datasets.generated_like('digits', FLAGS.num_clients, 50,
-                                   cache_dir, seed=FLAGS.seed)
-    memory = benchmark.memory_growth(data, 'mlp', FLAGS.memory_rounds,
-                                     hparams)
-    results['memory'] = dict(memory, model='mlp on digits-shaped data, '
-                             f'{FLAGS.num_clients} x 50 examples')
+    data = datasets.generated_like(
+      'digits', FLAGS.num_clients, 50, cache_dir, seed=FLAGS.seed
+    )
+    memory = benchmark.memory_growth(data, 'mlp', FLAGS.memory_rounds, hparams)
+    results['memory'] = dict(
+      memory,
+      model='mlp on digits-shaped data, ' f'{FLAGS.num_clients} x 50 examples',
+    )
     save()
   save()
   print(benchmark.report_markdown(results))

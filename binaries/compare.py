@@ -29,32 +29,41 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
 from tff_methods import methods
 from tooling import comparison
 from tooling import presets
 from tooling import tuning
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS
-                              if m != 'tff_fedavg'],
-                  'Methods to compare (default: every single method but '
-                  'tff_fedavg, which trains as fedavg does; add '
-                  'combinations such as fedprox+fedcos by name). '
-                  'METHOD@AGGREGATOR runs a method under one of TFF\'s '
-                  'aggregators (fedcka@dp beside fedcka; see --aggregator).')
+flags.DEFINE_list(
+  'methods',
+  [m for m in methods.SINGLE_METHODS if m != 'tff_fedavg'],
+  'Methods to compare (default: every single method but '
+  'tff_fedavg, which trains as fedavg does; add '
+  'combinations such as fedprox+fedcos by name). '
+  "METHOD@AGGREGATOR runs a method under one of TFF's "
+  'aggregators (fedcka@dp beside fedcka; see --aggregator).',
+)
 flags.DEFINE_list('seeds', ['0'], 'Seeds; each method runs once per seed.')
-flags.DEFINE_float('target_accuracy', 0.8,
-                   'The table reports the first round reaching this.')
-flags.DEFINE_string('settings_from', None, "A tune run's tuning.json: each "
-                    "method runs with the learning rates chosen for it "
-                    '(binaries/tune.py).')
-flags.DEFINE_bool('reference_rows', False, 'Add two reference rows: '
-                  'centralized (FedAvg on one client holding all the '
-                  'training data: the same number of passes, pooled) and '
-                  'fedavg_iid (FedAvg on an IID partition).')
+flags.DEFINE_float(
+  'target_accuracy', 0.8, 'The table reports the first round reaching this.'
+)
+flags.DEFINE_string(
+  'settings_from',
+  None,
+  "A tune run's tuning.json: each "
+  'method runs with the learning rates chosen for it '
+  '(binaries/tune.py).',
+)
+flags.DEFINE_bool(
+  'reference_rows',
+  False,
+  'Add two reference rows: '
+  'centralized (FedAvg on one client holding all the '
+  'training data: the same number of passes, pooled) and '
+  'fedavg_iid (FedAvg on an IID partition).',
+)
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
 experiment_flags.define_last_rounds_flag()
 runtime_flags.define_jobs_flag()
@@ -71,38 +80,54 @@ def main(argv):
     return experiment_flags.usage_error(str(e))
   if FLAGS.last_rounds < 1:
     return experiment_flags.usage_error(
-        f'--last_rounds={FLAGS.last_rounds} must be >= 1.')
+      f'--last_rounds={FLAGS.last_rounds} must be >= 1.'
+    )
   if not 0 < FLAGS.target_accuracy <= 1:
     return experiment_flags.usage_error(
-        f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].')
+      f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].'
+    )
   reported = labels = None
   references = ()
   try:
     if FLAGS.preset:
       preset = presets.get(FLAGS.preset)
       output_dir = FLAGS.output_dir or f'runs/{preset.name}'
-      rows = [preset.row(key) for key in (
-          FLAGS.methods if FLAGS['methods'].present
-          else [r.key for r in preset.rows])]
+      rows = [
+        preset.row(key)
+        for key in (
+          FLAGS.methods
+          if FLAGS['methods'].present
+          else [r.key for r in preset.rows]
+        )
+      ]
       # A row's own settings apply unless the command line sets them.
       explicit = experiment_flags.explicit_flags()
-      arms = [comparison.Arm(row.key, row.method, {
-          k: v for k, v in row.settings.items() if k not in explicit})
-              for row in rows]
+      arms = [
+        comparison.Arm(
+          row.key,
+          row.method,
+          {k: v for k, v in row.settings.items() if k not in explicit},
+        )
+        for row in rows
+      ]
       reported = {row.key: row.reported for row in rows}
       labels = {row.key: row.label for row in rows}
       references = preset.references
-      base = experiment_flags.config_from_flags(preset,
-                                                output_dir=output_dir)
+      base = experiment_flags.config_from_flags(preset, output_dir=output_dir)
       title = f'{preset.paper}: {preset.table}'
     else:
       output_dir = FLAGS.output_dir or f'runs/compare_{FLAGS.task}'
-      tuned = (tuning.read_settings(FLAGS.settings_from)
-               if FLAGS.settings_from else None)
+      tuned = (
+        tuning.read_settings(FLAGS.settings_from)
+        if FLAGS.settings_from
+        else None
+      )
       arms = comparison.arms(FLAGS.methods, tuned, FLAGS.reference_rows)
       base = experiment_flags.config_from_flags(output_dir=output_dir)
-      title = (f'{FLAGS.task}, {FLAGS.partition} partition, '
-               f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds')
+      title = (
+        f'{FLAGS.task}, {FLAGS.partition} partition, '
+        f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds'
+      )
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
@@ -111,23 +136,34 @@ def main(argv):
     return experiment_flags.usage_error(error)
   try:
     comparison.run_comparison(
-        configs, progress=FLAGS.progress,
-        on_run=lambda label: print(f'== {label}', flush=True),
-        jobs=FLAGS.jobs, max_concurrent_clients=FLAGS.max_concurrent_clients)
+      configs,
+      progress=FLAGS.progress,
+      on_run=lambda label: print(f'== {label}', flush=True),
+      jobs=FLAGS.jobs,
+      max_concurrent_clients=FLAGS.max_concurrent_clients,
+    )
   except ValueError as e:  # A run refused (locked, finished, or changed).
     print(f'error: {e}', file=sys.stderr)
     return 2
   arm_labels = [comparison.as_arm(a).label for a in arms]
-  summaries = comparison.summarize(output_dir, arm_labels, seeds,
-                                   FLAGS.target_accuracy, FLAGS.last_rounds)
-  paths = comparison.write_report(summaries, output_dir,
-                                  FLAGS.target_accuracy, title, reported,
-                                  labels, references)
+  summaries = comparison.summarize(
+    output_dir, arm_labels, seeds, FLAGS.target_accuracy, FLAGS.last_rounds
+  )
+  paths = comparison.write_report(
+    summaries,
+    output_dir,
+    FLAGS.target_accuracy,
+    title,
+    reported,
+    labels,
+    references,
+  )
   comparison.plot_accuracy(output_dir, arm_labels, seeds, title)
   with open(paths['markdown']) as f:
     print(f.read())
-  print(f'Written to {output_dir}: comparison.md, comparison.csv, '
-        'accuracy.png')
+  print(
+    f'Written to {output_dir}: comparison.md, comparison.csv, ' 'accuracy.png'
+  )
   return 0
 
 

@@ -3,7 +3,8 @@
 One flag per field of `tooling.experiment.ExperimentConfig`, with the
 field's default and help: the config is the single source of every setting.
 `config_from_flags()` turns the flags back into a config. Importing this
-module imports TensorFlow, so binaries call `process_setup.configure_process(...)`
+module imports TensorFlow, so binaries call
+`process_setup.configure_process(...)`
 first.
 """
 
@@ -26,8 +27,12 @@ from tooling import presets
 
 def _define_config_flags() -> None:
   """One absl flag per `ExperimentConfig` field, of the field's type."""
-  define = {str: flags.DEFINE_string, int: flags.DEFINE_integer,
-            float: flags.DEFINE_float, bool: flags.DEFINE_bool}
+  define = {
+    str: flags.DEFINE_string,
+    int: flags.DEFINE_integer,
+    float: flags.DEFINE_float,
+    bool: flags.DEFINE_bool,
+  }
   for field in dataclasses.fields(experiment.ExperimentConfig):
     kind = field.type
     if typing.get_origin(kind) is typing.Union:  # Optional[X]
@@ -38,9 +43,13 @@ def _define_config_flags() -> None:
 
 
 _define_config_flags()
-flags.DEFINE_string('preset', None, 'A paper experiment by name (list them '
-                    'with python -m binaries.presets): sets every flag above '
-                    'that the command line does not set.')
+flags.DEFINE_string(
+  'preset',
+  None,
+  'A paper experiment by name (list them '
+  'with python -m binaries.presets): sets every flag above '
+  'that the command line does not set.',
+)
 
 FLAGS = flags.FLAGS
 
@@ -48,21 +57,29 @@ FLAGS = flags.FLAGS
 def define_last_rounds_flag() -> None:
   """`--last_rounds`, for the binaries that tabulate many runs."""
   flags.DEFINE_integer(
-      'last_rounds', 1, "The final accuracy is the mean of the last N "
-      "rounds' evaluations (an oscillating run is judged by its level, not "
-      'by where its last round fell).')
+    'last_rounds',
+    1,
+    'The final accuracy is the mean of the last N '
+    "rounds' evaluations (an oscillating run is judged by its level, not "
+    'by where its last round fell).',
+  )
 
 
 # Failures a user can fix, which end in one line rather than a traceback:
 # data that can't be had offline, a computation several workers can't run,
 # a run of a comparison that failed in its own job, a worker that died.
-EXPECTED_ERRORS = (datasets.DataUnavailableError, runtime.NotMergeableError,
-                   comparison.RunFailedError, workers.WorkerExitedError,
-                   workers.WorkerUnreachableError)
+EXPECTED_ERRORS = (
+  datasets.DataUnavailableError,
+  runtime.NotMergeableError,
+  comparison.RunFailedError,
+  workers.WorkerExitedError,
+  workers.WorkerUnreachableError,
+)
 
 
-def one_line_errors(main: Callable[[list[str]], int]
-                    ) -> Callable[[list[str]], int]:
+def one_line_errors(
+  main: Callable[[list[str]], int],
+) -> Callable[[list[str]], int]:
   """Wraps a binary's `main`: an expected failure prints one line, exits 1."""
 
   @functools.wraps(main)
@@ -72,8 +89,10 @@ def one_line_errors(main: Callable[[list[str]], int]
     except EXPECTED_ERRORS as e:
       message = str(e)
       if isinstance(e, runtime.NotMergeableError):
-        message += (' (Drop --tff_workers; --tff_worker_binary runs another '
-                    'worker executable locally.)')
+        message += (
+          ' (Drop --tff_workers; --tff_worker_binary runs another '
+          'worker executable locally.)'
+        )
       elif isinstance(e, workers.WorkerUnreachableError):
         message = runtime_flags.with_worker_command(e)
       print(f'{type(e).__name__}: {message}', file=sys.stderr)
@@ -112,9 +131,11 @@ def explicit_flags() -> set[str]:
   return {name for name in fields if name in FLAGS and FLAGS[name].present}
 
 
-def config_from_flags(preset: Optional[presets.Preset] = None,
-                      row: Optional[str] = None,
-                      **overrides) -> experiment.ExperimentConfig:
+def config_from_flags(
+  preset: Optional[presets.Preset] = None,
+  row: Optional[str] = None,
+  **overrides,
+) -> experiment.ExperimentConfig:
   """The experiment the flags describe, with `overrides` applied.
 
   With a `preset`, its settings (and row `row`'s, if given) replace the
@@ -124,13 +145,13 @@ def config_from_flags(preset: Optional[presets.Preset] = None,
   values = {name: FLAGS[name].value for name in fields if name in FLAGS}
   if preset is not None:
     explicit = explicit_flags()
-    chosen = (preset.shared_config() if row is None
-              else preset.config(row))
+    chosen = preset.shared_config() if row is None else preset.config(row)
     for name in fields:
       if name not in explicit and name != 'output_dir':
         values[name] = getattr(chosen, name)
   values.update(overrides)
   if not values.get('output_dir'):
-    values['output_dir'] = (f"runs/{values['task']}_{values['method']}_s"
-                            f"{values['seed']}")
+    values['output_dir'] = (
+      f"runs/{values['task']}_{values['method']}_s" f"{values['seed']}"
+    )
   return experiment.ExperimentConfig(**values)

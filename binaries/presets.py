@@ -22,13 +22,14 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from tooling import presets
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_string('preset', None, 'Show this preset with all its flags.')
-flags.DEFINE_string('paper', None, 'Only presets whose name starts with this '
-                    '(fedcka, fedmax, fedcos, fed2).')
+flags.DEFINE_string(
+  'paper',
+  None,
+  'Only presets whose name starts with this ' '(fedcka, fedmax, fedcos, fed2).',
+)
 FLAGS = flags.FLAGS
 
 
@@ -44,18 +45,26 @@ def main(argv):
       print(e, file=sys.stderr)
       return 2
   else:
-    chosen = [p for name, p in presets.PRESETS.items()
-              if not FLAGS.paper or name.startswith(FLAGS.paper)]
+    chosen = [
+      p
+      for name, p in presets.PRESETS.items()
+      if not FLAGS.paper or name.startswith(FLAGS.paper)
+    ]
     if not chosen:
-      print(f'--paper={FLAGS.paper!r} matches no preset; presets start with '
-            'fedcka, fedmax, fedcos or fed2.', file=sys.stderr)
+      print(
+        f'--paper={FLAGS.paper!r} matches no preset; presets start with '
+        'fedcka, fedmax, fedcos or fed2.',
+        file=sys.stderr,
+      )
       return 2
   for preset in chosen:
     print(presets.describe(preset, settings=bool(FLAGS.preset)))
     print()
   if not FLAGS.preset:
-    print(f'{len(chosen)} presets; * marks the paper\'s own method. '
-          '--preset=NAME shows one with its flags and notes.')
+    print(
+      f"{len(chosen)} presets; * marks the paper's own method. "
+      '--preset=NAME shows one with its flags and notes.'
+    )
   return 0
 
 

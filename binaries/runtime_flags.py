@@ -14,24 +14,34 @@ from absl import flags
 from tff_methods import runtime
 from tff_methods import workers
 
-flags.DEFINE_list('tff_workers', [],
-                  'host:port of running TFF workers '
-                  '(python -m binaries.worker) to split every round\'s '
-                  'clients across; '
-                  'empty: one local worker.')
-flags.DEFINE_string('tff_worker_binary', None,
-                    'The local TFF worker executable instead of the one in '
-                    'the tensorflow-federated package (e.g. built with CUDA).')
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations the local worker runs at once '
-                     '(<= 0: no limit); with a limit, models under a million '
-                     'parameters get the cores split between them.')
+flags.DEFINE_list(
+  'tff_workers',
+  [],
+  'host:port of running TFF workers '
+  "(python -m binaries.worker) to split every round's "
+  'clients across; '
+  'empty: one local worker.',
+)
+flags.DEFINE_string(
+  'tff_worker_binary',
+  None,
+  'The local TFF worker executable instead of the one in '
+  'the tensorflow-federated package (e.g. built with CUDA).',
+)
+flags.DEFINE_integer(
+  'max_concurrent_clients',
+  2,
+  'Client computations the local worker runs at once '
+  '(<= 0: no limit); with a limit, models under a million '
+  'parameters get the cores split between them.',
+)
 FLAGS = flags.FLAGS
 
 BINARY_WITH_REMOTE_WORKERS = (
-    '--tff_worker_binary starts a local worker, but --tff_workers connects '
-    'to running ones: start each of those with python -m binaries.worker '
-    '--tff_worker_binary=PATH instead')
+  '--tff_worker_binary starts a local worker, but --tff_workers connects '
+  'to running ones: start each of those with python -m binaries.worker '
+  '--tff_worker_binary=PATH instead'
+)
 
 
 def parse_worker_addresses(text: str) -> list[str]:
@@ -43,14 +53,17 @@ def parse_worker_addresses(text: str) -> list[str]:
   """
   addresses = [a.strip() for a in text.split(',') if a.strip()]
   if not addresses:
-    raise ValueError(f'--tff_workers={text!r} names no worker; give '
-                     'host:port[,host:port...]')
+    raise ValueError(
+      f'--tff_workers={text!r} names no worker; give '
+      'host:port[,host:port...]'
+    )
   for address in addresses:
     host, _, port = address.rpartition(':')
     if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
       raise ValueError(
-          f'--tff_workers: {address!r} is not host:port with a port in '
-          '1..65535 (e.g. 127.0.0.1:8000)')
+        f'--tff_workers: {address!r} is not host:port with a port in '
+        '1..65535 (e.g. 127.0.0.1:8000)'
+      )
   duplicates = sorted({a for a in addresses if addresses.count(a) > 1})
   if duplicates:
     raise ValueError(f'--tff_workers names {duplicates} more than once')
@@ -60,9 +73,12 @@ def parse_worker_addresses(text: str) -> list[str]:
 def define_jobs_flag() -> None:
   """`--jobs`, for the binaries that run many experiments."""
   flags.DEFINE_integer(
-      'jobs', 1, 'Runs at once, each in a process with its own local TFF '
-      'worker (2 suits 2 cores: small models leave them idle between TFF '
-      'calls). Not with --tff_workers.')
+    'jobs',
+    1,
+    'Runs at once, each in a process with its own local TFF '
+    'worker (2 suits 2 cores: small models leave them idle between TFF '
+    'calls). Not with --tff_workers.',
+  )
 
 
 def check() -> list[str]:
@@ -93,8 +109,10 @@ def start_for_runs() -> Optional[str]:
   runtime.discard_default_context()  # The jobs run TFF; this process won't.
   errors = check()
   if FLAGS.tff_workers or FLAGS.tff_worker_binary:
-    errors.append(f'--jobs={FLAGS.jobs} runs local packaged workers: not '
-                  'with --tff_workers or --tff_worker_binary.')
+    errors.append(
+      f'--jobs={FLAGS.jobs} runs local packaged workers: not '
+      'with --tff_workers or --tff_worker_binary.'
+    )
   return 'Bad flags:\n  ' + '\n  '.join(errors) if errors else None
 
 
@@ -117,8 +135,10 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
       runtime.set_remote_execution_context(FLAGS.tff_workers)
     else:
       runtime.set_local_execution_context(
-          FLAGS.max_concurrent_clients, FLAGS.tff_worker_binary,
-          model_parameters=model_parameters)
+        FLAGS.max_concurrent_clients,
+        FLAGS.tff_worker_binary,
+        model_parameters=model_parameters,
+      )
   except workers.WorkerUnreachableError as e:
     return f'--tff_workers: {with_worker_command(e)}'
   except RuntimeError as e:

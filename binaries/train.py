@@ -26,13 +26,11 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
 from tooling import comparison
 from tooling import experiment
 from tooling import presets
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
 # --verbosity is absl's own flag: 1 or more shows TensorFlow/TFF logs.
@@ -49,9 +47,12 @@ def main(argv):
       row = preset.row(FLAGS.method if FLAGS['method'].present else None)
       # A preset's runs sit where `compare --preset` looks for them.
       config = experiment_flags.config_from_flags(
-          preset, row.key, method=row.method,
-          output_dir=FLAGS.output_dir or comparison.run_dir(
-              f'runs/{preset.name}', row.key, FLAGS.seed))
+        preset,
+        row.key,
+        method=row.method,
+        output_dir=FLAGS.output_dir
+        or comparison.run_dir(f'runs/{preset.name}', row.key, FLAGS.seed),
+      )
     else:
       config = experiment_flags.config_from_flags()
     experiment.validate(config)
@@ -67,15 +68,21 @@ def main(argv):
     return 2
   evals = results['final_eval']
   split = 'validation' if config.validation_fraction else 'test'
-  rejected = (f" ({results['rejected_rounds']} of {results['rounds']} "
-              'rounds rejected as non-finite: the model is the one before '
-              'them)' if results['rejected_rounds'] else '')
-  print(f"{config.method} on {config.task}: round {results['rounds']}"
-        f'{rejected}, '
-        f"{split} accuracy {evals.get('accuracy', float('nan')):.4f}, "
-        f"macro-F1 {evals.get('macro_f1', float('nan')):.4f}, "
-        f"{results['seconds_per_round']:.2f} s/round; "
-        f'results in {config.output_dir}')
+  rejected = (
+    f" ({results['rejected_rounds']} of {results['rounds']} "
+    'rounds rejected as non-finite: the model is the one before '
+    'them)'
+    if results['rejected_rounds']
+    else ''
+  )
+  print(
+    f"{config.method} on {config.task}: round {results['rounds']}"
+    f'{rejected}, '
+    f"{split} accuracy {evals.get('accuracy', float('nan')):.4f}, "
+    f"macro-F1 {evals.get('macro_f1', float('nan')):.4f}, "
+    f"{results['seconds_per_round']:.2f} s/round; "
+    f'results in {config.output_dir}'
+  )
   return 0
 
 

@@ -25,28 +25,36 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from binaries import experiment_flags
 from binaries import runtime_flags
 from tff_methods import methods
 from tooling import comparison
 from tooling import tuning
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
-flags.DEFINE_list('methods', [m for m in methods.SINGLE_METHODS
-                              if m != 'tff_fedavg'],
-                  'Methods to tune (default: every single method but '
-                  'tff_fedavg).')
+flags.DEFINE_list(
+  'methods',
+  [m for m in methods.SINGLE_METHODS if m != 'tff_fedavg'],
+  'Methods to tune (default: every single method but ' 'tff_fedavg).',
+)
 flags.DEFINE_list('seeds', ['0'], 'Seeds; the choice averages over them.')
-flags.DEFINE_list('client_learning_rates', ['0.01', '0.03', '0.1', '0.3'],
-                  'The client learning rates tried.')
-flags.DEFINE_list('server_learning_rates', ['0.01', '0.03', '0.1', '0.3',
-                                            '1.0'],
-                  'The server learning rates tried (FedAvgM, FedAdam, '
-                  'FedYogi and their combinations).')
-flags.DEFINE_bool('reference_rows', False, 'Tune the reference rows of '
-                  'compare.py --reference_rows too (centralized, '
-                  'fedavg_iid).')
+flags.DEFINE_list(
+  'client_learning_rates',
+  ['0.01', '0.03', '0.1', '0.3'],
+  'The client learning rates tried.',
+)
+flags.DEFINE_list(
+  'server_learning_rates',
+  ['0.01', '0.03', '0.1', '0.3', '1.0'],
+  'The server learning rates tried (FedAvgM, FedAdam, '
+  'FedYogi and their combinations).',
+)
+flags.DEFINE_bool(
+  'reference_rows',
+  False,
+  'Tune the reference rows of '
+  'compare.py --reference_rows too (centralized, '
+  'fedavg_iid).',
+)
 flags.DEFINE_bool('progress', True, 'Show a progress bar per run.')
 experiment_flags.define_last_rounds_flag()
 runtime_flags.define_jobs_flag()
@@ -62,11 +70,14 @@ def main(argv):
     if FLAGS.last_rounds < 1:
       raise ValueError(f'--last_rounds={FLAGS.last_rounds} must be >= 1.')
     seeds = experiment_flags.numbers('seeds')
-    rows = list(FLAGS.methods) + (list(comparison.REFERENCE_ROWS)
-                                  if FLAGS.reference_rows else [])
+    rows = list(FLAGS.methods) + (
+      list(comparison.REFERENCE_ROWS) if FLAGS.reference_rows else []
+    )
     points = tuning.grid(
-        rows, experiment_flags.numbers('client_learning_rates', float),
-        experiment_flags.numbers('server_learning_rates', float))
+      rows,
+      experiment_flags.numbers('client_learning_rates', float),
+      experiment_flags.numbers('server_learning_rates', float),
+    )
     base = experiment_flags.config_from_flags(output_dir=output_dir)
     configs = tuning.plan(base, points, seeds, output_dir)
   except ValueError as e:
@@ -76,23 +87,37 @@ def main(argv):
     return experiment_flags.usage_error(error)
   try:
     comparison.run_comparison(
-        configs, progress=FLAGS.progress,
-        on_run=lambda label: print(f'== {label}', flush=True),
-        jobs=FLAGS.jobs, max_concurrent_clients=FLAGS.max_concurrent_clients)
+      configs,
+      progress=FLAGS.progress,
+      on_run=lambda label: print(f'== {label}', flush=True),
+      jobs=FLAGS.jobs,
+      max_concurrent_clients=FLAGS.max_concurrent_clients,
+    )
   except ValueError as e:  # A run refused (locked, finished, or changed).
     print(f'error: {e}', file=sys.stderr)
     return 2
-  chosen = tuning.choose(output_dir, points, seeds, FLAGS.last_rounds,
-                         dict(client_momentum=FLAGS.client_momentum))
+  chosen = tuning.choose(
+    output_dir,
+    points,
+    seeds,
+    FLAGS.last_rounds,
+    dict(client_momentum=FLAGS.client_momentum),
+  )
   paths = tuning.write_report(
-      output_dir, points, seeds, chosen,
-      f'{FLAGS.task}, {FLAGS.partition} partition, {FLAGS.num_clients} '
-      f'clients, {FLAGS.rounds} rounds: learning rates on held-out data',
-      FLAGS.last_rounds)
+    output_dir,
+    points,
+    seeds,
+    chosen,
+    f'{FLAGS.task}, {FLAGS.partition} partition, {FLAGS.num_clients} '
+    f'clients, {FLAGS.rounds} rounds: learning rates on held-out data',
+    FLAGS.last_rounds,
+  )
   with open(paths['markdown']) as f:
     print(f.read())
-  print(f'Written to {output_dir}: tuning.json, tuning.md, '
-        'validation_<method>.png')
+  print(
+    f'Written to {output_dir}: tuning.json, tuning.md, '
+    'validation_<method>.png'
+  )
   return 0
 
 

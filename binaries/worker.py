@@ -24,11 +24,17 @@ from tooling import process_setup
 process_setup.configure_environment()
 
 flags.DEFINE_integer('port', None, 'The port to serve on (1..65535).')
-flags.DEFINE_integer('max_concurrent_clients', 2,
-                     'Client computations run at once (<= 0: no limit); a '
-                     'limit also splits the cores between them.')
-flags.DEFINE_string('tff_worker_binary', None,
-                    'The worker executable; the packaged one by default.')
+flags.DEFINE_integer(
+  'max_concurrent_clients',
+  2,
+  'Client computations run at once (<= 0: no limit); a '
+  'limit also splits the cores between them.',
+)
+flags.DEFINE_string(
+  'tff_worker_binary',
+  None,
+  'The worker executable; the packaged one by default.',
+)
 FLAGS = flags.FLAGS
 
 
@@ -39,8 +45,11 @@ def main(argv):
     print(f'--port={FLAGS.port} must be a port in 1..65535', file=sys.stderr)
     return 2
   try:
-    binary = (workers.check_worker_binary(FLAGS.tff_worker_binary)
-              if FLAGS.tff_worker_binary else workers.packaged_worker_binary())
+    binary = (
+      workers.check_worker_binary(FLAGS.tff_worker_binary)
+      if FLAGS.tff_worker_binary
+      else workers.packaged_worker_binary()
+    )
   except ValueError as e:
     print(f'--tff_worker_binary: {e}', file=sys.stderr)
     return 2
@@ -49,10 +58,15 @@ def main(argv):
     return 2
   print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
   # Become the worker: signals reach it directly and nothing is left behind.
-  os.execve(binary, [binary, f'--port={FLAGS.port}',
-                     '--max_concurrent_computation_calls='
-                     f'{FLAGS.max_concurrent_clients}'],
-            workers.worker_environment(FLAGS.max_concurrent_clients))
+  os.execve(
+    binary,
+    [
+      binary,
+      f'--port={FLAGS.port}',
+      '--max_concurrent_computation_calls=' f'{FLAGS.max_concurrent_clients}',
+    ],
+    workers.worker_environment(FLAGS.max_concurrent_clients),
+  )
 
 
 def run():

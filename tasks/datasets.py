@@ -37,8 +37,17 @@ import tensorflow_federated as tff
 
 from tasks import partition as partition_lib
 
-TASK_NAMES = ('digits', 'cifar10', 'cifar100', 'fmnist', 'mnist', 'emnist',
-              'shakespeare', 'synthetic', 'image_folder')
+TASK_NAMES = (
+  'digits',
+  'cifar10',
+  'cifar100',
+  'fmnist',
+  'mnist',
+  'emnist',
+  'shakespeare',
+  'synthetic',
+  'image_folder',
+)
 # Tasks whose clients come from the data itself; partition flags are unused.
 NATURAL_TASKS = ('emnist', 'shakespeare', 'synthetic')
 # One input's shape and the number of classes of each task (vocabulary size
@@ -46,23 +55,31 @@ NATURAL_TASKS = ('emnist', 'shakespeare', 'synthetic')
 # folder's images are `image_size` square RGB, and it has as many classes as
 # sub-directories.
 TASK_SHAPES = {
-    'digits': ((8, 8, 1), 10), 'cifar10': ((32, 32, 3), 10),
-    'cifar100': ((32, 32, 3), 100), 'fmnist': ((28, 28, 1), 10),
-    'mnist': ((28, 28, 1), 10), 'emnist': ((28, 28, 1), 62),
-    'shakespeare': ((80,), 90), 'synthetic': ((60,), 10),
-    'image_folder': (None, None),
+  'digits': ((8, 8, 1), 10),
+  'cifar10': ((32, 32, 3), 10),
+  'cifar100': ((32, 32, 3), 100),
+  'fmnist': ((28, 28, 1), 10),
+  'mnist': ((28, 28, 1), 10),
+  'emnist': ((28, 28, 1), 62),
+  'shakespeare': ((80,), 90),
+  'synthetic': ((60,), 10),
+  'image_folder': (None, None),
 }
 
-_TFDS_NAMES = {'cifar10': 'cifar10', 'cifar100': 'cifar100',
-               'fmnist': 'fashion_mnist', 'mnist': 'mnist'}
+_TFDS_NAMES = {
+  'cifar10': 'cifar10',
+  'cifar100': 'cifar100',
+  'fmnist': 'fashion_mnist',
+  'mnist': 'mnist',
+}
 # Where tensorflow_datasets downloads these data sets from.
 _TFDS_DOWNLOAD_HOST = 'storage.googleapis.com'
 # Per-channel mean and std after scaling to [0, 1].
 _NORMALIZATION = {
-    'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    'fmnist': ((0.2860,), (0.3530,)),
-    'mnist': ((0.1307,), (0.3081,)),
+  'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+  'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+  'fmnist': ((0.2860,), (0.3530,)),
+  'mnist': ((0.1307,), (0.3081,)),
 }
 
 
@@ -84,6 +101,7 @@ class FederatedData:
     train_labels: Labels of every training example, by client, for reports;
       None where labels are not single classes (text).
   """
+
   name: str
   client_data: tff.simulation.datasets.ClientData
   test_x: np.ndarray
@@ -96,8 +114,9 @@ class FederatedData:
     """(num_clients, num_classes) counts of training examples."""
     if self.train_labels is None:
       raise ValueError(f'Task {self.name!r} has no per-example class labels.')
-    return np.stack([np.bincount(y, minlength=self.num_classes)
-                     for y in self.train_labels])
+    return np.stack(
+      [np.bincount(y, minlength=self.num_classes) for y in self.train_labels]
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -107,7 +126,8 @@ class FederatedData:
 
 def load_digits_arrays(seed: int = 0, test_fraction: float = 0.2):
   """scikit-learn's 8x8 digits (1797 examples, 10 classes), split in code."""
-  from sklearn import datasets as sk_datasets  # pylint: disable=g-import-not-at-top
+  from sklearn import datasets as sk_datasets
+
   digits = sk_datasets.load_digits()
   x = (digits.images / 16.0).astype(np.float32)[..., None]
   y = digits.target.astype(np.int32)
@@ -132,26 +152,35 @@ def load_tfds_arrays(name: str, data_dir: Optional[str] = None):
   tensorflow_datasets would retry each download for minutes, so an
   unprepared data set and an unreachable download host fail at once.
   """
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds
+
   try:
     builder = tfds.builder(_TFDS_NAMES[name], data_dir=data_dir)
     if not builder.is_prepared():
       if not _can_reach(_TFDS_DOWNLOAD_HOST):
         raise OSError(f'{_TFDS_DOWNLOAD_HOST} is unreachable')
       builder.download_and_prepare()
-    (x_tr, y_tr), (x_te, y_te) = tfds.as_numpy(builder.as_dataset(
-        split=['train', 'test'], batch_size=-1, as_supervised=True))
-  except Exception as e:  # pylint: disable=broad-except
+    (x_tr, y_tr), (x_te, y_te) = tfds.as_numpy(
+      builder.as_dataset(
+        split=['train', 'test'], batch_size=-1, as_supervised=True
+      )
+    )
+  except Exception as e:
     raise DataUnavailableError(
-        f'Could not load {name!r} through tensorflow_datasets ({e!r:.300}). '
-        'It downloads on first use and needs a network then; or copy a '
-        'prepared tensorflow_datasets directory to --data_dir.') from e
+      f'Could not load {name!r} through tensorflow_datasets ({e!r:.300}). '
+      'It downloads on first use and needs a network then; or copy a '
+      'prepared tensorflow_datasets directory to --data_dir.'
+    ) from e
   scale = lambda a: (a.astype(np.float32) / 255.0)
   return scale(x_tr), y_tr.astype(np.int32), scale(x_te), y_te.astype(np.int32)
 
 
-def load_image_folder_arrays(directory: str, image_size: int = 32,
-                             test_fraction: float = 0.2, seed: int = 0):
+def load_image_folder_arrays(
+  directory: str,
+  image_size: int = 32,
+  test_fraction: float = 0.2,
+  seed: int = 0,
+):
   """Images in one sub-directory per class (Tiny ImageNet, APTOS, Chest X-ray).
 
   If `directory` holds `train/` and `test/` (or `val/`), each is read as a
@@ -165,14 +194,18 @@ def load_image_folder_arrays(directory: str, image_size: int = 32,
       examples), or a file that is not an image TensorFlow can read.
   """
   if not directory or not os.path.isdir(directory):
-    raise ValueError(f'--data_dir={directory!r} is not a directory; '
-                     'image_folder needs one sub-directory per class.')
+    raise ValueError(
+      f'--data_dir={directory!r} is not a directory; '
+      'image_folder needs one sub-directory per class.'
+    )
 
   def read(split_dir, classes=None):
     training = classes is None
     classes = classes or sorted(
-        d for d in os.listdir(split_dir)
-        if os.path.isdir(os.path.join(split_dir, d)) and not d.startswith('.'))
+      d
+      for d in os.listdir(split_dir)
+      if os.path.isdir(os.path.join(split_dir, d)) and not d.startswith('.')
+    )
     if not classes:
       raise ValueError(f'{split_dir!r} has no class sub-directories.')
     xs, ys = [], []
@@ -183,26 +216,35 @@ def load_image_folder_arrays(directory: str, image_size: int = 32,
       names = sorted(n for n in os.listdir(cls_dir) if not n.startswith('.'))
       if training and not names:
         raise ValueError(
-            f'The class folder {cls_dir} has no images: it would be trained '
-            'as a class with no examples. Add images, or remove the folder.')
+          f'The class folder {cls_dir} has no images: it would be trained '
+          'as a class with no examples. Add images, or remove the folder.'
+        )
       for fname in names:
         path = os.path.join(cls_dir, fname)
         try:
-          image = tf.io.decode_image(tf.io.read_file(path), channels=3,
-                                     expand_animations=False)
+          image = tf.io.decode_image(
+            tf.io.read_file(path), channels=3, expand_animations=False
+          )
         except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as e:
           reason = (e.message or '').splitlines()[0]
           raise ValueError(
-              f'{path} is not an image TensorFlow can read ({reason}); '
-              'remove it from the image folder.') from None
+            f'{path} is not an image TensorFlow can read ({reason}); '
+            'remove it from the image folder.'
+          ) from None
         image = tf.image.resize(image, (image_size, image_size))
         xs.append(image.numpy() / 255.0)
         ys.append(label)
     return np.asarray(xs, np.float32), np.asarray(ys, np.int32), classes
 
   train_dir = os.path.join(directory, 'train')
-  test_dir = next((os.path.join(directory, d) for d in ('test', 'val')
-                   if os.path.isdir(os.path.join(directory, d))), None)
+  test_dir = next(
+    (
+      os.path.join(directory, d)
+      for d in ('test', 'val')
+      if os.path.isdir(os.path.join(directory, d))
+    ),
+    None,
+  )
   if os.path.isdir(train_dir) and test_dir:
     x_tr, y_tr, classes = read(train_dir)
     x_te, y_te, _ = read(test_dir, classes)
@@ -210,13 +252,22 @@ def load_image_folder_arrays(directory: str, image_size: int = 32,
   x, y, _ = read(directory)
   order = np.random.default_rng(seed).permutation(len(y))
   num_test = int(round(test_fraction * len(y)))
-  return x[order[num_test:]], y[order[num_test:]], x[order[:num_test]], y[
-      order[:num_test]]
+  return (
+    x[order[num_test:]],
+    y[order[num_test:]],
+    x[order[:num_test]],
+    y[order[:num_test]],
+  )
 
 
-def generate_synthetic(alpha: float, beta: float, num_clients: int = 30,
-                       dimension: int = 60, num_classes: int = 10,
-                       seed: int = 0):
+def generate_synthetic(
+  alpha: float,
+  beta: float,
+  num_clients: int = 30,
+  dimension: int = 60,
+  num_classes: int = 10,
+  seed: int = 0,
+):
   """FedProx's synthetic(alpha, beta) data: one distribution per client.
 
   Client k: u_k ~ N(0, alpha), B_k ~ N(0, beta); W_k, b_k ~ N(u_k, 1);
@@ -228,7 +279,7 @@ def generate_synthetic(alpha: float, beta: float, num_clients: int = 30,
   """
   rng = np.random.default_rng(seed)
   sizes = (rng.lognormal(4, 2, num_clients).astype(int) + 50).clip(max=2000)
-  cov = np.diag(np.arange(1, dimension + 1, dtype=np.float64)**-1.2)
+  cov = np.diag(np.arange(1, dimension + 1, dtype=np.float64) ** -1.2)
   clients = []
   for k in range(num_clients):
     u = rng.normal(0, np.sqrt(alpha))
@@ -248,22 +299,26 @@ def generate_synthetic(alpha: float, beta: float, num_clients: int = 30,
 
 def _serialize(x: np.ndarray, y) -> bytes:
   feature = {
-      'x': tf.train.Feature(bytes_list=tf.train.BytesList(
-          value=[np.ascontiguousarray(x).tobytes()])),
-      'y': tf.train.Feature(bytes_list=tf.train.BytesList(
-          value=[np.ascontiguousarray(y).tobytes()])),
+    'x': tf.train.Feature(
+      bytes_list=tf.train.BytesList(value=[np.ascontiguousarray(x).tobytes()])
+    ),
+    'y': tf.train.Feature(
+      bytes_list=tf.train.BytesList(value=[np.ascontiguousarray(y).tobytes()])
+    ),
   }
-  return tf.train.Example(features=tf.train.Features(
-      feature=feature)).SerializeToString()
+  return tf.train.Example(
+    features=tf.train.Features(feature=feature)
+  ).SerializeToString()
 
 
 def _client_id(i: int) -> str:
   return f'client_{i:05d}'
 
 
-def write_client_files(directory: str,
-                       clients: Sequence[tuple[np.ndarray, np.ndarray]],
-                       ) -> dict[str, str]:
+def write_client_files(
+  directory: str,
+  clients: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> dict[str, str]:
   """Writes each client's (x, y) to `directory/<client id>.tfrecord`.
 
   The directory is written to a temporary sibling and renamed into place, so
@@ -276,15 +331,18 @@ def write_client_files(directory: str,
     try:
       for i, (x, y) in enumerate(clients):
         with tf.io.TFRecordWriter(
-            os.path.join(tmp, _client_id(i) + '.tfrecord')) as writer:
+          os.path.join(tmp, _client_id(i) + '.tfrecord')
+        ) as writer:
           for xi, yi in zip(x, y):
             writer.write(_serialize(xi, yi))
       os.rename(tmp, directory)
     except BaseException:
       shutil.rmtree(tmp, ignore_errors=True)
       raise
-  return {_client_id(i): os.path.join(directory, _client_id(i) + '.tfrecord')
-          for i in range(len(clients))}
+  return {
+    _client_id(i): os.path.join(directory, _client_id(i) + '.tfrecord')
+    for i in range(len(clients))
+  }
 
 
 def _records_parser(x_shape, x_dtype, y_shape, y_dtype, mean=None, std=None):
@@ -292,14 +350,15 @@ def _records_parser(x_shape, x_dtype, y_shape, y_dtype, mean=None, std=None):
   normalized, one row per example."""
 
   def parse(records):
-    parsed = tf.io.parse_example(records, {
+    parsed = tf.io.parse_example(
+      records,
+      {
         'x': tf.io.FixedLenFeature([], tf.string),
         'y': tf.io.FixedLenFeature([], tf.string),
-    })
-    x = tf.reshape(tf.io.decode_raw(parsed['x'], x_dtype),
-                   [-1] + list(x_shape))
-    y = tf.reshape(tf.io.decode_raw(parsed['y'], y_dtype),
-                   [-1] + list(y_shape))
+      },
+    )
+    x = tf.reshape(tf.io.decode_raw(parsed['x'], x_dtype), [-1] + list(x_shape))
+    y = tf.reshape(tf.io.decode_raw(parsed['y'], y_dtype), [-1] + list(y_shape))
     if mean is not None:
       x = (x - tf.constant(mean, x.dtype)) / tf.constant(std, x.dtype)
     return collections.OrderedDict(x=x, y=y)
@@ -320,17 +379,30 @@ class TFRecordClientData(tff.simulation.datasets.FilePerUserClientData):
   function, and the same examples in the same order.
   """
 
-  def __init__(self, directory: str, client_ids: Sequence[str], x_shape,
-               x_dtype, y_shape=(), y_dtype=tf.int32, mean=None, std=None):
+  def __init__(
+    self,
+    directory: str,
+    client_ids: Sequence[str],
+    x_shape,
+    x_dtype,
+    y_shape=(),
+    y_dtype=tf.int32,
+    mean=None,
+    std=None,
+  ):
     self._directory = directory
-    self._parse = _records_parser(x_shape, x_dtype, y_shape, y_dtype, mean,
-                                  std)
-    super().__init__({i: self.path(i) for i in client_ids},
-                     self._dataset_of_file)
+    self._parse = _records_parser(x_shape, x_dtype, y_shape, y_dtype, mean, std)
+    super().__init__(
+      {i: self.path(i) for i in client_ids}, self._dataset_of_file
+    )
 
   def _dataset_of_file(self, path):
-    records = tf.data.TFRecordDataset(path).with_options(
-        PLAIN_OPTIONS).batch(_ALL).get_single_element()
+    records = (
+      tf.data.TFRecordDataset(path)
+      .with_options(PLAIN_OPTIONS)
+      .batch(_ALL)
+      .get_single_element()
+    )
     return tf.data.Dataset.from_tensor_slices(self._parse(records))
 
   def path(self, client_id):
@@ -353,31 +425,48 @@ def default_cache_dir() -> str:
   return os.path.join(os.path.expanduser('~'), '.cache', 'tff_methods')
 
 
-def partition_arrays(labels: np.ndarray, scheme: str, num_clients: int,
-                     seed: int, alpha: float = 0.5, min_size: int = 10,
-                     classes_per_client: int = 2, shards_per_client: int = 2,
-                     non_iid_fraction: float = 1.0) -> list[np.ndarray]:
+def partition_arrays(
+  labels: np.ndarray,
+  scheme: str,
+  num_clients: int,
+  seed: int,
+  alpha: float = 0.5,
+  min_size: int = 10,
+  classes_per_client: int = 2,
+  shards_per_client: int = 2,
+  non_iid_fraction: float = 1.0,
+) -> list[np.ndarray]:
   """Applies the partitioner `scheme` with the parameters it takes."""
   if scheme == 'iid':
     return partition_lib.iid(labels, num_clients, seed)
   if scheme == 'dirichlet':
     return partition_lib.dirichlet(labels, num_clients, alpha, min_size, seed)
   if scheme == 'pathological':
-    return partition_lib.pathological(labels, num_clients,
-                                      classes_per_client, seed)
+    return partition_lib.pathological(
+      labels, num_clients, classes_per_client, seed
+    )
   if scheme == 'shards':
     return partition_lib.shards(labels, num_clients, shards_per_client, seed)
   if scheme == 'mixed':
     return partition_lib.mixed(labels, num_clients, non_iid_fraction, seed)
-  raise ValueError(f'Unknown partition {scheme!r}; choose one of '
-                   f'{partition_lib.PARTITIONERS}.')
+  raise ValueError(
+    f'Unknown partition {scheme!r}; choose one of '
+    f'{partition_lib.PARTITIONERS}.'
+  )
 
 
-def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
-                x_test: np.ndarray, y_test: np.ndarray,
-                parts: Sequence[np.ndarray], cache_dir: str,
-                num_classes: Optional[int] = None,
-                mean=None, std=None) -> FederatedData:
+def from_arrays(
+  name: str,
+  x_train: np.ndarray,
+  y_train: np.ndarray,
+  x_test: np.ndarray,
+  y_test: np.ndarray,
+  parts: Sequence[np.ndarray],
+  cache_dir: str,
+  num_classes: Optional[int] = None,
+  mean=None,
+  std=None,
+) -> FederatedData:
   """A `FederatedData` from centralized arrays and a partition of them.
 
   Args:
@@ -391,8 +480,10 @@ def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
   """
   for i, p in enumerate(parts):
     if len(p) == 0:
-      raise ValueError(f'The partition left client {i} with no data; use '
-                       'fewer clients or a less skewed partition.')
+      raise ValueError(
+        f'The partition left client {i} with no data; use '
+        'fewer clients or a less skewed partition.'
+      )
   x_train = np.asarray(x_train)
   y_train = np.asarray(y_train, np.int32)
   num_classes = num_classes or int(max(y_train.max(), y_test.max())) + 1
@@ -402,30 +493,54 @@ def from_arrays(name: str, x_train: np.ndarray, y_train: np.ndarray,
   for p in parts:
     digest.update(np.asarray(p, np.int64).tobytes())
   digest.update(np.ascontiguousarray(x_train[:64]).tobytes())
-  key = _cache_key(name=name, n=len(y_train), shape=x_train.shape,
-                   dtype=str(x_train.dtype), parts=digest.hexdigest())
+  key = _cache_key(
+    name=name,
+    n=len(y_train),
+    shape=x_train.shape,
+    dtype=str(x_train.dtype),
+    parts=digest.hexdigest(),
+  )
   directory = os.path.join(cache_dir, name, key)
-  files = write_client_files(directory,
-                             [(x_train[p], y_train[p]) for p in parts])
-  client_data = TFRecordClientData(directory, list(files), x_train.shape[1:],
-                                   tf.as_dtype(x_train.dtype),
-                                   y_train.shape[1:], tf.int32, mean, std)
+  files = write_client_files(
+    directory, [(x_train[p], y_train[p]) for p in parts]
+  )
+  client_data = TFRecordClientData(
+    directory,
+    list(files),
+    x_train.shape[1:],
+    tf.as_dtype(x_train.dtype),
+    y_train.shape[1:],
+    tf.int32,
+    mean,
+    std,
+  )
   test_x = np.asarray(x_test)
   if mean is not None:
-    test_x = ((test_x - np.asarray(mean, test_x.dtype)) /
-              np.asarray(std, test_x.dtype)).astype(test_x.dtype)
-  return FederatedData(name, client_data, test_x,
-                       np.asarray(y_test, np.int32), num_classes,
-                       tuple(x_train.shape[1:]),
-                       None if is_sequence else [y_train[p] for p in parts])
+    test_x = (
+      (test_x - np.asarray(mean, test_x.dtype)) / np.asarray(std, test_x.dtype)
+    ).astype(test_x.dtype)
+  return FederatedData(
+    name,
+    client_data,
+    test_x,
+    np.asarray(y_test, np.int32),
+    num_classes,
+    tuple(x_train.shape[1:]),
+    None if is_sequence else [y_train[p] for p in parts],
+  )
 
 
-def generated_like(task: str, num_clients: int, examples_per_client: int,
-                   cache_dir: str, seed: int = 0, image_size: int = 32,
-                   num_classes: Optional[int] = None,
-                   num_test: int = 64,
-                   max_examples_per_client: Optional[int] = None
-                   ) -> FederatedData:
+def generated_like(
+  task: str,
+  num_clients: int,
+  examples_per_client: int,
+  cache_dir: str,
+  seed: int = 0,
+  image_size: int = 32,
+  num_classes: Optional[int] = None,
+  num_test: int = 64,
+  max_examples_per_client: Optional[int] = None,
+) -> FederatedData:
   """Random data of task `task`'s shape, in place of the real data set.
 
   For tests and benchmarks that need a task's input shape and classes but
@@ -455,59 +570,85 @@ def generated_like(task: str, num_clients: int, examples_per_client: int,
   num_classes = num_classes or default_classes
   if not num_classes:
     raise ValueError(f'Task {task!r} needs num_classes to be generated.')
-  if (max_examples_per_client is not None
-      and max_examples_per_client < examples_per_client):
+  if (
+    max_examples_per_client is not None
+    and max_examples_per_client < examples_per_client
+  ):
     raise ValueError(
-        f'max_examples_per_client={max_examples_per_client} is below '
-        f'examples_per_client={examples_per_client}.')
+      f'max_examples_per_client={max_examples_per_client} is below '
+      f'examples_per_client={examples_per_client}.'
+    )
   rng = np.random.default_rng(seed)
-  sizes = (np.full(num_clients, examples_per_client)
-           if max_examples_per_client is None else
-           rng.integers(examples_per_client, max_examples_per_client + 1,
-                        num_clients))
+  sizes = (
+    np.full(num_clients, examples_per_client)
+    if max_examples_per_client is None
+    else rng.integers(
+      examples_per_client, max_examples_per_client + 1, num_clients
+    )
+  )
   total = int(sizes.sum()) + num_test
   if task == 'shakespeare':
-    ids = rng.integers(0, num_classes, (total, input_shape[0] + 1),
-                       dtype=np.int32)
+    ids = rng.integers(
+      0, num_classes, (total, input_shape[0] + 1), dtype=np.int32
+    )
     x, y = ids[:, :-1], ids[:, 1:]
   else:
     x = rng.standard_normal((total,) + tuple(input_shape)).astype(np.float32)
     y = rng.integers(0, num_classes, total, dtype=np.int32)
   n = total - num_test
   parts = np.split(np.arange(n), np.cumsum(sizes)[:-1])
-  return from_arrays(f'generated_{task}', x[:n], y[:n], x[n:], y[n:], parts,
-                     cache_dir, num_classes=num_classes)
+  return from_arrays(
+    f'generated_{task}',
+    x[:n],
+    y[:n],
+    x[n:],
+    y[n:],
+    parts,
+    cache_dir,
+    num_classes=num_classes,
+  )
 
 
 # ---------------------------------------------------------------------------
 # Natural splits.
 
 
-def load_emnist(only_digits: bool = False, cache_dir: Optional[str] = None
-                ) -> FederatedData:
+def load_emnist(
+  only_digits: bool = False, cache_dir: Optional[str] = None
+) -> FederatedData:
   """EMNIST / FEMNIST by writer, through `tff.simulation.datasets.emnist`."""
   try:
     train, test = tff.simulation.datasets.emnist.load_data(
-        only_digits=only_digits, cache_dir=cache_dir)
-  except Exception as e:  # pylint: disable=broad-except
+      only_digits=only_digits, cache_dir=cache_dir
+    )
+  except Exception as e:
     raise DataUnavailableError(
-        f'Could not load EMNIST through tff.simulation.datasets ({e!r:.300});'
-        ' it downloads on first use and needs a network then.') from e
+      f'Could not load EMNIST through tff.simulation.datasets ({e!r:.300});'
+      ' it downloads on first use and needs a network then.'
+    ) from e
 
   def to_xy(element):
     return collections.OrderedDict(
-        x=tf.expand_dims(element['pixels'], -1),
-        y=tf.cast(element['label'], tf.int32))
+      x=tf.expand_dims(element['pixels'], -1),
+      y=tf.cast(element['label'], tf.int32),
+    )
 
   client_data = train.preprocess(lambda ds: ds.map(to_xy))
   test_ds = test.create_tf_dataset_from_all_clients().map(to_xy)
   test_x, test_y = _to_arrays(test_ds)
-  return FederatedData('emnist', client_data, test_x, test_y,
-                       10 if only_digits else 62, (28, 28, 1))
+  return FederatedData(
+    'emnist',
+    client_data,
+    test_x,
+    test_y,
+    10 if only_digits else 62,
+    (28, 28, 1),
+  )
 
 
-def shakespeare_sequences(dataset: tf.data.Dataset, seq_length: int = 80
-                          ) -> tf.data.Dataset:
+def shakespeare_sequences(
+  dataset: tf.data.Dataset, seq_length: int = 80
+) -> tf.data.Dataset:
   """Shakespeare snippets -> OrderedDict(x, y) next-character id sequences.
 
   Uses TFF's character vocabulary (ids 4.., with 0 pad, 1 out-of-vocabulary,
@@ -515,15 +656,20 @@ def shakespeare_sequences(dataset: tf.data.Dataset, seq_length: int = 80
   `seq_length` + 1 ids, the last one padded with 0.
   """
   vocab = list(
-      'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\n'
-      'aeimquyAEIMQUY]!%)-159\r')
+    'dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\n'
+    'aeimquyAEIMQUY]!%)-159\r'
+  )
   table = tf.lookup.StaticHashTable(
-      tf.lookup.KeyValueTensorInitializer(
-          vocab, tf.constant(list(range(4, len(vocab) + 4)), tf.int64)), 1)
+    tf.lookup.KeyValueTensorInitializer(
+      vocab, tf.constant(list(range(4, len(vocab) + 4)), tf.int64)
+    ),
+    1,
+  )
 
   def to_ids(element):
-    ids = tf.cast(table.lookup(tf.strings.bytes_split(element['snippets'])),
-                  tf.int32)
+    ids = tf.cast(
+      table.lookup(tf.strings.bytes_split(element['snippets'])), tf.int32
+    )
     return tf.concat([[2], ids, [3]], 0)
 
   def split(chunk):
@@ -531,32 +677,49 @@ def shakespeare_sequences(dataset: tf.data.Dataset, seq_length: int = 80
     chunk = tf.reshape(chunk, [seq_length + 1])
     return collections.OrderedDict(x=chunk[:-1], y=chunk[1:])
 
-  return (dataset.map(to_ids).unbatch().batch(seq_length + 1).map(split))
+  return dataset.map(to_ids).unbatch().batch(seq_length + 1).map(split)
 
 
-def load_shakespeare(cache_dir: Optional[str] = None, seq_length: int = 80
-                     ) -> FederatedData:
+def load_shakespeare(
+  cache_dir: Optional[str] = None, seq_length: int = 80
+) -> FederatedData:
   """Shakespeare by speaking role, through `tff.simulation.datasets`."""
   try:
     train, test = tff.simulation.datasets.shakespeare.load_data(
-        cache_dir=cache_dir)
-  except Exception as e:  # pylint: disable=broad-except
+      cache_dir=cache_dir
+    )
+  except Exception as e:
     raise DataUnavailableError(
-        'Could not load Shakespeare through tff.simulation.datasets '
-        f'({e!r:.300}); it downloads on first use and needs a network '
-        'then.') from e
+      'Could not load Shakespeare through tff.simulation.datasets '
+      f'({e!r:.300}); it downloads on first use and needs a network '
+      'then.'
+    ) from e
   client_data = train.preprocess(
-      lambda ds: shakespeare_sequences(ds, seq_length))
-  test_x, test_y = _to_arrays(shakespeare_sequences(
-      test.create_tf_dataset_from_all_clients(), seq_length))
-  from tasks import models  # pylint: disable=g-import-not-at-top
-  return FederatedData('shakespeare', client_data, test_x, test_y,
-                       models.SHAKESPEARE_VOCAB_SIZE, (seq_length,))
+    lambda ds: shakespeare_sequences(ds, seq_length)
+  )
+  test_x, test_y = _to_arrays(
+    shakespeare_sequences(test.create_tf_dataset_from_all_clients(), seq_length)
+  )
+  from tasks import models
+
+  return FederatedData(
+    'shakespeare',
+    client_data,
+    test_x,
+    test_y,
+    models.SHAKESPEARE_VOCAB_SIZE,
+    (seq_length,),
+  )
 
 
-def load_synthetic(alpha: float, beta: float, num_clients: int, seed: int,
-                   cache_dir: str, test_fraction: float = 0.2
-                   ) -> FederatedData:
+def load_synthetic(
+  alpha: float,
+  beta: float,
+  num_clients: int,
+  seed: int,
+  cache_dir: str,
+  test_fraction: float = 0.2,
+) -> FederatedData:
   """FedProx's synthetic(alpha, beta); each client holds out a test slice."""
   clients = generate_synthetic(alpha, beta, num_clients, seed=seed)
   rng = np.random.default_rng(seed)
@@ -570,11 +733,18 @@ def load_synthetic(alpha: float, beta: float, num_clients: int, seed: int,
   key = _cache_key(alpha=alpha, beta=beta, n=num_clients, seed=seed)
   directory = os.path.join(cache_dir, 'synthetic', key)
   files = write_client_files(directory, train)
-  client_data = TFRecordClientData(directory, list(files), (60,), tf.float32,
-                                   (), tf.int32)
-  return FederatedData('synthetic', client_data, np.concatenate(test_x),
-                       np.concatenate(test_y), 10, (60,),
-                       [y for _, y in train])
+  client_data = TFRecordClientData(
+    directory, list(files), (60,), tf.float32, (), tf.int32
+  )
+  return FederatedData(
+    'synthetic',
+    client_data,
+    np.concatenate(test_x),
+    np.concatenate(test_y),
+    10,
+    (60,),
+    [y for _, y in train],
+  )
 
 
 def _to_arrays(dataset: tf.data.Dataset):
@@ -588,14 +758,16 @@ def _to_arrays(dataset: tf.data.Dataset):
 # ---------------------------------------------------------------------------
 
 
-def load_task(name: str,
-              num_clients: int = 10,
-              partition: str = 'dirichlet',
-              seed: int = 0,
-              data_dir: Optional[str] = None,
-              cache_dir: Optional[str] = None,
-              validation_fraction: float = 0.0,
-              **partition_kwargs) -> FederatedData:
+def load_task(
+  name: str,
+  num_clients: int = 10,
+  partition: str = 'dirichlet',
+  seed: int = 0,
+  data_dir: Optional[str] = None,
+  cache_dir: Optional[str] = None,
+  validation_fraction: float = 0.0,
+  **partition_kwargs,
+) -> FederatedData:
   """Loads task `name` and splits it into clients.
 
   Args:
@@ -618,11 +790,13 @@ def load_task(name: str,
   """
   cache_dir = cache_dir or default_cache_dir()
   if not 0.0 <= validation_fraction < 1.0:
-    raise ValueError(f'validation_fraction must be in [0, 1), got '
-                     f'{validation_fraction!r}.')
+    raise ValueError(
+      f'validation_fraction must be in [0, 1), got ' f'{validation_fraction!r}.'
+    )
   if validation_fraction and name in NATURAL_TASKS:
-    raise ValueError(f'validation_fraction is for tasks split from arrays, '
-                     f'not {name!r}.')
+    raise ValueError(
+      f'validation_fraction is for tasks split from arrays, ' f'not {name!r}.'
+    )
   image_size = partition_kwargs.pop('image_size', 32)
   syn_alpha = partition_kwargs.pop('synthetic_alpha', 1.0)
   syn_beta = partition_kwargs.pop('synthetic_beta', 1.0)
@@ -653,10 +827,12 @@ def load_task(name: str,
     held = int(round(validation_fraction * len(y_train)))
     x_test, y_test = x_train[order[:held]], y_train[order[:held]]
     x_train, y_train = x_train[order[held:]], y_train[order[held:]]
-  parts = partition_arrays(y_train, partition, num_clients, seed,
-                           **partition_kwargs)
-  return from_arrays(name, x_train, y_train, x_test, y_test, parts, cache_dir,
-                     mean=mean, std=std)
+  parts = partition_arrays(
+    y_train, partition, num_clients, seed, **partition_kwargs
+  )
+  return from_arrays(
+    name, x_train, y_train, x_test, y_test, parts, cache_dir, mean=mean, std=std
+  )
 
 
 # The key of one client's data in one round: the argument of the dataset
@@ -693,8 +869,9 @@ class LocalBatches:
   position is the round number, not the count of rounds the client took
   part in: under full participation this is the FedCos code's iterator
   (each client's iterator advances K batches a round); under partial
-  participation a client skips the batches of the rounds it sat out. Pass p's order is a stateless function of
-  (`seed`, the client id, p): reruns repeat it exactly, on any TFF worker.
+  participation a client skips the batches of the rounds it sat out. Pass
+  p's order is a stateless function of (`seed`, the client id, p): reruns
+  repeat it exactly, on any TFF worker.
   The round's examples are gathered in order once, so a round holds as many
   copies of the client's data as it makes passes (the local training loop
   holds the round's batches in memory anyway).
@@ -708,6 +885,7 @@ class LocalBatches:
     with_index: Add each example's position in the client's data as
       `index` (int64), for `reference_outputs.ReferenceOutputs`.
   """
+
   batch_size: int
   local_epochs: int = 1
   local_steps: Optional[int] = None
@@ -721,28 +899,31 @@ class LocalBatches:
     if self.local_steps is not None and self.local_steps < 1:
       raise ValueError(f'local_steps must be >= 1, got {self.local_steps}.')
     if self.local_steps is None and self.local_epochs < 1:
-      raise ValueError(
-          f'local_epochs must be >= 1, got {self.local_epochs}.')
+      raise ValueError(f'local_epochs must be >= 1, got {self.local_epochs}.')
 
   def element_spec(self, example_spec: Any) -> collections.OrderedDict:
     """The spec of one batch, given that of one example."""
     spec = collections.OrderedDict(
-        (k, tf.TensorSpec([None] + list(s.shape), s.dtype))
-        for k, s in example_spec.items())
+      (k, tf.TensorSpec([None] + list(s.shape), s.dtype))
+      for k, s in example_spec.items()
+    )
     if self.with_index:
       spec['index'] = tf.TensorSpec([None], tf.int64)
     return spec
 
-  def __call__(self, dataset: tf.data.Dataset, client_id: Any = '',
-               round_num: Any = 0) -> tf.data.Dataset:
+  def __call__(
+    self, dataset: tf.data.Dataset, client_id: Any = '', round_num: Any = 0
+  ) -> tf.data.Dataset:
     """The batches `client_id` trains on in `round_num` (eager or graph)."""
     examples = read_all(dataset)
     size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
     positions, batch_sizes = self._round_plan(size, client_id, round_num)
     round_examples = collections.OrderedDict(
-        (k, tf.gather(v, positions)) for k, v in examples.items())
+      (k, tf.gather(v, positions)) for k, v in examples.items()
+    )
     if self.with_index:
       round_examples['index'] = positions
+
     # No tf.data function (map, flat_map, reduce) anywhere: the TFF worker
     # instantiates a data set's functions on every call, about 4 ms each,
     # which dominated a small client's round.
@@ -751,7 +932,8 @@ class LocalBatches:
       # `batch` cuts them. An iterator over `rebatch` costs about 2 ms more,
       # whatever the data's size.
       return tf.data.Dataset.from_tensor_slices(round_examples).batch(
-          self.batch_size)
+        self.batch_size
+      )
 
     def rebatch():
       # A partial batch at each pass's end: `rebatch` cuts the round's
@@ -759,27 +941,40 @@ class LocalBatches:
       # a batch that is not there (it would wait forever). The extra size is
       # never reached: `rebatch` cannot take an empty list of sizes.
       sizes = tf.concat([batch_sizes, [self.batch_size]], 0)
-      return tf.data.Dataset.from_tensors(round_examples).rebatch(
-          sizes).take(tf.size(batch_sizes, out_type=tf.int64))
+      return (
+        tf.data.Dataset.from_tensors(round_examples)
+        .rebatch(sizes)
+        .take(tf.size(batch_sizes, out_type=tf.int64))
+      )
 
     only_last_partial = tf.reduce_all(
-        tf.equal(batch_sizes[:-1], self.batch_size))
+      tf.equal(batch_sizes[:-1], self.batch_size)
+    )
     return tf.cond(only_last_partial, batch, rebatch).with_options(
-        PLAIN_OPTIONS)
+      PLAIN_OPTIONS
+    )
 
   def _round_plan(self, size, client_id, round_num):
     """(positions of the round's examples in order, sizes of its batches)."""
     batch = tf.constant(self.batch_size, tf.int64)
     full_batches = size // batch
-    partial = (tf.constant(0, tf.int64) if self.drop_last else size % batch)
+    partial = tf.constant(0, tf.int64) if self.drop_last else size % batch
     # One pass: `full_batches` of B, then the partial one if it is kept.
-    pass_sizes = tf.concat([tf.fill([full_batches], batch),
-                            tf.fill([tf.minimum(partial, 1)], partial)], 0)
+    pass_sizes = tf.concat(
+      [
+        tf.fill([full_batches], batch),
+        tf.fill([tf.minimum(partial, 1)], partial),
+      ],
+      0,
+    )
     per_pass = tf.size(pass_sizes, out_type=tf.int64)
     pass_examples = full_batches * batch + partial
-    client_seed = tf.stack([
+    client_seed = tf.stack(
+      [
         tf.constant(self.seed, tf.int64),
-        tf.strings.to_hash_bucket_fast(client_id, _HASH_BUCKETS)])
+        tf.strings.to_hash_bucket_fast(client_id, _HASH_BUCKETS),
+      ]
+    )
     round_num = tf.cast(round_num, tf.int64)
     if self.local_steps is None:
       first_pass = round_num * self.local_epochs
@@ -790,27 +985,34 @@ class LocalBatches:
       start = round_num * self.local_steps
       first_pass = start // tf.maximum(per_pass, 1)
       skip = start % tf.maximum(per_pass, 1)
-      num_passes = tf.where(per_pass > 0,
-                            -(-(skip + self.local_steps) // tf.maximum(
-                                per_pass, 1)), 0)
-      num_batches = tf.minimum(tf.constant(self.local_steps, tf.int64),
-                               num_passes * per_pass)
+      num_passes = tf.where(
+        per_pass > 0,
+        -(-(skip + self.local_steps) // tf.maximum(per_pass, 1)),
+        0,
+      )
+      num_batches = tf.minimum(
+        tf.constant(self.local_steps, tf.int64), num_passes * per_pass
+      )
 
     def add_pass(pass_num, orders):
-      pass_seed = tf.random.experimental.stateless_fold_in(client_seed,
-                                                           pass_num)
-      order = tf.random.experimental.stateless_shuffle(tf.range(size),
-                                                       pass_seed)
+      pass_seed = tf.random.experimental.stateless_fold_in(
+        client_seed, pass_num
+      )
+      order = tf.random.experimental.stateless_shuffle(
+        tf.range(size), pass_seed
+      )
       return pass_num + 1, tf.concat([orders, order[:pass_examples]], 0)
 
     _, orders = tf.while_loop(
-        lambda pass_num, _: pass_num < first_pass + num_passes, add_pass,
-        (first_pass, tf.zeros([0], tf.int64)),
-        shape_invariants=(first_pass.shape, tf.TensorShape([None])))
-    batch_sizes = tf.tile(pass_sizes, [num_passes])[skip:skip + num_batches]
+      lambda pass_num, _: pass_num < first_pass + num_passes,
+      add_pass,
+      (first_pass, tf.zeros([0], tf.int64)),
+      shape_invariants=(first_pass.shape, tf.TensorShape([None])),
+    )
+    batch_sizes = tf.tile(pass_sizes, [num_passes])[skip : skip + num_batches]
     # Every batch before `skip` in its pass is full.
     first = skip * batch
-    positions = orders[first:first + tf.reduce_sum(batch_sizes)]
+    positions = orders[first : first + tf.reduce_sum(batch_sizes)]
     return positions, batch_sizes
 
 
@@ -823,8 +1025,7 @@ PLAIN_OPTIONS.autotune.enabled = False
 
 def read_all(dataset: tf.data.Dataset) -> Any:
   """Every element of `dataset`, stacked: one tensor per component."""
-  return dataset.with_options(PLAIN_OPTIONS).batch(
-      _ALL).get_single_element()
+  return dataset.with_options(PLAIN_OPTIONS).batch(_ALL).get_single_element()
 
 
 # Larger than any client's number of examples: one batch holds them all.
@@ -832,8 +1033,9 @@ _ALL = 2**31 - 1
 _HASH_BUCKETS = 2**62
 
 
-def round_dataset_computation(client_data: tff.simulation.datasets.ClientData,
-                              batches: LocalBatches) -> tff.Computation:
+def round_dataset_computation(
+  client_data: tff.simulation.datasets.ClientData, batches: LocalBatches
+) -> tff.Computation:
   """Client and round -> that client's batches of that round, in TFF.
 
   The TFF worker reads the client's examples by its id
@@ -844,14 +1046,16 @@ def round_dataset_computation(client_data: tff.simulation.datasets.ClientData,
   @tff.tensorflow.computation(CLIENT_ROUND_TYPE)
   def dataset_for_client_round(key):
     client_id, round_num = split_client_round(key)
-    return batches(client_data.serializable_dataset_fn(client_id), client_id,
-                   round_num)
+    return batches(
+      client_data.serializable_dataset_fn(client_id), client_id, round_num
+    )
 
   return dataset_for_client_round
 
 
-def sample_clients(client_ids: Sequence[str], clients_per_round: int,
-                   round_num: int, seed: int) -> list[str]:
+def sample_clients(
+  client_ids: Sequence[str], clients_per_round: int, round_num: int, seed: int
+) -> list[str]:
   """The round's cohort: a seeded sample without replacement, sorted.
 
   It depends on (seed, round) only, so a resumed run samples as the
@@ -888,8 +1092,7 @@ class ClientRoundDataSource(tff.program.FederatedDataSource):
 class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
   """`ClientRoundDataSource`'s iterator: the rounds selected so far."""
 
-  def __init__(self, client_ids: Sequence[str], seed: int,
-               round_num: int = 0):
+  def __init__(self, client_ids: Sequence[str], seed: int, round_num: int = 0):
     self._client_ids = list(client_ids)
     self._seed = seed
     self.round_num = round_num
@@ -900,15 +1103,22 @@ class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
 
   def select(self, k: Optional[int] = None) -> list[np.ndarray]:
     if k is None or not 1 <= k <= len(self._client_ids):
-      raise ValueError(f'select takes k in [1, {len(self._client_ids)}] '
-                       f'(the number of clients), got {k!r}.')
+      raise ValueError(
+        f'select takes k in [1, {len(self._client_ids)}] '
+        f'(the number of clients), got {k!r}.'
+      )
     self.round_num += 1
-    return [client_round(c, self.round_num) for c in sample_clients(
-        self._client_ids, k, self.round_num, self._seed)]
+    return [
+      client_round(c, self.round_num)
+      for c in sample_clients(self._client_ids, k, self.round_num, self._seed)
+    ]
 
   def to_bytes(self) -> bytes:
-    return json.dumps(dict(client_ids=self._client_ids, seed=self._seed,
-                           round_num=self.round_num)).encode()
+    return json.dumps(
+      dict(
+        client_ids=self._client_ids, seed=self._seed, round_num=self.round_num
+      )
+    ).encode()
 
   @classmethod
   def from_bytes(cls, buffer: bytes) -> 'ClientRoundIterator':
@@ -916,5 +1126,7 @@ class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
     return cls(saved['client_ids'], saved['seed'], saved['round_num'])
 
   def __eq__(self, other) -> bool:
-    return (isinstance(other, ClientRoundIterator) and
-            self.to_bytes() == other.to_bytes())
+    return (
+      isinstance(other, ClientRoundIterator)
+      and self.to_bytes() == other.to_bytes()
+    )

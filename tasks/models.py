@@ -24,16 +24,38 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-MODEL_NAMES = ('fedcka_cnn', 'fedmax_cnn', 'lenet', 'mlp', 'mlp1', 'resnet18',
-               'resnet50', 'vgg9', 'mobilenet', 'shakespeare_lstm',
-               'shakespeare_lstm100')
+MODEL_NAMES = (
+  'fedcka_cnn',
+  'fedmax_cnn',
+  'lenet',
+  'mlp',
+  'mlp1',
+  'resnet18',
+  'resnet50',
+  'vgg9',
+  'mobilenet',
+  'shakespeare_lstm',
+  'shakespeare_lstm100',
+)
 
 # MobileNet-v1 for 32x32 inputs: (filters, stride) of its 13 depthwise-
 # separable blocks after the 3x3 stem (the stem and first block keep the
 # resolution, as CIFAR versions do).
-MOBILENET_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1),
-                    (512, 2), (512, 1), (512, 1), (512, 1), (512, 1),
-                    (512, 1), (1024, 2), (1024, 1))
+MOBILENET_BLOCKS = (
+  (64, 1),
+  (128, 2),
+  (128, 1),
+  (256, 2),
+  (256, 1),
+  (512, 2),
+  (512, 1),
+  (512, 1),
+  (512, 1),
+  (512, 1),
+  (512, 1),
+  (1024, 2),
+  (1024, 1),
+)
 
 # Layer plans of the CNNs Fed2 can group (`tff_methods.fed2.grouped_model`):
 # ('conv', filters, kernel, pool), ('sep', filters, stride) a depthwise-
@@ -42,29 +64,52 @@ MOBILENET_BLOCKS = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1),
 # `fedcka_cnn` is the FedCKA CNN with a ReLU on its 256-wide last layer
 # (the plain model's linear projection `z`), since every grouped layer is
 # a ReLU block.
-VGG9_PLAN = (('conv', 32, 3, False), ('conv', 64, 3, True),
-             ('conv', 128, 3, False), ('conv', 128, 3, True),
-             ('conv', 256, 3, False), ('conv', 256, 3, True),
-             ('fc', 512), ('fc', 512))
-VGG16_PLAN = (('conv', 64, 3, False), ('conv', 64, 3, True),
-              ('conv', 128, 3, False), ('conv', 128, 3, True),
-              ('conv', 256, 3, False), ('conv', 256, 3, False),
-              ('conv', 256, 3, True), ('conv', 512, 3, False),
-              ('conv', 512, 3, False), ('conv', 512, 3, True),
-              ('conv', 512, 3, False), ('conv', 512, 3, False),
-              ('conv', 512, 3, True), ('fc', 512), ('fc', 512))
-FEDCKA_CNN_PLAN = (('conv', 16, 5, True), ('conv', 32, 5, True),
-                   ('fc', 120), ('fc', 84), ('fc', 84), ('fc', 256))
+VGG9_PLAN = (
+  ('conv', 32, 3, False),
+  ('conv', 64, 3, True),
+  ('conv', 128, 3, False),
+  ('conv', 128, 3, True),
+  ('conv', 256, 3, False),
+  ('conv', 256, 3, True),
+  ('fc', 512),
+  ('fc', 512),
+)
+VGG16_PLAN = (
+  ('conv', 64, 3, False),
+  ('conv', 64, 3, True),
+  ('conv', 128, 3, False),
+  ('conv', 128, 3, True),
+  ('conv', 256, 3, False),
+  ('conv', 256, 3, False),
+  ('conv', 256, 3, True),
+  ('conv', 512, 3, False),
+  ('conv', 512, 3, False),
+  ('conv', 512, 3, True),
+  ('conv', 512, 3, False),
+  ('conv', 512, 3, False),
+  ('conv', 512, 3, True),
+  ('fc', 512),
+  ('fc', 512),
+)
+FEDCKA_CNN_PLAN = (
+  ('conv', 16, 5, True),
+  ('conv', 32, 5, True),
+  ('fc', 120),
+  ('fc', 84),
+  ('fc', 84),
+  ('fc', 256),
+)
 MOBILENET_PLAN = (('conv', 32, 3, False),) + tuple(
-    ('sep', filters, stride) for filters, stride in MOBILENET_BLOCKS)
+  ('sep', filters, stride) for filters, stride in MOBILENET_BLOCKS
+)
 # Fed2's models: name -> (plan, the paper's decouple depth (the last 6
 # layers, classifier included), whether the classifier reads globally
 # average-pooled features).
 _FED2_MODELS = {
-    'vgg9': (VGG9_PLAN, 6, False),
-    'vgg16': (VGG16_PLAN, 6, False),
-    'fedcka_cnn': (FEDCKA_CNN_PLAN, 4, False),
-    'mobilenet': (MOBILENET_PLAN, 6, True),
+  'vgg9': (VGG9_PLAN, 6, False),
+  'vgg16': (VGG16_PLAN, 6, False),
+  'fedcka_cnn': (FEDCKA_CNN_PLAN, 4, False),
+  'mobilenet': (MOBILENET_PLAN, 6, True),
 }
 FED2_MODELS = tuple(_FED2_MODELS)
 
@@ -76,14 +121,21 @@ def fed2_plan(name: str, input_shape: Sequence[int]) -> dict:
     ValueError: for a model Fed2 can't group.
   """
   if name not in _FED2_MODELS:
-    raise ValueError(f'Fed2 supports models {", ".join(FED2_MODELS)}, not '
-                     f'{name!r}.')
+    raise ValueError(
+      f'Fed2 supports models {", ".join(FED2_MODELS)}, not ' f'{name!r}.'
+    )
   layers, decouple_depth, global_pool = _FED2_MODELS[name]
   # The FedCKA CNN's convolutions are unpadded on 32x32 inputs (the paper).
-  padding = 'valid' if (name == 'fedcka_cnn' and
-                        min(input_shape[:2]) >= 20) else 'same'
-  return dict(name=name, layers=layers, decouple_depth=decouple_depth,
-              global_pool=global_pool, padding=padding)
+  padding = (
+    'valid' if (name == 'fedcka_cnn' and min(input_shape[:2]) >= 20) else 'same'
+  )
+  return dict(
+    name=name,
+    layers=layers,
+    decouple_depth=decouple_depth,
+    global_pool=global_pool,
+    padding=padding,
+  )
 
 
 # Shakespeare as TFF prepares it: 86 characters + pad, out-of-vocabulary,
@@ -91,8 +143,12 @@ def fed2_plan(name: str, input_shape: Sequence[int]) -> dict:
 SHAKESPEARE_VOCAB_SIZE = 90
 
 
-def _outputs(layers: Sequence[tf.Tensor], features: tf.Tensor,
-             logits: tf.Tensor, z: Optional[tf.Tensor] = None) -> dict:
+def _outputs(
+  layers: Sequence[tf.Tensor],
+  features: tf.Tensor,
+  logits: tf.Tensor,
+  z: Optional[tf.Tensor] = None,
+) -> dict:
   out = {f'layer_{i + 1}': t for i, t in enumerate(layers)}
   out['features'] = features
   if z is not None:
@@ -101,8 +157,9 @@ def _outputs(layers: Sequence[tf.Tensor], features: tf.Tensor,
   return out
 
 
-def fedcka_cnn(num_classes: int, input_shape=(32, 32, 3),
-               padding: Optional[str] = None) -> tf.keras.Model:
+def fedcka_cnn(
+  num_classes: int, input_shape=(32, 32, 3), padding: Optional[str] = None
+) -> tf.keras.Model:
   """FedCKA's CNN (MOON's has the same layers with 6 and 16 channels).
 
   conv5x5(16) -> pool -> conv5x5(32) -> pool -> FC 120 -> 84 -> 84, then
@@ -133,26 +190,35 @@ def fedcka_cnn(num_classes: int, input_shape=(32, 32, 3),
   z = tf.keras.layers.Dense(256)(fc3)
   logits = tf.keras.layers.Dense(num_classes)(z)
   return tf.keras.Model(
-      inputs, _outputs([block1, block2, fc1, fc2, fc3, z, logits], fc3,
-                       logits, z), name='fedcka_cnn')
+    inputs,
+    _outputs([block1, block2, fc1, fc2, fc3, z, logits], fc3, logits, z),
+    name='fedcka_cnn',
+  )
 
 
 def fedmax_cnn(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   """FedMAX's five-conv CNN; `features` is its 512-d activation vector."""
   x = inputs = tf.keras.Input(input_shape)
   blocks = []
-  for filters, pool in ((32, True), (64, False), (64, True), (64, False),
-                        (64, True)):
-    x = tf.keras.layers.Conv2D(filters, 3, padding='same', use_bias=False,
-                               activation='relu')(x)
+  for filters, pool in (
+    (32, True),
+    (64, False),
+    (64, True),
+    (64, False),
+    (64, True),
+  ):
+    x = tf.keras.layers.Conv2D(
+      filters, 3, padding='same', use_bias=False, activation='relu'
+    )(x)
     if pool:
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     blocks.append(x)
   x = tf.keras.layers.Flatten()(x)
   features = tf.keras.layers.Dense(512, activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
-  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
-                        name='fedmax_cnn')
+  return tf.keras.Model(
+    inputs, _outputs(blocks, features, logits), name='fedmax_cnn'
+  )
 
 
 def lenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
@@ -164,21 +230,26 @@ def lenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   x = inputs = tf.keras.Input(input_shape)
   blocks = []
   for filters in (6, 16):
-    x = tf.keras.layers.Conv2D(filters, 5, padding=padding,
-                               activation='relu')(x)
+    x = tf.keras.layers.Conv2D(filters, 5, padding=padding, activation='relu')(
+      x
+    )
     x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     blocks.append(x)
   x = tf.keras.layers.Flatten()(x)
   x = tf.keras.layers.Dense(120, activation='relu')(x)
   features = tf.keras.layers.Dense(84, activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
-  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
-                        name='lenet')
+  return tf.keras.Model(
+    inputs, _outputs(blocks, features, logits), name='lenet'
+  )
 
 
-def mlp(num_classes: int, input_shape=(8, 8, 1),
-        hidden: Sequence[int] = (200, 200), name: str = 'mlp'
-        ) -> tf.keras.Model:
+def mlp(
+  num_classes: int,
+  input_shape=(8, 8, 1),
+  hidden: Sequence[int] = (200, 200),
+  name: str = 'mlp',
+) -> tf.keras.Model:
   """A multilayer perceptron; each hidden layer is a `layer_k` output."""
   x = inputs = tf.keras.Input(input_shape)
   x = tf.keras.layers.Flatten()(x)
@@ -209,17 +280,20 @@ def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   """
   x = inputs = tf.keras.Input(input_shape)
   _, filters, kernel, _ = MOBILENET_PLAN[0]
-  x = tf.keras.layers.Conv2D(filters, kernel, padding='same',
-                             activation='relu')(x)
+  x = tf.keras.layers.Conv2D(
+    filters, kernel, padding='same', activation='relu'
+  )(x)
   blocks = [x]
   for _, filters, stride in MOBILENET_PLAN[1:]:
-    x = tf.keras.layers.SeparableConv2D(filters, 3, stride, padding='same',
-                                        activation='relu')(x)
+    x = tf.keras.layers.SeparableConv2D(
+      filters, 3, stride, padding='same', activation='relu'
+    )(x)
     blocks.append(x)
   features = tf.keras.layers.GlobalAveragePooling2D()(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
-  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
-                        name='mobilenet')
+  return tf.keras.Model(
+    inputs, _outputs(blocks, features, logits), name='mobilenet'
+  )
 
 
 def _group_norm(x, groups=2):
@@ -248,14 +322,21 @@ def _bottleneck_block(x, filters, stride, groups):
   y = tf.keras.layers.Conv2D(4 * filters, 1, use_bias=False)(y)
   y = _group_norm(y, groups)
   if stride != 1 or x.shape[-1] != 4 * filters:
-    shortcut = tf.keras.layers.Conv2D(4 * filters, 1, stride,
-                                      use_bias=False)(x)
+    shortcut = tf.keras.layers.Conv2D(4 * filters, 1, stride, use_bias=False)(x)
     shortcut = _group_norm(shortcut, groups)
   return tf.keras.layers.ReLU()(tf.keras.layers.Add()([y, shortcut]))
 
 
-def _resnet(name, block_fn, blocks_per_stage, num_classes, input_shape,
-            projection_dim, norm_groups, width):
+def _resnet(
+  name,
+  block_fn,
+  blocks_per_stage,
+  num_classes,
+  input_shape,
+  projection_dim,
+  norm_groups,
+  width,
+):
   """A CIFAR-style ResNet (3x3 stem, no max-pool) with group normalization.
 
   `layer_1` is the stem, `layer_2`..`layer_5` the four residual stages; with
@@ -280,22 +361,47 @@ def _resnet(name, block_fn, blocks_per_stage, num_classes, input_shape,
     h = tf.keras.layers.Dense(pooled.shape[-1], activation='relu')(pooled)
     z = head_input = tf.keras.layers.Dense(projection_dim)(h)
   logits = tf.keras.layers.Dense(num_classes)(head_input)
-  return tf.keras.Model(inputs, _outputs(blocks, pooled, logits, z),
-                        name=name)
+  return tf.keras.Model(inputs, _outputs(blocks, pooled, logits, z), name=name)
 
 
-def resnet18(num_classes: int, input_shape=(32, 32, 3), projection_dim=0,
-             norm_groups: int = 2, width: int = 64) -> tf.keras.Model:
+def resnet18(
+  num_classes: int,
+  input_shape=(32, 32, 3),
+  projection_dim=0,
+  norm_groups: int = 2,
+  width: int = 64,
+) -> tf.keras.Model:
   """ResNet-18 with group normalization and an optional projection head."""
-  return _resnet('resnet18', _basic_block, (2, 2, 2, 2), num_classes,
-                 input_shape, projection_dim, norm_groups, width)
+  return _resnet(
+    'resnet18',
+    _basic_block,
+    (2, 2, 2, 2),
+    num_classes,
+    input_shape,
+    projection_dim,
+    norm_groups,
+    width,
+  )
 
 
-def resnet50(num_classes: int, input_shape=(32, 32, 3), projection_dim=0,
-             norm_groups: int = 2, width: int = 64) -> tf.keras.Model:
+def resnet50(
+  num_classes: int,
+  input_shape=(32, 32, 3),
+  projection_dim=0,
+  norm_groups: int = 2,
+  width: int = 64,
+) -> tf.keras.Model:
   """ResNet-50 with group normalization and an optional projection head."""
-  return _resnet('resnet50', _bottleneck_block, (3, 4, 6, 3), num_classes,
-                 input_shape, projection_dim, norm_groups, width)
+  return _resnet(
+    'resnet50',
+    _bottleneck_block,
+    (3, 4, 6, 3),
+    num_classes,
+    input_shape,
+    projection_dim,
+    norm_groups,
+    width,
+  )
 
 
 def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
@@ -304,8 +410,9 @@ def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   blocks = []
   convs, (fc1, fc2) = VGG9_PLAN[:-2], VGG9_PLAN[-2:]
   for _, filters, kernel, pool in convs:
-    x = tf.keras.layers.Conv2D(filters, kernel, padding='same',
-                               activation='relu')(x)
+    x = tf.keras.layers.Conv2D(
+      filters, kernel, padding='same', activation='relu'
+    )(x)
     if pool:
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     blocks.append(x)
@@ -313,14 +420,16 @@ def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   x = tf.keras.layers.Dense(fc1[1], activation='relu')(x)
   features = tf.keras.layers.Dense(fc2[1], activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
-  return tf.keras.Model(inputs, _outputs(blocks, features, logits),
-                        name='vgg9')
+  return tf.keras.Model(inputs, _outputs(blocks, features, logits), name='vgg9')
 
 
-def shakespeare_lstm(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
-                     input_shape=(80,), embedding_dim: int = 8,
-                     units: int = 256, name: str = 'shakespeare_lstm'
-                     ) -> tf.keras.Model:
+def shakespeare_lstm(
+  num_classes: int = SHAKESPEARE_VOCAB_SIZE,
+  input_shape=(80,),
+  embedding_dim: int = 8,
+  units: int = 256,
+  name: str = 'shakespeare_lstm',
+) -> tf.keras.Model:
   """The character LSTM of the FedAvg/FedProx Shakespeare task.
 
   Input: (B, T) character ids; `logits`: (B, T, vocab), next character at
@@ -331,34 +440,38 @@ def shakespeare_lstm(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
   layer_1 = tf.keras.layers.LSTM(units, return_sequences=True)(x)
   layer_2 = tf.keras.layers.LSTM(units, return_sequences=True)(layer_1)
   logits = tf.keras.layers.Dense(num_classes)(layer_2)
-  return tf.keras.Model(inputs, _outputs([layer_1, layer_2], layer_2, logits),
-                        name=name)
+  return tf.keras.Model(
+    inputs, _outputs([layer_1, layer_2], layer_2, logits), name=name
+  )
 
 
-def shakespeare_lstm100(num_classes: int = SHAKESPEARE_VOCAB_SIZE,
-                        input_shape=(80,)) -> tf.keras.Model:
+def shakespeare_lstm100(
+  num_classes: int = SHAKESPEARE_VOCAB_SIZE, input_shape=(80,)
+) -> tf.keras.Model:
   """FedCos's Shakespeare model: 8-d embedding, two LSTMs of 100 units."""
-  return shakespeare_lstm(num_classes, input_shape, units=100,
-                          name='shakespeare_lstm100')
+  return shakespeare_lstm(
+    num_classes, input_shape, units=100, name='shakespeare_lstm100'
+  )
 
 
 _REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
-    'fedcka_cnn': fedcka_cnn,
-    'fedmax_cnn': fedmax_cnn,
-    'lenet': lenet,
-    'mlp': mlp,
-    'mlp1': mlp1,
-    'resnet18': resnet18,
-    'resnet50': resnet50,
-    'vgg9': vgg9,
-    'mobilenet': mobilenet,
-    'shakespeare_lstm': shakespeare_lstm,
-    'shakespeare_lstm100': shakespeare_lstm100,
+  'fedcka_cnn': fedcka_cnn,
+  'fedmax_cnn': fedmax_cnn,
+  'lenet': lenet,
+  'mlp': mlp,
+  'mlp1': mlp1,
+  'resnet18': resnet18,
+  'resnet50': resnet50,
+  'vgg9': vgg9,
+  'mobilenet': mobilenet,
+  'shakespeare_lstm': shakespeare_lstm,
+  'shakespeare_lstm100': shakespeare_lstm100,
 }
 
 
-def get_model(name: str, num_classes: int, input_shape: Sequence[int],
-              **kwargs) -> tf.keras.Model:
+def get_model(
+  name: str, num_classes: int, input_shape: Sequence[int], **kwargs
+) -> tf.keras.Model:
   """Builds the registered model `name` for `num_classes` and `input_shape`.
 
   Args:
@@ -372,12 +485,14 @@ def get_model(name: str, num_classes: int, input_shape: Sequence[int],
   """
   if name not in _REGISTRY:
     raise ValueError(f'Unknown model {name!r}; choose one of {MODEL_NAMES}.')
-  return _REGISTRY[name](num_classes=num_classes,
-                         input_shape=tuple(input_shape), **kwargs)
+  return _REGISTRY[name](
+    num_classes=num_classes, input_shape=tuple(input_shape), **kwargs
+  )
 
 
-def parameter_count(name: str, num_classes: int, input_shape: Sequence[int],
-                    **kwargs) -> Optional[int]:
+def parameter_count(
+  name: str, num_classes: int, input_shape: Sequence[int], **kwargs
+) -> Optional[int]:
   """The parameters of `get_model(name, ...)`; None for a name it doesn't
   build (a model only Fed2's grouping builds)."""
   if name not in _REGISTRY:

@@ -28,26 +28,30 @@ def _check_labels(labels: np.ndarray) -> np.ndarray:
   labels = np.asarray(labels)
   if labels.ndim != 1 or labels.size == 0:
     raise ValueError(
-        f'labels must be a non-empty 1-D array, got shape {labels.shape}.')
+      f'labels must be a non-empty 1-D array, got shape {labels.shape}.'
+    )
   return labels
 
 
 def _check_num_clients(num_clients: int, num_examples: int) -> None:
   if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-    raise ValueError(f'num_clients must be a positive integer, got '
-                     f'{num_clients!r}.')
+    raise ValueError(
+      f'num_clients must be a positive integer, got ' f'{num_clients!r}.'
+    )
   if num_clients > num_examples:
     raise ValueError(
-        f'num_clients={num_clients} is more than the {num_examples} examples '
-        'to split: some client would have no data.')
+      f'num_clients={num_clients} is more than the {num_examples} examples '
+      'to split: some client would have no data.'
+    )
 
 
 def _finish(parts: Sequence[np.ndarray]) -> list[np.ndarray]:
   return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
-def iid(labels: np.ndarray, num_clients: int, seed: int = 0
-        ) -> list[np.ndarray]:
+def iid(
+  labels: np.ndarray, num_clients: int, seed: int = 0
+) -> list[np.ndarray]:
   """Splits the examples uniformly at random into near-equal parts."""
   labels = _check_labels(labels)
   _check_num_clients(num_clients, labels.size)
@@ -55,11 +59,13 @@ def iid(labels: np.ndarray, num_clients: int, seed: int = 0
   return _finish(np.array_split(rng.permutation(labels.size), num_clients))
 
 
-def dirichlet(labels: np.ndarray,
-              num_clients: int,
-              alpha: float,
-              min_size: int = 10,
-              seed: int = 0) -> list[np.ndarray]:
+def dirichlet(
+  labels: np.ndarray,
+  num_clients: int,
+  alpha: float,
+  min_size: int = 10,
+  seed: int = 0,
+) -> list[np.ndarray]:
   """Label-skewed split with Dirichlet(alpha) class shares per client.
 
   For each class, the class's examples are divided among the clients in
@@ -90,8 +96,9 @@ def dirichlet(labels: np.ndarray,
     raise ValueError(f'min_size must be >= 0, got {min_size!r}.')
   if min_size * num_clients > labels.size:
     raise ValueError(
-        f'min_size={min_size} x num_clients={num_clients} is more than the '
-        f'{labels.size} examples: lower min_size or the number of clients.')
+      f'min_size={min_size} x num_clients={num_clients} is more than the '
+      f'{labels.size} examples: lower min_size or the number of clients.'
+    )
   rng = np.random.default_rng(seed)
   classes = np.unique(labels)
   by_class = [np.flatnonzero(labels == c) for c in classes]
@@ -118,16 +125,16 @@ def dirichlet(labels: np.ndarray,
     if smallest >= min_size:
       return _finish(parts)
   raise ValueError(
-      f'dirichlet(alpha={alpha}, num_clients={num_clients}) left a client '
-      f'with {smallest} < min_size={min_size} examples in each of '
-      f'{_MAX_DIRICHLET_DRAWS} draws: raise alpha, or lower min_size or '
-      'num_clients.')
+    f'dirichlet(alpha={alpha}, num_clients={num_clients}) left a client '
+    f'with {smallest} < min_size={min_size} examples in each of '
+    f'{_MAX_DIRICHLET_DRAWS} draws: raise alpha, or lower min_size or '
+    'num_clients.'
+  )
 
 
-def pathological(labels: np.ndarray,
-                 num_clients: int,
-                 classes_per_client: int,
-                 seed: int = 0) -> list[np.ndarray]:
+def pathological(
+  labels: np.ndarray, num_clients: int, classes_per_client: int, seed: int = 0
+) -> list[np.ndarray]:
   """Gives each client k classes: NIID-Bench's `noniid-#label{k}` ("#C=k").
 
   Client i holds class `i mod C` (of the sorted classes) and k-1 other
@@ -141,14 +148,18 @@ def pathological(labels: np.ndarray,
   classes = np.unique(labels)
   if not 1 <= classes_per_client <= classes.size:
     raise ValueError(
-        f'classes_per_client must be in [1, {classes.size}] (the number of '
-        f'classes), got {classes_per_client!r}.')
+      f'classes_per_client must be in [1, {classes.size}] (the number of '
+      f'classes), got {classes_per_client!r}.'
+    )
   rng = np.random.default_rng(seed)
   owners = {c: [] for c in classes}
   for i in range(num_clients):
     own = classes[i % classes.size]
-    others = rng.choice(np.delete(classes, i % classes.size),
-                        classes_per_client - 1, replace=False)
+    others = rng.choice(
+      np.delete(classes, i % classes.size),
+      classes_per_client - 1,
+      replace=False,
+    )
     for c in (own, *others):
       owners[c].append(i)
   parts = [[] for _ in range(num_clients)]
@@ -161,10 +172,12 @@ def pathological(labels: np.ndarray,
   return _finish(_check_nonempty(parts, 'pathological'))
 
 
-def shards(labels: np.ndarray,
-           num_clients: int,
-           shards_per_client: int = 2,
-           seed: int = 0) -> list[np.ndarray]:
+def shards(
+  labels: np.ndarray,
+  num_clients: int,
+  shards_per_client: int = 2,
+  seed: int = 0,
+) -> list[np.ndarray]:
   """Sorts the examples by label, cuts them into equal shards, deals them out.
 
   Each client receives `shards_per_client` shards chosen at random (FedAvg's
@@ -175,12 +188,14 @@ def shards(labels: np.ndarray,
   _check_num_clients(num_clients, labels.size)
   if shards_per_client < 1:
     raise ValueError(
-        f'shards_per_client must be >= 1, got {shards_per_client!r}.')
+      f'shards_per_client must be >= 1, got {shards_per_client!r}.'
+    )
   num_shards = num_clients * shards_per_client
   if num_shards > labels.size:
     raise ValueError(
-        f'{num_clients} clients x {shards_per_client} shards is more shards '
-        f'than the {labels.size} examples.')
+      f'{num_clients} clients x {shards_per_client} shards is more shards '
+      f'than the {labels.size} examples.'
+    )
   rng = np.random.default_rng(seed)
   # Ties within a label are broken at random, so shards of one class differ.
   order = np.lexsort((rng.random(labels.size), labels))
@@ -189,10 +204,9 @@ def shards(labels: np.ndarray,
   return _finish([np.concatenate([pieces[s] for s in row]) for row in dealt])
 
 
-def mixed(labels: np.ndarray,
-          num_clients: int,
-          non_iid_fraction: float,
-          seed: int = 0) -> list[np.ndarray]:
+def mixed(
+  labels: np.ndarray, num_clients: int, non_iid_fraction: float, seed: int = 0
+) -> list[np.ndarray]:
   """FedCos's "x% non-IID": label-sorted shards partly replaced by IID data.
 
   The examples are dealt into one label-sorted shard per client; then each
@@ -204,7 +218,8 @@ def mixed(labels: np.ndarray,
   _check_num_clients(num_clients, labels.size)
   if not 0.0 <= non_iid_fraction <= 1.0:
     raise ValueError(
-        f'non_iid_fraction must be in [0, 1], got {non_iid_fraction!r}.')
+      f'non_iid_fraction must be in [0, 1], got {non_iid_fraction!r}.'
+    )
   rng = np.random.default_rng(seed)
   sorted_shards = shards(labels, num_clients, 1, seed)
   kept, pool = [], []
@@ -228,9 +243,11 @@ def _check_nonempty(parts, name):
 PARTITIONERS = ('iid', 'dirichlet', 'pathological', 'shards', 'mixed')
 
 
-def class_counts(labels: np.ndarray, parts: Sequence[np.ndarray],
-                 num_classes: int) -> np.ndarray:
+def class_counts(
+  labels: np.ndarray, parts: Sequence[np.ndarray], num_classes: int
+) -> np.ndarray:
   """A (num_clients, num_classes) matrix of examples per client and class."""
   labels = np.asarray(labels)
-  return np.stack([np.bincount(labels[p], minlength=num_classes)
-                   for p in parts])
+  return np.stack(
+    [np.bincount(labels[p], minlength=num_classes) for p in parts]
+  )

@@ -47,20 +47,26 @@ LEARNING_RATE = 0.3
 def _plain_model():
   # 64 x 320 = 20,480 weights: over the 20,000 from which TFF's compression
   # aggregator quantizes a tensor.
-  return tf.keras.Sequential([
+  return tf.keras.Sequential(
+    [
       tf.keras.Input((8, 8, 1)),
       tf.keras.layers.Flatten(),
       tf.keras.layers.Dense(320, activation='relu', name='hidden'),
       tf.keras.layers.Dense(16, name='projection'),
       tf.keras.layers.Dense(10, name='scores'),
-  ])
+    ]
+  )
 
 
 MODEL_FN = model_lib.named_outputs(
-    _plain_model, features='hidden', z='projection', layers=['hidden'])
+  _plain_model, features='hidden', z='projection', layers=['hidden']
+)
 FED2_MODEL_FN = fed2.grouped_model_fn(
-    fed2.LayerPlan('fed2_mlp', (('fc', 40),), decouple_depth=2), 10,
-    (8, 8, 1), num_groups=2)
+  fed2.LayerPlan('fed2_mlp', (('fc', 40),), decouple_depth=2),
+  10,
+  (8, 8, 1),
+  num_groups=2,
+)
 
 
 def _optimizer():
@@ -68,34 +74,72 @@ def _optimizer():
 
 
 BUILDERS = {
-    'fedavg': lambda fn, spec, data, **kw: fedavg.build_fedavg(
-        fn, spec, client_optimizer_fn=_optimizer(), dataset_computation=data,
-        **kw),
-    'tff_fedavg': lambda fn, spec, data, **kw: (
-        tff.simulation.compose_dataset_computation_with_learning_process(
-            data, fedavg.build_tff_fedavg(
-                fn, spec, client_optimizer_fn=_optimizer(), **kw))),
-    'fedprox': lambda fn, spec, data, **kw: fedprox.build_fedprox(
-        fn, spec, client_optimizer_fn=_optimizer(), mu=0.1,
-        dataset_computation=data, **kw),
-    'fedmax': lambda fn, spec, data, **kw: fedmax.build_fedmax(
-        fn, spec, client_optimizer_fn=_optimizer(), beta=10.0,
-        dataset_computation=data, **kw),
-    'fedcos': lambda fn, spec, data, **kw: fedcos.build_fedcos(
-        fn, spec, client_optimizer_fn=_optimizer(), mu=0.1,
-        dataset_computation=data, **kw),
-    'scaffold': lambda fn, spec, data, **kw: scaffold.build_scaffold(
-        fn, spec, dataset_computation=data,
-        client_learning_rate=LEARNING_RATE, num_clients=4, **kw),
-    'moon': lambda fn, spec, data, **kw: moon.build_moon(
-        fn, spec, dataset_computation=data,
-        client_optimizer_fn=_optimizer(), mu=1.0, **kw),
-    'fedcka': lambda fn, spec, data, **kw: fedcka.build_fedcka(
-        fn, spec, dataset_computation=data,
-        client_optimizer_fn=_optimizer(), mu=1.0, num_layers=1, **kw),
-    'fed2': lambda fn, spec, data, **kw: fed2.build_fed2(
-        fn, spec, client_optimizer_fn=_optimizer(), num_groups=2,
-        dataset_computation=data, **kw),
+  'fedavg': lambda fn, spec, data, **kw: fedavg.build_fedavg(
+    fn, spec, client_optimizer_fn=_optimizer(), dataset_computation=data, **kw
+  ),
+  'tff_fedavg': lambda fn, spec, data, **kw: (
+    tff.simulation.compose_dataset_computation_with_learning_process(
+      data,
+      fedavg.build_tff_fedavg(fn, spec, client_optimizer_fn=_optimizer(), **kw),
+    )
+  ),
+  'fedprox': lambda fn, spec, data, **kw: fedprox.build_fedprox(
+    fn,
+    spec,
+    client_optimizer_fn=_optimizer(),
+    mu=0.1,
+    dataset_computation=data,
+    **kw,
+  ),
+  'fedmax': lambda fn, spec, data, **kw: fedmax.build_fedmax(
+    fn,
+    spec,
+    client_optimizer_fn=_optimizer(),
+    beta=10.0,
+    dataset_computation=data,
+    **kw,
+  ),
+  'fedcos': lambda fn, spec, data, **kw: fedcos.build_fedcos(
+    fn,
+    spec,
+    client_optimizer_fn=_optimizer(),
+    mu=0.1,
+    dataset_computation=data,
+    **kw,
+  ),
+  'scaffold': lambda fn, spec, data, **kw: scaffold.build_scaffold(
+    fn,
+    spec,
+    dataset_computation=data,
+    client_learning_rate=LEARNING_RATE,
+    num_clients=4,
+    **kw,
+  ),
+  'moon': lambda fn, spec, data, **kw: moon.build_moon(
+    fn,
+    spec,
+    dataset_computation=data,
+    client_optimizer_fn=_optimizer(),
+    mu=1.0,
+    **kw,
+  ),
+  'fedcka': lambda fn, spec, data, **kw: fedcka.build_fedcka(
+    fn,
+    spec,
+    dataset_computation=data,
+    client_optimizer_fn=_optimizer(),
+    mu=1.0,
+    num_layers=1,
+    **kw,
+  ),
+  'fed2': lambda fn, spec, data, **kw: fed2.build_fed2(
+    fn,
+    spec,
+    client_optimizer_fn=_optimizer(),
+    num_groups=2,
+    dataset_computation=data,
+    **kw,
+  ),
 }
 
 
@@ -104,23 +148,27 @@ def setup(digits_task):
   batches = datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0)
   client_data = digits_task.client_data
   return dict(
-      spec=batches.element_spec(client_data.element_type_structure),
-      data=datasets.round_dataset_computation(client_data, batches),
-      ids=client_data.client_ids[:NUM_CLIENTS])
+    spec=batches.element_spec(client_data.element_type_structure),
+    data=datasets.round_dataset_computation(client_data, batches),
+    ids=client_data.client_ids[:NUM_CLIENTS],
+  )
 
 
 def _run(method, setup, rounds=2, **aggregation):
   """Each round's flat trainable weights, the first being the initial."""
   model_fn = FED2_MODEL_FN if method == 'fed2' else MODEL_FN
-  process = BUILDERS[method](model_fn, setup['spec'], setup['data'],
-                             **aggregation)
-  state = process.set_model_weights(process.initialize(),
-                                    model_lib.initial_weights(model_fn, 0))
+  process = BUILDERS[method](
+    model_fn, setup['spec'], setup['data'], **aggregation
+  )
+  state = process.set_model_weights(
+    process.initialize(), model_lib.initial_weights(model_fn, 0)
+  )
   weights = [model_lib.flat_trainable(process.get_model_weights(state))]
   measurements = []
   for round_num in range(1, rounds + 1):
-    output = process.next(state, [datasets.client_round(c, round_num)
-                                  for c in setup['ids']])
+    output = process.next(
+      state, [datasets.client_round(c, round_num) for c in setup['ids']]
+    )
     state = output.state
     weights.append(model_lib.flat_trainable(process.get_model_weights(state)))
     measurements.append(output.metrics['aggregator'])
@@ -141,8 +189,9 @@ _CACHE = {}
 def _mean_run(method, setup, uniform):
   key = (method, uniform)
   if key not in _CACHE:
-    _CACHE[key] = _run(method, setup, client_weighting=(
-        UNIFORM if uniform else None))[0]
+    _CACHE[key] = _run(
+      method, setup, client_weighting=(UNIFORM if uniform else None)
+    )[0]
   return _CACHE[key]
 
 
@@ -152,7 +201,8 @@ METHODS = list(BUILDERS)
 @pytest.mark.parametrize('method', METHODS)
 def test_robust_aggregator_clips_each_update_to_its_norm(method, setup):
   weights, measurements = _run(
-      method, setup, model_aggregator=tff.learning.robust_aggregator())
+    method, setup, model_aggregator=tff.learning.robust_aggregator()
+  )
   mean = _mean_run(method, setup, uniform=False)
   norm = float(measurements[0]['zeroing']['clipping_norm'])
   assert norm == pytest.approx(1.0)  # TFF's initial clipping norm
@@ -163,27 +213,33 @@ def test_robust_aggregator_clips_each_update_to_its_norm(method, setup):
 
 
 @pytest.mark.parametrize('method', METHODS)
-def test_dp_aggregator_without_noise_or_clip_is_the_uniform_mean(
-    method, setup):
+def test_dp_aggregator_without_noise_or_clip_is_the_uniform_mean(method, setup):
   weights, _ = _run(
-      method, setup,
-      model_aggregator=tff.aggregators.DifferentiallyPrivateFactory
-      .gaussian_fixed(noise_multiplier=0.0, clients_per_round=NUM_CLIENTS,
-                      clip=1e6))
-  np.testing.assert_allclose(weights[-1], _mean_run(method, setup, True)[-1],
-                             rtol=1e-5, atol=1e-6)
+    method,
+    setup,
+    model_aggregator=tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      noise_multiplier=0.0, clients_per_round=NUM_CLIENTS, clip=1e6
+    ),
+  )
+  np.testing.assert_allclose(
+    weights[-1], _mean_run(method, setup, True)[-1], rtol=1e-5, atol=1e-6
+  )
 
 
 @pytest.mark.parametrize('method', METHODS)
-def test_dp_aggregator_clip_bounds_the_move_and_noise_changes_it(
-    method, setup):
+def test_dp_aggregator_clip_bounds_the_move_and_noise_changes_it(method, setup):
   clip = 0.05
 
   def dp(noise):
-    return _run(method, setup, model_aggregator=(
+    return _run(
+      method,
+      setup,
+      model_aggregator=(
         tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-            noise_multiplier=noise, clients_per_round=NUM_CLIENTS,
-            clip=clip)))[0]
+          noise_multiplier=noise, clients_per_round=NUM_CLIENTS, clip=clip
+        )
+      ),
+    )[0]
 
   quiet, noisy = dp(0.0), dp(1.0)
   assert 0 < _first_move(quiet) <= clip * (1 + 1e-5)
@@ -194,23 +250,34 @@ def test_dp_aggregator_clip_bounds_the_move_and_noise_changes_it(
 @pytest.mark.parametrize('method', ['fedavg', 'fedcka', 'scaffold'])
 def test_tff_dp_aggregator_runs_with_uniform_weighting(method, setup):
   weights, measurements = _run(
-      method, setup, model_aggregator=tff.learning.dp_aggregator(
-          noise_multiplier=0.1, clients_per_round=NUM_CLIENTS))
+    method,
+    setup,
+    model_aggregator=tff.learning.dp_aggregator(
+      noise_multiplier=0.1, clients_per_round=NUM_CLIENTS
+    ),
+  )
   clip = float(measurements[0]['zeroing']['dp_query_metrics']['clip'])
   assert 0 < clip < 1  # TFF's adaptive clip, from 0.1
   assert np.all(np.isfinite(weights[-1]))
   with pytest.raises(ValueError, match='unweighted factory'):
-    _run(method, setup, rounds=0,
-         model_aggregator=tff.learning.dp_aggregator(0.1, NUM_CLIENTS),
-         client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+    _run(
+      method,
+      setup,
+      rounds=0,
+      model_aggregator=tff.learning.dp_aggregator(0.1, NUM_CLIENTS),
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    )
 
 
 @pytest.mark.parametrize('method', METHODS)
-def test_compression_aggregator_is_the_mean_within_quantization(
-    method, setup):
-  weights, _ = _run(method, setup,
-                    model_aggregator=tff.learning.compression_aggregator(
-                        zeroing=False, clipping=False, weighted=False))
+def test_compression_aggregator_is_the_mean_within_quantization(method, setup):
+  weights, _ = _run(
+    method,
+    setup,
+    model_aggregator=tff.learning.compression_aggregator(
+      zeroing=False, clipping=False, weighted=False
+    ),
+  )
   mean = _mean_run(method, setup, uniform=True)
   # 8-bit quantization with stochastic rounding of each client's update of
   # the large tensor: the first round's mean is off by less than one step
@@ -225,13 +292,17 @@ def test_compression_aggregator_is_the_mean_within_quantization(
 
 @pytest.mark.parametrize('method', METHODS)
 def test_secure_aggregator_is_the_mean_within_quantization(method, setup):
-  weights, _ = _run(method, setup,
-                    model_aggregator=tff.learning.secure_aggregator(
-                        zeroing=False, clipping=False, weighted=False))
+  weights, _ = _run(
+    method,
+    setup,
+    model_aggregator=tff.learning.secure_aggregator(
+      zeroing=False, clipping=False, weighted=False
+    ),
+  )
   # Values in [-100, 100] (TFF's initial bound) on 32 bits: steps of 5e-8.
-  np.testing.assert_allclose(weights[-1],
-                             _mean_run(method, setup, uniform=True)[-1],
-                             rtol=0, atol=1e-5)
+  np.testing.assert_allclose(
+    weights[-1], _mean_run(method, setup, uniform=True)[-1], rtol=0, atol=1e-5
+  )
 
 
 if __name__ == '__main__':

@@ -17,8 +17,14 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ('tasks', 'tff_methods', 'tooling', 'tooling/presets', 'binaries',
-            'tests')
+PACKAGES = (
+  'tasks',
+  'tff_methods',
+  'tooling',
+  'tooling/presets',
+  'binaries',
+  'tests',
+)
 # Installed with --no-deps after requirements.txt (see the Makefile).
 INSTALLED_SEPARATELY = {'tensorflow-federated'}
 
@@ -27,20 +33,23 @@ def _read_build(package):
   targets = []
 
   def rule(kind):
-
     def record(**kwargs):
       targets.append(dict(kind=kind, package=package, **kwargs))
 
     return record
 
   namespace = dict(
-      load=lambda *args: None, package=lambda **kwargs: None,
-      licenses=lambda *args: None, exports_files=lambda *args: None,
-      requirement=lambda name: f'requirement:{name}',
-      py_library=rule('py_library'), py_binary=rule('py_binary'),
-      py_test=rule('py_test'))
+    load=lambda *args: None,
+    package=lambda **kwargs: None,
+    licenses=lambda *args: None,
+    exports_files=lambda *args: None,
+    requirement=lambda name: f'requirement:{name}',
+    py_library=rule('py_library'),
+    py_binary=rule('py_binary'),
+    py_test=rule('py_test'),
+  )
   with open(os.path.join(REPO, package, 'BUILD')) as f:
-    exec(f.read(), namespace)  # pylint: disable=exec-used
+    exec(f.read(), namespace)
   return targets
 
 
@@ -57,14 +66,20 @@ def _requirements():
 def _project_imports(path):
   found = set()
   for node in ast.walk(ast.parse(open(path).read())):
-    package = (node.module or '').replace('.', '/') if isinstance(
-        node, ast.ImportFrom) else None
+    package = (
+      (node.module or '').replace('.', '/')
+      if isinstance(node, ast.ImportFrom)
+      else None
+    )
     if package in PACKAGES:
       for alias in node.names:
         # A subpackage is its own Bazel package, named after itself.
         sub = f'{package}/{alias.name}'
-        found.add(f'//{sub}:{alias.name}' if sub in PACKAGES
-                  else f'//{package}:{alias.name}')
+        found.add(
+          f'//{sub}:{alias.name}'
+          if sub in PACKAGES
+          else f'//{package}:{alias.name}'
+        )
   return found
 
 
@@ -80,10 +95,13 @@ def _label(dep, package):
 def test_every_source_is_in_exactly_one_target(package):
   directory = os.path.join(REPO, package)
   # An __init__.py with code is a source too.
-  sources = sorted(f for f in os.listdir(directory) if f.endswith('.py') and (
-      f != '__init__.py' or os.path.getsize(os.path.join(directory, f))))
-  claimed = [s for t in TARGETS if t['package'] == package
-             for s in t['srcs']]
+  sources = sorted(
+    f
+    for f in os.listdir(directory)
+    if f.endswith('.py')
+    and (f != '__init__.py' or os.path.getsize(os.path.join(directory, f)))
+  )
+  claimed = [s for t in TARGETS if t['package'] == package for s in t['srcs']]
   assert sorted(claimed) == sources
 
 
@@ -96,8 +114,9 @@ def test_tests_and_binaries_have_the_right_rules():
       # Programs (with a main) are binaries; shared flag modules libraries.
       with open(os.path.join(REPO, 'binaries', src)) as f:
         is_program = '\ndef main(' in f.read()
-      assert target['kind'] == ('py_binary' if is_program else 'py_library'
-                                ), label
+      assert target['kind'] == (
+        'py_binary' if is_program else 'py_library'
+      ), label
 
 
 def test_every_dependency_exists():
@@ -114,8 +133,12 @@ def test_every_required_package_has_a_stand_in_target():
   # Offline, `requirement(name)` is //third_party/python:name, an empty
   # target for a package the interpreter's environment holds.
   stand_ins = {t['name'] for t in _read_build('third_party/python')}
-  used = {dep.split(':', 1)[1] for target in TARGETS
-          for dep in target.get('deps', []) if dep.startswith('requirement:')}
+  used = {
+    dep.split(':', 1)[1]
+    for target in TARGETS
+    for dep in target.get('deps', [])
+    if dep.startswith('requirement:')
+  }
   assert used <= stand_ins, sorted(used - stand_ins)
   with open(os.path.join(REPO, 'WORKSPACE')) as f:
     workspace = f.read()
@@ -134,10 +157,10 @@ def test_every_project_import_is_a_declared_dependency():
 # task zoo nor the tooling, the zoo nothing of the project, the tooling no
 # binary.
 MAY_IMPORT = {
-    'tff_methods': {'tff_methods'},
-    'tasks': {'tasks'},
-    'tooling': {'tff_methods', 'tasks', 'tooling'},
-    'tooling/presets': {'tooling'},
+  'tff_methods': {'tff_methods'},
+  'tasks': {'tasks'},
+  'tooling': {'tff_methods', 'tasks', 'tooling'},
+  'tooling/presets': {'tooling'},
 }
 
 
@@ -148,14 +171,19 @@ def test_packages_import_only_downwards(package):
       continue
     tree = ast.parse(open(os.path.join(REPO, package, source)).read())
     for node in ast.walk(tree):
-      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-               else [node.module or ''] if isinstance(node, ast.ImportFrom)
-               else [])
+      names = (
+        [a.name for a in node.names]
+        if isinstance(node, ast.Import)
+        else [node.module or '']
+        if isinstance(node, ast.ImportFrom)
+        else []
+      )
       for name in names:
         top = name.split('.')[0]
         if top in PACKAGES or top == 'binaries':
-          assert top in MAY_IMPORT[package], (
-              f'{package}/{source} imports {name}')
+          assert (
+            top in MAY_IMPORT[package]
+          ), f'{package}/{source} imports {name}'
 
 
 if __name__ == '__main__':

@@ -38,7 +38,8 @@ def test_glob_characters_in_the_directory_match_nothing_else(tmp_path, name):
 
   def read(round_num):
     state, version = files.read_with_version(
-        tf.constant('a'), tf.constant(round_num, tf.int64))
+      tf.constant('a'), tf.constant(round_num, tf.int64)
+    )
     return float(state['w'][0][0]), int(version)
 
   assert read(2) == (1.0, 1)  # the last round's version, found by name
@@ -52,37 +53,57 @@ def test_the_version_read_is_what_python_expects(tmp_path):
   files.put('a', _state(7.0), client_states.OWN_INITIAL_VERSION)
   files.put('a', _state(2.0), round_num=2)
   for round_num in (1, 2, 3, 5):
-    _, version = files.read_with_version(tf.constant('a'),
-                                         tf.constant(round_num, tf.int64))
+    _, version = files.read_with_version(
+      tf.constant('a'), tf.constant(round_num, tf.int64)
+    )
     assert int(version) == files.expected_read_version('a', round_num)
   assert [files.expected_read_version('a', r) for r in (1, 2, 3)] == [
-      client_states.INITIAL_VERSION, client_states.OWN_INITIAL_VERSION, 2]
+    client_states.INITIAL_VERSION,
+    client_states.OWN_INITIAL_VERSION,
+    2,
+  ]
 
 
 def _config(tmp_path, name, **settings):
   return experiment.ExperimentConfig(
-      **{'method': 'moon', 'task': 'digits', 'model': 'fedcka_cnn',
-         'num_clients': 4, 'clients_per_round': 2, 'rounds': 3,
-         'batch_size': 32, 'seed': 1, 'output_dir': str(tmp_path / name),
-         'cache_dir': str(tmp_path / 'cache'), **settings})
+    **{
+      'method': 'moon',
+      'task': 'digits',
+      'model': 'fedcka_cnn',
+      'num_clients': 4,
+      'clients_per_round': 2,
+      'rounds': 3,
+      'batch_size': 32,
+      'seed': 1,
+      'output_dir': str(tmp_path / name),
+      'cache_dir': str(tmp_path / 'cache'),
+      **settings,
+    }
+  )
 
 
 @pytest.mark.usefixtures('tff_worker')
 def test_the_loop_refuses_a_round_whose_clients_read_other_versions(
-    tmp_path, monkeypatch):
+  tmp_path, monkeypatch
+):
   # As if a shared file system's listing were stale: Python expects the
   # clients to read versions their TensorFlow did not find.
-  monkeypatch.setattr(client_states.ClientStateFiles, 'expected_read_version',
-                      lambda self, client_id, round_num: round_num - 1)
-  with pytest.raises(RuntimeError, match='read other versions of their '
-                     'state'):
+  monkeypatch.setattr(
+    client_states.ClientStateFiles,
+    'expected_read_version',
+    lambda self, client_id, round_num: round_num - 1,
+  )
+  with pytest.raises(
+    RuntimeError, match='read other versions of their ' 'state'
+  ):
     experiment.run(_config(tmp_path, 'stale'), progress=False)
 
 
 def test_runs_sharing_a_state_directory_keep_their_own(tmp_path):
   base = _config(tmp_path, 'unused', client_state_dir=str(tmp_path / 'st'))
-  configs = comparison.plan(base, ['moon', 'fedcka'], [0, 1],
-                            str(tmp_path / 'cmp'))
+  configs = comparison.plan(
+    base, ['moon', 'fedcka'], [0, 1], str(tmp_path / 'cmp')
+  )
   directories = [c.hyperparameters().client_state_dir for c in configs]
   assert len(set(directories)) == 4
   assert all(os.path.dirname(d) == str(tmp_path / 'st') for d in directories)
@@ -93,8 +114,9 @@ def test_runs_sharing_a_state_directory_keep_their_own(tmp_path):
 def test_a_directory_holding_another_runs_states_is_refused(tmp_path):
   client_states.claim_directory(str(tmp_path / 'st'), 'runs/moon')
   client_states.claim_directory(str(tmp_path / 'st'), 'runs/moon')  # itself
-  with pytest.raises(ValueError, match=r'holds the states of another run '
-                     r'\(runs/moon\)'):
+  with pytest.raises(
+    ValueError, match=r'holds the states of another run ' r'\(runs/moon\)'
+  ):
     client_states.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
 
 
@@ -104,22 +126,31 @@ def test_pruning_under_train_model_keeps_the_directory_bounded(tmp_path):
   data = experiment.load_data(config)
   process, _ = experiment.build_process(config, data)
   manager = client_states.PruningProgramStateManager(
-      tff.program.FileProgramStateManager(str(tmp_path / 'program_state')),
-      process.client_states)
+    tff.program.FileProgramStateManager(str(tmp_path / 'program_state')),
+    process.client_states,
+  )
   initial = process.initialize()  # Outside the program's async context.
   with tff.framework.get_context_stack().install(
-      runtime.create_program_context()):
+    runtime.create_program_context()
+  ):
     asyncio.new_event_loop().run_until_complete(
-        tff.learning.programs.train_model(
-            train_process=process, initial_train_state=initial,
-            train_data_source=datasets.ClientRoundDataSource(
-                data.client_data.client_ids, seed=1),
-            train_per_round_clients=2, train_total_rounds=6,
-            program_state_manager=manager,
-            model_output_manager=tff.program.MemoryReleaseManager(),
-            evaluation_manager=None, evaluation_periodicity=1))
-  versions = {c: process.client_states.versions(c)
-              for c in data.client_data.client_ids}
+      tff.learning.programs.train_model(
+        train_process=process,
+        initial_train_state=initial,
+        train_data_source=datasets.ClientRoundDataSource(
+          data.client_data.client_ids, seed=1
+        ),
+        train_per_round_clients=2,
+        train_total_rounds=6,
+        program_state_manager=manager,
+        model_output_manager=tff.program.MemoryReleaseManager(),
+        evaluation_manager=None,
+        evaluation_periodicity=1,
+      )
+    )
+  versions = {
+    c: process.client_states.versions(c) for c in data.client_data.client_ids
+  }
   # 6 rounds of 2 of 4 clients: 12 versions written; after each save only
   # each client's newest is kept.
   assert all(len(v) <= 1 for v in versions.values()), versions

@@ -30,8 +30,9 @@ def test_summary_numbers_by_hand(tmp_path):
   _write_run(out, 'fedavg', 1, [0.4, 0.7, 0.8])
   _write_run(out, 'fedprox+fedcos', 0, [0.1, 0.2, 0.3], seconds=2.0)
   _write_run(out, 'fedprox+fedcos', 1, [0.3, 0.5, 0.7], seconds=2.0)
-  fedavg, combo = comparison.summarize(out, ['fedavg', 'fedprox+fedcos'],
-                                       [0, 1], target_accuracy=0.6)
+  fedavg, combo = comparison.summarize(
+    out, ['fedavg', 'fedprox+fedcos'], [0, 1], target_accuracy=0.6
+  )
   assert np.allclose(fedavg.final_accuracy, (0.65, 0.15))
   assert np.allclose(fedavg.best_accuracy, (0.7, 0.1))  # bests 0.6, 0.8
   assert np.allclose(fedavg.final_macro_f1, (0.325, 0.075))
@@ -42,8 +43,7 @@ def test_summary_numbers_by_hand(tmp_path):
   table = open(paths['markdown']).read()
   assert '| fedavg | 65.00 ± 15.00 | 70.00 ± 10.00 |' in table
   assert 'not reached (1/2 seeds)' in table
-  assert os.path.exists(comparison.plot_accuracy(out, ['fedavg'], [0, 1],
-                                                 't'))
+  assert os.path.exists(comparison.plot_accuracy(out, ['fedavg'], [0, 1], 't'))
   # One seed: no spread to show.
   one = comparison.summarize(out, ['fedavg'], [0], target_accuracy=0.6)
   table = open(comparison.write_report(one, out, 0.6, 't')['markdown']).read()
@@ -55,13 +55,14 @@ def test_final_figures_average_the_last_rounds(tmp_path):
   out = str(tmp_path)
   _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])
   _write_run(out, 'fedavg', 1, [0.4, 0.7, 0.8])
-  fedavg, = comparison.summarize(out, ['fedavg'], [0, 1], 0.6, last_rounds=2)
+  (fedavg,) = comparison.summarize(out, ['fedavg'], [0, 1], 0.6, last_rounds=2)
   # Seed 0: (0.6 + 0.5) / 2 = 0.55; seed 1: (0.7 + 0.8) / 2 = 0.75.
   assert np.allclose(fedavg.final_accuracy, (0.65, 0.10))
   assert np.allclose(fedavg.final_macro_f1, (0.325, 0.05))
   assert np.allclose(fedavg.best_accuracy, (0.7, 0.1))  # unchanged
-  table = open(comparison.write_report([fedavg], out, 0.6, 't')
-               ['markdown']).read()
+  table = open(
+    comparison.write_report([fedavg], out, 0.6, 't')['markdown']
+  ).read()
   assert "mean of the last 2 rounds' evaluations" in table
   with pytest.raises(ValueError, match='last_rounds'):
     comparison.summarize(out, ['fedavg'], [0], 0.6, last_rounds=0)
@@ -72,16 +73,17 @@ def test_final_figures_average_the_last_rounds(tmp_path):
 def test_plan_checks_every_run_before_any_starts(tmp_path):
   base = experiment.ExperimentConfig(task='digits', model='mlp')
   with pytest.raises(ValueError) as error:
-    comparison.plan(base, ['fedavg', 'moon', 'fedmagic'], [0],
-                    str(tmp_path))
+    comparison.plan(base, ['fedavg', 'moon', 'fedmagic'], [0], str(tmp_path))
   assert 'moon (seed 0)' in str(error.value)  # mlp has no projection head
   assert 'fedmagic (seed 0)' in str(error.value)
-  configs = comparison.plan(base, ['fedavg', 'fedprox'], [0, 3],
-                            str(tmp_path))
+  configs = comparison.plan(base, ['fedavg', 'fedprox'], [0, 3], str(tmp_path))
   assert [(c.method, c.seed) for c in configs] == [
-      ('fedavg', 0), ('fedavg', 3), ('fedprox', 0), ('fedprox', 3)]
-  assert configs[1].output_dir == os.path.join(str(tmp_path), 'fedavg',
-                                               'seed3')
+    ('fedavg', 0),
+    ('fedavg', 3),
+    ('fedprox', 0),
+    ('fedprox', 3),
+  ]
+  assert configs[1].output_dir == os.path.join(str(tmp_path), 'fedavg', 'seed3')
 
 
 def _accuracies(run_directory):
@@ -92,31 +94,59 @@ def _accuracies(run_directory):
 @pytest.mark.slow
 def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
   out = tmp_path / 'cmp'
-  command = [sys.executable, '-m', 'binaries.compare',
-             '--methods=fedavg,fedprox', '--seeds=0,1', '--task=digits',
-             '--model=mlp', '--num_clients=4', '--clients_per_round=4',
-             '--rounds=2', f'--cache_dir={tmp_path / "cache"}', '--noprogress']
-  first = subprocess.run(command + [f'--output_dir={out}', '--jobs=2'],
-                         cwd=REPO, capture_output=True, text=True,
-                         timeout=600, check=False)
+  command = [
+    sys.executable,
+    '-m',
+    'binaries.compare',
+    '--methods=fedavg,fedprox',
+    '--seeds=0,1',
+    '--task=digits',
+    '--model=mlp',
+    '--num_clients=4',
+    '--clients_per_round=4',
+    '--rounds=2',
+    f'--cache_dir={tmp_path / "cache"}',
+    '--noprogress',
+  ]
+  first = subprocess.run(
+    command + [f'--output_dir={out}', '--jobs=2'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert first.returncode == 0, first.stderr[-2000:]
   assert first.stdout.count('== [') == 4  # one line per finished run
   for name in ('comparison.md', 'comparison.csv', 'accuracy.png'):
     assert (out / name).exists()
-  again = subprocess.run(command + [f'--output_dir={out}', '--jobs=2'],
-                         cwd=REPO, capture_output=True, text=True,
-                         timeout=600, check=False)
+  again = subprocess.run(
+    command + [f'--output_dir={out}', '--jobs=2'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert again.returncode == 0
   assert again.stdout.count('== ') == 0  # every run had finished
   # A run's figures do not depend on the job that trained it.
   alone = tmp_path / 'alone'
-  one = subprocess.run(command[:3] + ['--methods=fedprox', '--seeds=1'] +
-                       command[5:] + [f'--output_dir={alone}'], cwd=REPO,
-                       capture_output=True, text=True, timeout=600,
-                       check=False)
+  one = subprocess.run(
+    command[:3]
+    + ['--methods=fedprox', '--seeds=1']
+    + command[5:]
+    + [f'--output_dir={alone}'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert one.returncode == 0, one.stderr[-2000:]
   assert _accuracies(alone / 'fedprox' / 'seed1') == _accuracies(
-      out / 'fedprox' / 'seed1')
+    out / 'fedprox' / 'seed1'
+  )
 
 
 _KILL_THE_WORKER_MID_RUN = r"""
@@ -157,8 +187,13 @@ print(json.dumps(dict(killed=killed, clean=clean['final_eval'],
 @pytest.mark.slow
 def test_a_run_whose_worker_dies_resumes_on_a_new_worker(tmp_path):
   result = subprocess.run(
-      [sys.executable, '-c', _KILL_THE_WORKER_MID_RUN, str(tmp_path)],
-      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    [sys.executable, '-c', _KILL_THE_WORKER_MID_RUN, str(tmp_path)],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'exited with code -11' in result.stderr  # the kill was seen
   figures = json.loads(result.stdout.strip().splitlines()[-1])
@@ -169,20 +204,25 @@ def test_a_run_whose_worker_dies_resumes_on_a_new_worker(tmp_path):
 
 
 def test_a_method_at_an_aggregator_is_an_arm_beside_the_method(tmp_path):
-  arms = comparison.arms(['fedcka', 'fedcka@dp'],
-                         settings={'fedcka': {'client_learning_rate': 0.1}})
-  assert [(a.label, a.method) for a in arms] == [('fedcka', 'fedcka'),
-                                                 ('fedcka@dp', 'fedcka')]
-  assert arms[1].settings == {'client_learning_rate': 0.1,
-                              'aggregator': 'dp'}
+  arms = comparison.arms(
+    ['fedcka', 'fedcka@dp'], settings={'fedcka': {'client_learning_rate': 0.1}}
+  )
+  assert [(a.label, a.method) for a in arms] == [
+    ('fedcka', 'fedcka'),
+    ('fedcka@dp', 'fedcka'),
+  ]
+  assert arms[1].settings == {'client_learning_rate': 0.1, 'aggregator': 'dp'}
   base = experiment.ExperimentConfig(task='digits')
-  configs = comparison.plan(base, ['fedavg', 'fedavg@robust'], [0],
-                            str(tmp_path))
+  configs = comparison.plan(
+    base, ['fedavg', 'fedavg@robust'], [0], str(tmp_path)
+  )
   assert [c.aggregator for c in configs] == ['mean', 'robust']
-  assert configs[1].output_dir == os.path.join(str(tmp_path), 'fedavg@robust',
-                                               'seed0')
-  with pytest.raises(ValueError,
-                     match="(?s)fedavg@median.*--aggregator='median'"):
+  assert configs[1].output_dir == os.path.join(
+    str(tmp_path), 'fedavg@robust', 'seed0'
+  )
+  with pytest.raises(
+    ValueError, match="(?s)fedavg@median.*--aggregator='median'"
+  ):
     comparison.plan(base, ['fedavg@median'], [0], str(tmp_path))
 
 

@@ -16,17 +16,16 @@ process_setup.configure_process()
 runtime.discard_default_context()
 
 
-import functools  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import functools
 
-import pytest  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import pytest
+import tensorflow_federated as tff
 
-import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top,g-bad-import-order
-
-from tasks import datasets  # pylint: disable=g-import-not-at-top
-from tasks import models  # pylint: disable=g-import-not-at-top
-from tff_methods import fedavg  # pylint: disable=g-import-not-at-top
-from tff_methods import model_lib  # pylint: disable=g-import-not-at-top
-from tff_methods import optimizers  # pylint: disable=g-import-not-at-top
+from tasks import datasets
+from tasks import models
+from tff_methods import fedavg
+from tff_methods import model_lib
+from tff_methods import optimizers
 
 
 @pytest.fixture(scope='session')
@@ -39,15 +38,19 @@ def tff_worker():
 def digits_task(tmp_path_factory):
   """The offline digits task split over 4 clients (label-skewed)."""
   return datasets.load_task(
-      'digits', num_clients=4, partition='dirichlet', alpha=0.5, seed=0,
-      cache_dir=str(tmp_path_factory.mktemp('cache')))
+    'digits',
+    num_clients=4,
+    partition='dirichlet',
+    alpha=0.5,
+    seed=0,
+    cache_dir=str(tmp_path_factory.mktemp('cache')),
+  )
 
 
 @pytest.fixture(scope='session')
 def small_model_fn():
   """A small MLP for the 8x8 digits: fast to build and train."""
-  return functools.partial(models.get_model, 'mlp', 10, (8, 8, 1),
-                           hidden=(32,))
+  return functools.partial(models.get_model, 'mlp', 10, (8, 8, 1), hidden=(32,))
 
 
 @pytest.fixture(scope='session')
@@ -56,24 +59,28 @@ def digits_rounds(tff_worker, digits_task, small_model_fn):
   of a process from fixed initial weights (the methods' tests)."""
   del tff_worker  # TFF's context, set
   client_data = digits_task.client_data.preprocess(
-      datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0))
-  setup = dict(client_data=client_data, model_fn=small_model_fn,
-               spec=client_data.element_type_structure,
-               ids=client_data.client_ids[:3],
-               initial=model_lib.initial_weights(small_model_fn, seed=0))
+    datasets.LocalBatches(batch_size=32, local_epochs=1, seed=0)
+  )
+  setup = dict(
+    client_data=client_data,
+    model_fn=small_model_fn,
+    spec=client_data.element_type_structure,
+    ids=client_data.client_ids[:3],
+    initial=model_lib.initial_weights(small_model_fn, seed=0),
+  )
 
   def run(process, rounds=3):
     """(final flat trainable weights, each round's train metrics)."""
     process = tff.simulation.compose_dataset_computation_with_learning_process(
-        client_data.dataset_computation, process)
+      client_data.dataset_computation, process
+    )
     state = process.set_model_weights(process.initialize(), setup['initial'])
     outputs = []
     for _ in range(rounds):
       output = process.next(state, setup['ids'])
       state = output.state
       outputs.append(output.metrics['client_work']['train'])
-    return (model_lib.flat_trainable(process.get_model_weights(state)),
-            outputs)
+    return (model_lib.flat_trainable(process.get_model_weights(state)), outputs)
 
   setup['run'] = run
   return setup
@@ -82,6 +89,10 @@ def digits_rounds(tff_worker, digits_task, small_model_fn):
 @pytest.fixture(scope='session')
 def tff_fedavg_weights(digits_rounds):
   """TFF's own FedAvg on `digits_rounds` (client SGD 0.05, momentum 0.9)."""
-  return digits_rounds['run'](fedavg.build_tff_fedavg(
-      digits_rounds['model_fn'], digits_rounds['spec'],
-      client_optimizer_fn=optimizers.build_client_sgd(0.05, 0.9)))[0]
+  return digits_rounds['run'](
+    fedavg.build_tff_fedavg(
+      digits_rounds['model_fn'],
+      digits_rounds['spec'],
+      client_optimizer_fn=optimizers.build_client_sgd(0.05, 0.9),
+    )
+  )[0]

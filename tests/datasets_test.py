@@ -1,8 +1,8 @@
 """Tests for tasks.datasets and tasks.report."""
 
-import sys
 import collections
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -14,9 +14,14 @@ from tasks import report
 
 @pytest.fixture(scope='module')
 def digits(tmp_path_factory):
-  return datasets.load_task('digits', num_clients=5, partition='dirichlet',
-                            alpha=0.5, seed=0,
-                            cache_dir=str(tmp_path_factory.mktemp('cache')))
+  return datasets.load_task(
+    'digits',
+    num_clients=5,
+    partition='dirichlet',
+    alpha=0.5,
+    seed=0,
+    cache_dir=str(tmp_path_factory.mktemp('cache')),
+  )
 
 
 def test_digits_clients_hold_exactly_their_partition(digits):
@@ -33,10 +38,17 @@ def test_digits_clients_hold_exactly_their_partition(digits):
   assert total + len(digits.test_y) == 1797
   assert digits.test_x.shape == (359, 8, 8, 1)
   # Standardized with the training split's statistics.
-  train_x = np.concatenate([
-      np.stack([e['x'].numpy() for e in
-                digits.client_data.create_tf_dataset_for_client(c)])
-      for c in digits.client_data.client_ids])
+  train_x = np.concatenate(
+    [
+      np.stack(
+        [
+          e['x'].numpy()
+          for e in digits.client_data.create_tf_dataset_for_client(c)
+        ]
+      )
+      for c in digits.client_data.client_ids
+    ]
+  )
   assert abs(train_x.mean()) < 1e-3 and abs(train_x.std() - 1.0) < 1e-3
   assert abs(digits.test_x.mean()) < 0.1
 
@@ -54,9 +66,18 @@ def _written_clients(tmp_path, x_shape, y_shape, mean=None, std=None):
   x = rng.standard_normal((30,) + x_shape).astype(np.float32)
   y = rng.integers(0, 7, (30,) + y_shape).astype(np.int32)
   parts = [np.array([4, 0, 17, 9]), np.arange(10, 30), np.array([3])]
-  data = datasets.from_arrays('written', x, y, x[:2], y[:2], parts,
-                              str(tmp_path), num_classes=7, mean=mean,
-                              std=std)
+  data = datasets.from_arrays(
+    'written',
+    x,
+    y,
+    x[:2],
+    y[:2],
+    parts,
+    str(tmp_path),
+    num_classes=7,
+    mean=mean,
+    std=std,
+  )
   if mean is not None:
     x = (x - np.float32(mean)) / np.float32(std)
   return data, [(x[p], y[p]) for p in parts]
@@ -64,21 +85,29 @@ def _written_clients(tmp_path, x_shape, y_shape, mean=None, std=None):
 
 def _arrays(dataset):
   elements = list(dataset)
-  return (np.stack([e['x'].numpy() for e in elements]),
-          np.stack([e['y'].numpy() for e in elements]))
+  return (
+    np.stack([e['x'].numpy() for e in elements]),
+    np.stack([e['y'].numpy() for e in elements]),
+  )
 
 
-@pytest.mark.parametrize('x_shape,y_shape,mean,std', [
+@pytest.mark.parametrize(
+  'x_shape,y_shape,mean,std',
+  [
     ((4, 4, 2), (), (0.5, -1.0), (2.0, 0.25)),  # images, normalized
-    ((6,), (6,), None, None),                  # sequences of labels
-])
+    ((6,), (6,), None, None),  # sequences of labels
+  ],
+)
 def test_client_files_hold_each_clients_examples_in_order(
-    tmp_path, x_shape, y_shape, mean, std):
+  tmp_path, x_shape, y_shape, mean, std
+):
   data, expected = _written_clients(tmp_path, x_shape, y_shape, mean, std)
   client_data = data.client_data
   for cid, (x, y) in zip(client_data.client_ids, expected):
-    for dataset in (client_data.create_tf_dataset_for_client(cid),
-                    client_data.serializable_dataset_fn(tf.constant(cid))):
+    for dataset in (
+      client_data.create_tf_dataset_for_client(cid),
+      client_data.serializable_dataset_fn(tf.constant(cid)),
+    ):
       got_x, got_y = _arrays(dataset)
       np.testing.assert_array_equal(got_x, x)
       np.testing.assert_array_equal(got_y, y)
@@ -89,23 +118,36 @@ def test_a_clients_dataset_has_no_tf_data_function(tmp_path):
   # client's file is read and parsed whole, with none.
   data, _ = _written_clients(tmp_path, (3,), ())
   dataset = data.client_data.serializable_dataset_fn(
-      tf.constant(data.client_data.client_ids[1]))
+    tf.constant(data.client_data.client_ids[1])
+  )
   graph = tf.compat.v1.GraphDef.FromString(
-      dataset._as_serialized_graph().numpy())
+    dataset._as_serialized_graph().numpy()
+  )
   assert not graph.library.function
   assert not any('Map' in node.op for node in graph.node)
 
 
 def test_same_seed_same_cache_files(digits, tmp_path):
-  again = datasets.load_task('digits', num_clients=5, partition='dirichlet',
-                             alpha=0.5, seed=0, cache_dir=str(tmp_path))
-  assert all(np.array_equal(a, b) for a, b in zip(digits.train_labels,
-                                                  again.train_labels))
+  again = datasets.load_task(
+    'digits',
+    num_clients=5,
+    partition='dirichlet',
+    alpha=0.5,
+    seed=0,
+    cache_dir=str(tmp_path),
+  )
+  assert all(
+    np.array_equal(a, b)
+    for a, b in zip(digits.train_labels, again.train_labels)
+  )
 
 
 def _labelled(n):
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=np.zeros((n, 2), np.float32), y=np.arange(n, dtype=np.int32)))
+  return tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.zeros((n, 2), np.float32), y=np.arange(n, dtype=np.int32)
+    )
+  )
 
 
 def _rows(batches):
@@ -117,9 +159,10 @@ def test_batches_stay_within_a_pass_and_keep_the_partial_one():
   rows = _rows(datasets.LocalBatches(16, local_epochs=2)(_labelled(40)))
   assert [len(r) for r in rows] == [16, 16, 8, 16, 16, 8]
   for p in range(2):
-    assert sorted(sum(rows[3 * p:3 * p + 3], [])) == list(range(40))
-  dropped = _rows(datasets.LocalBatches(16, local_epochs=2, drop_last=True)(
-      _labelled(40)))
+    assert sorted(sum(rows[3 * p : 3 * p + 3], [])) == list(range(40))
+  dropped = _rows(
+    datasets.LocalBatches(16, local_epochs=2, drop_last=True)(_labelled(40))
+  )
   assert [len(r) for r in dropped] == [16, 16, 16, 16]
   assert all(len(set(r)) == len(r) for r in dropped)
 
@@ -132,13 +175,20 @@ def test_every_pass_and_every_round_has_its_own_order():
   # Another round of the same client: other batches.
   second = _rows(batches(_labelled(20), 'client_1', 2))
   assert second != first and not set(map(tuple, second)) & set(
-      map(tuple, first))
+    map(tuple, first)
+  )
   # The same (seed, client, round) repeats exactly; another client or seed
   # does not.
   assert _rows(batches(_labelled(20), 'client_1', 1)) == first
   assert _rows(batches(_labelled(20), 'client_2', 1)) != first
-  assert _rows(datasets.LocalBatches(20, local_epochs=3, seed=8)(
-      _labelled(20), 'client_1', 1)) != first
+  assert (
+    _rows(
+      datasets.LocalBatches(20, local_epochs=3, seed=8)(
+        _labelled(20), 'client_1', 1
+      )
+    )
+    != first
+  )
 
 
 def test_local_steps_carry_on_through_the_data_across_rounds():
@@ -156,20 +206,28 @@ def test_local_steps_carry_on_through_the_data_across_rounds():
 
 
 def _pass_order(seed, client, pass_num, size):
-  client_seed = tf.stack([tf.constant(seed, tf.int64),
-                          tf.strings.to_hash_bucket_fast(client, 2**62)])
-  return tf.random.experimental.stateless_shuffle(
+  client_seed = tf.stack(
+    [tf.constant(seed, tf.int64), tf.strings.to_hash_bucket_fast(client, 2**62)]
+  )
+  return (
+    tf.random.experimental.stateless_shuffle(
       tf.range(size, dtype=tf.int64),
       tf.random.experimental.stateless_fold_in(
-          client_seed, tf.constant(pass_num, tf.int64))).numpy().tolist()
+        client_seed, tf.constant(pass_num, tf.int64)
+      ),
+    )
+    .numpy()
+    .tolist()
+  )
 
 
 def test_batches_cut_each_pass_order_in_turn():
   # Pass p of a client is stateless_shuffle(range(n)) seeded by (seed,
   # client, p), cut into batches of B; 11 examples, B = 4, 2 epochs, round 3:
   # passes 6 and 7.
-  rows = _rows(datasets.LocalBatches(4, local_epochs=2, seed=5)(
-      _labelled(11), 'c', 3))
+  rows = _rows(
+    datasets.LocalBatches(4, local_epochs=2, seed=5)(_labelled(11), 'c', 3)
+  )
   expected = []
   for p in (6, 7):
     order = _pass_order(5, 'c', p, 11)
@@ -178,43 +236,60 @@ def test_batches_cut_each_pass_order_in_turn():
   # One pass (cut by `batch` rather than `rebatch`): round 3 is pass 3.
   one_pass = datasets.LocalBatches(4, local_epochs=1, seed=5)
   order = _pass_order(5, 'c', 3, 11)
-  assert _rows(one_pass(_labelled(11), 'c', 3)) == [order[0:4], order[4:8],
-                                                    order[8:11]]
+  assert _rows(one_pass(_labelled(11), 'c', 3)) == [
+    order[0:4],
+    order[4:8],
+    order[8:11],
+  ]
   assert one_pass(_labelled(11), 'c', 3).element_spec == one_pass.element_spec(
-      _labelled(11).element_spec)
+    _labelled(11).element_spec
+  )
   # 2 steps a round from the stream of 3-batch passes: round 1 is batches
   # 2 and 3, pass 0's last batch and pass 1's first.
   steps = datasets.LocalBatches(4, local_steps=2, seed=5)
   assert _rows(steps(_labelled(11), 'c', 1)) == [
-      _pass_order(5, 'c', 0, 11)[8:11], _pass_order(5, 'c', 1, 11)[0:4]]
+    _pass_order(5, 'c', 0, 11)[8:11],
+    _pass_order(5, 'c', 1, 11)[0:4],
+  ]
   # drop_last: 2-batch passes; 3 steps, round 1 is batches 3, 4 and 5.
-  dropped = _rows(datasets.LocalBatches(4, local_steps=3, drop_last=True,
-                                        seed=5)(_labelled(11), 'c', 1))
-  assert dropped == [_pass_order(5, 'c', 1, 11)[4:8],
-                     _pass_order(5, 'c', 2, 11)[0:4],
-                     _pass_order(5, 'c', 2, 11)[4:8]]
+  dropped = _rows(
+    datasets.LocalBatches(4, local_steps=3, drop_last=True, seed=5)(
+      _labelled(11), 'c', 1
+    )
+  )
+  assert dropped == [
+    _pass_order(5, 'c', 1, 11)[4:8],
+    _pass_order(5, 'c', 2, 11)[0:4],
+    _pass_order(5, 'c', 2, 11)[4:8],
+  ]
 
 
 def test_a_client_smaller_than_a_dropped_batch_has_no_batches():
-  for batches in (datasets.LocalBatches(8, local_epochs=2, drop_last=True),
-                  datasets.LocalBatches(8, local_steps=3, drop_last=True)):
+  for batches in (
+    datasets.LocalBatches(8, local_epochs=2, drop_last=True),
+    datasets.LocalBatches(8, local_steps=3, drop_last=True),
+  ):
     assert _rows(batches(_labelled(5), 'c', 1)) == []
 
 
 @pytest.mark.usefixtures('tff_worker')
 def test_dataset_computation_takes_a_client_and_a_round(digits):
   batches = datasets.LocalBatches(8, local_epochs=1, with_index=True)
-  computation = datasets.round_dataset_computation(digits.client_data,
-                                                   batches)
+  computation = datasets.round_dataset_computation(digits.client_data, batches)
   client = digits.client_data.client_ids[1]
-  rounds = [[b['index'].numpy().tolist() for b in computation(
-      datasets.client_round(client, r))] for r in (1, 2)]
+  rounds = [
+    [
+      b['index'].numpy().tolist()
+      for b in computation(datasets.client_round(client, r))
+    ]
+    for r in (1, 2)
+  ]
   assert rounds[0] != rounds[1]
-  assert sorted(sum(rounds[0], [])) == list(range(len(
-      digits.train_labels[1])))
+  assert sorted(sum(rounds[0], [])) == list(range(len(digits.train_labels[1])))
   # The TFF worker's batches are the ones computed here in Python.
-  eager = batches(digits.client_data.create_tf_dataset_for_client(client),
-                  client, 1)
+  eager = batches(
+    digits.client_data.create_tf_dataset_for_client(client), client, 1
+  )
   assert [b['index'].numpy().tolist() for b in eager] == rounds[0]
 
 
@@ -226,9 +301,14 @@ def test_local_batches_refuse_bad_settings():
 
 
 def test_synthetic_clients_differ_and_label_from_their_own_model(tmp_path):
-  data = datasets.load_task('synthetic', num_clients=4, seed=1,
-                            cache_dir=str(tmp_path), synthetic_alpha=1.0,
-                            synthetic_beta=1.0)
+  data = datasets.load_task(
+    'synthetic',
+    num_clients=4,
+    seed=1,
+    cache_dir=str(tmp_path),
+    synthetic_alpha=1.0,
+    synthetic_beta=1.0,
+  )
   assert data.input_shape == (60,)
   assert len(data.client_data.client_ids) == 4
   counts = data.class_counts()
@@ -243,11 +323,17 @@ def test_image_folder_reads_class_directories(tmp_path):
     os.makedirs(tmp_path / 'images' / cls)
     for i in range(6):
       pixels = rng.integers(0, 255, (12, 10, 3), dtype=np.uint8)
-      tf.io.write_file(str(tmp_path / 'images' / cls / f'{i}.png'),
-                       tf.io.encode_png(pixels))
-  data = datasets.load_task('image_folder', num_clients=2, partition='iid',
-                            data_dir=str(tmp_path / 'images'), image_size=8,
-                            cache_dir=str(tmp_path / 'cache'))
+      tf.io.write_file(
+        str(tmp_path / 'images' / cls / f'{i}.png'), tf.io.encode_png(pixels)
+      )
+  data = datasets.load_task(
+    'image_folder',
+    num_clients=2,
+    partition='iid',
+    data_dir=str(tmp_path / 'images'),
+    image_size=8,
+    cache_dir=str(tmp_path / 'cache'),
+  )
   assert data.input_shape == (8, 8, 3)
   assert data.num_classes == 2
   assert sum(len(y) for y in data.train_labels) + len(data.test_y) == 12
@@ -255,7 +341,8 @@ def test_image_folder_reads_class_directories(tmp_path):
 
 def test_shakespeare_snippets_become_next_character_sequences():
   snippets = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(snippets=['abc']))
+    collections.OrderedDict(snippets=['abc'])
+  )
   (element,) = list(datasets.shakespeare_sequences(snippets, seq_length=6))
   x, y = element['x'].numpy(), element['y'].numpy()
   # <bos> a b c <eos> then padding; y is x shifted by one.
@@ -272,8 +359,9 @@ def test_unknown_task_is_named():
 @pytest.mark.parametrize('name', ['cifar10', 'cifar100', 'fmnist', 'mnist'])
 def test_tfds_tasks_load_when_the_data_can_be_had(name, tmp_path):
   try:
-    data = datasets.load_task(name, num_clients=10, partition='iid',
-                              cache_dir=str(tmp_path))
+    data = datasets.load_task(
+      name, num_clients=10, partition='iid', cache_dir=str(tmp_path)
+    )
   except datasets.DataUnavailableError as e:
     pytest.skip(f'{name} cannot be downloaded here (no network): {e}')
   assert data.num_classes == (100 if name == 'cifar100' else 10)
@@ -300,14 +388,16 @@ def test_partition_report_text_and_heatmap(tmp_path):
 
 
 def test_generated_clients_sizes_span_the_asked_range(tmp_path):
-  data = datasets.generated_like('emnist', 40, 2, str(tmp_path), num_test=3,
-                                 max_examples_per_client=5)
+  data = datasets.generated_like(
+    'emnist', 40, 2, str(tmp_path), num_test=3, max_examples_per_client=5
+  )
   sizes = [len(y) for y in data.train_labels]
   assert min(sizes) == 2 and max(sizes) == 5 and set(sizes) <= {2, 3, 4, 5}
   assert data.num_classes == 62 and data.input_shape == (28, 28, 1)
   with pytest.raises(ValueError, match='max_examples_per_client=1'):
-    datasets.generated_like('emnist', 4, 2, str(tmp_path),
-                            max_examples_per_client=1)
+    datasets.generated_like(
+      'emnist', 4, 2, str(tmp_path), max_examples_per_client=1
+    )
 
 
 if __name__ == '__main__':

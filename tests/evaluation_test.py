@@ -1,6 +1,7 @@
 """Tests for tooling.evaluation."""
 
 import sys
+
 import numpy as np
 import pytest
 from sklearn import metrics
@@ -14,17 +15,19 @@ def test_macro_f1_by_hand():
   labels = np.array([0, 0, 1, 1])
   predictions = np.array([0, 1, 1, 1])
   # class 0: P=1, R=1/2, F1=2/3; class 1: P=2/3, R=1, F1=4/5.
-  assert np.isclose(evaluation.macro_f1(labels, predictions),
-                    (2 / 3 + 4 / 5) / 2)
+  assert np.isclose(
+    evaluation.macro_f1(labels, predictions), (2 / 3 + 4 / 5) / 2
+  )
 
 
 def test_macro_f1_matches_scikit_learn():
   rng = np.random.default_rng(0)
   labels = rng.integers(0, 5, 300)
-  predictions = np.where(rng.random(300) < 0.6, labels,
-                         rng.integers(0, 6, 300))
-  assert np.isclose(evaluation.macro_f1(labels, predictions),
-                    metrics.f1_score(labels, predictions, average='macro'))
+  predictions = np.where(rng.random(300) < 0.6, labels, rng.integers(0, 6, 300))
+  assert np.isclose(
+    evaluation.macro_f1(labels, predictions),
+    metrics.f1_score(labels, predictions, average='macro'),
+  )
 
 
 def test_evaluator_uses_the_given_weights():

@@ -9,12 +9,14 @@ from tasks import datasets
 from tooling import comparison
 
 
-@pytest.mark.parametrize('error', [
+@pytest.mark.parametrize(
+  'error',
+  [
     datasets.DataUnavailableError("Could not load 'cifar10' (no network)."),
     comparison.RunFailedError('moon seed 1 failed: ValueError: bad.'),
-])
+  ],
+)
 def test_an_expected_failure_ends_in_one_line(error, capsys):
-
   def main(argv):
     del argv
     raise error
@@ -26,7 +28,6 @@ def test_an_expected_failure_ends_in_one_line(error, capsys):
 
 
 def test_an_unexpected_failure_keeps_its_traceback():
-
   def main(argv):
     del argv
     raise KeyError('a bug')

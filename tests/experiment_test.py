@@ -8,7 +8,6 @@ import sys
 from absl import flags
 import pytest
 
-from binaries import experiment_flags  # pylint: disable=unused-import
 from tff_methods import methods
 from tff_methods import workers
 from tooling import experiment
@@ -25,10 +24,17 @@ def test_every_setting_is_a_flag_with_the_configs_default_and_help():
 def test_the_library_and_the_runner_share_their_defaults():
   config = experiment.ExperimentConfig()
   library = methods.Hyperparameters()
-  shared = ({f.name for f in dataclasses.fields(methods.Hyperparameters)} &
-            {f.name for f in dataclasses.fields(experiment.ExperimentConfig)})
-  assert {'client_learning_rate', 'client_momentum', 'server_momentum',
-          'temperature', 'cka_layers', 'fed2_pairing'} <= shared
+  shared = {f.name for f in dataclasses.fields(methods.Hyperparameters)} & {
+    f.name for f in dataclasses.fields(experiment.ExperimentConfig)
+  }
+  assert {
+    'client_learning_rate',
+    'client_momentum',
+    'server_momentum',
+    'temperature',
+    'cka_layers',
+    'fed2_pairing',
+  } <= shared
   for name in shared - {'client_state_dir'}:  # the runner keeps it with a run
     assert getattr(config, name) == getattr(library, name), name
   # And the runner passes every one of them on.
@@ -41,43 +47,70 @@ def test_model_parameters_are_counted_from_the_tasks_shapes():
   # By hand: conv 5x5x3x16 + 16, conv 5x5x16x32 + 32, then dense layers
   # 800x120, 120x84, 84x84, 84x256, 256x10, each with its biases.
   cnn = experiment.model_parameters(
-      experiment.ExperimentConfig(task='cifar10', model='fedcka_cnn'))
+    experiment.ExperimentConfig(task='cifar10', model='fedcka_cnn')
+  )
   assert cnn == (1216 + 12832 + 96120 + 10164 + 7140 + 21760 + 2570)
   resnet = experiment.model_parameters(
-      experiment.ExperimentConfig(task='cifar10', model='resnet18'))
+    experiment.ExperimentConfig(task='cifar10', model='resnet18')
+  )
   assert resnet > workers.LARGE_MODEL_PARAMETERS > cnn
   # A model only Fed2's grouping builds (VGG-16) is not counted.
-  assert experiment.model_parameters(dataclasses.replace(
-      experiment.ExperimentConfig(), model='vgg16')) is None
+  assert (
+    experiment.model_parameters(
+      dataclasses.replace(experiment.ExperimentConfig(), model='vgg16')
+    )
+    is None
+  )
 
 
 def test_the_aggregator_settings_are_checked_before_any_work():
   errors = {
-      'aggregator': dict(aggregator='median'),
-      'dp_clip': dict(aggregator='dp', dp_clip=-1.0),
-      # TFF's own bound: noise below 0.1 x the clients per round.
-      'clients_per_round=2': dict(aggregator='dp', dp_noise_multiplier=0.5,
-                                  num_clients=4, clients_per_round=2),
-      'fed2_pairing': dict(method='fed2', model='vgg9',
-                           aggregator='robust',
-                           fed2_pairing='class_weighted'),
+    'aggregator': dict(aggregator='median'),
+    'dp_clip': dict(aggregator='dp', dp_clip=-1.0),
+    # TFF's own bound: noise below 0.1 x the clients per round.
+    'clients_per_round=2': dict(
+      aggregator='dp',
+      dp_noise_multiplier=0.5,
+      num_clients=4,
+      clients_per_round=2,
+    ),
+    'fed2_pairing': dict(
+      method='fed2',
+      model='vgg9',
+      aggregator='robust',
+      fed2_pairing='class_weighted',
+    ),
   }
   for flag, settings in errors.items():
     config = experiment.ExperimentConfig(
-        **{'method': 'fedavg', 'task': 'digits', **settings})
+      **{'method': 'fedavg', 'task': 'digits', **settings}
+    )
     with pytest.raises(ValueError, match=f'--{flag}'):
       experiment.validate(config)
-  experiment.validate(experiment.ExperimentConfig(
-      method='fedcka', task='digits', aggregator='dp',
-      dp_noise_multiplier=0.5, clients_per_round=10))
+  experiment.validate(
+    experiment.ExperimentConfig(
+      method='fedcka',
+      task='digits',
+      aggregator='dp',
+      dp_noise_multiplier=0.5,
+      clients_per_round=10,
+    )
+  )
 
 
 @pytest.mark.usefixtures('tff_worker')
 def test_a_run_under_an_aggregator_records_its_measurements(tmp_path):
   config = experiment.ExperimentConfig(
-      method='scaffold', task='digits', model='mlp', num_clients=4,
-      clients_per_round=3, rounds=2, aggregator='robust',
-      output_dir=str(tmp_path / 'run'), cache_dir=str(tmp_path / 'cache'))
+    method='scaffold',
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=3,
+    rounds=2,
+    aggregator='robust',
+    output_dir=str(tmp_path / 'run'),
+    cache_dir=str(tmp_path / 'cache'),
+  )
   experiment.run(config, progress=False)
   with open(tmp_path / 'run' / 'metrics.csv') as f:
     rows = list(csv.DictReader(f))

@@ -21,8 +21,7 @@ from tff_methods import similarity
 def test_cka_loss_by_hand():
   rng = np.random.default_rng(2)
   a1, p1 = [rng.normal(size=(8, 5)).astype(np.float32) for _ in range(2)]
-  a2, p2 = [rng.normal(size=(8, 3, 3, 2)).astype(np.float32)
-            for _ in range(2)]
+  a2, p2 = [rng.normal(size=(8, 3, 3, 2)).astype(np.float32) for _ in range(2)]
   # The global model's activations equal the local ones: CKA = 1.
   c1 = similarity.linear_cka(a1, p1).numpy()
   c2 = similarity.linear_cka(a2, p2).numpy()
@@ -45,10 +44,11 @@ def test_cka_gradient_moves_activations_towards_the_global_ones():
 
 
 def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
-  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
-                               (32, 32, 3))
-  view = reference_outputs.reference_view(model_fn,  # pylint: disable=protected-access
-                                        ('layer_1', 'layer_2'))
+  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10, (32, 32, 3))
+  view = reference_outputs.reference_view(
+    model_fn,
+    ('layer_1', 'layer_2'),
+  )
   # Only the two conv layers (kernel + bias each) of the model's 14 tensors
   # exist: no copy of the rest of the model is built.
   assert len(view.model.variables) == 4
@@ -60,16 +60,14 @@ def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
   expected, got = full(x, training=False), view.model(x, training=False)
   assert sorted(got) == ['layer_1', 'layer_2']
   for name in got:
-    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('m, tensors', [(1, 2), (3, 6), (7, 14)])
 def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
-  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10,
-                               (32, 32, 3))
+  model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10, (32, 32, 3))
   term = fedcka.CKAContrastiveTerm(1.0, num_layers=m)
-  view = reference_outputs.reference_view(model_fn, term.global_outputs)  # pylint: disable=protected-access
+  view = reference_outputs.reference_view(model_fn, term.global_outputs)
   # Kernel and bias of each of the first m layers; M = 7 is the whole CNN.
   assert len(view.model.trainable_variables) == tensors
   assert sorted(view.model.output) == [f'layer_{k}' for k in range(1, m + 1)]
@@ -78,44 +76,59 @@ def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
 def _numpy_linear_cka(x, y):
   x = x.reshape(len(x), -1) - x.reshape(len(x), -1).mean(axis=0)
   y = y.reshape(len(y), -1) - y.reshape(len(y), -1).mean(axis=0)
-  return (np.linalg.norm(y.T @ x) ** 2 /
-          (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+  return np.linalg.norm(y.T @ x) ** 2 / (
+    np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)
+  )
 
 
 def _layer_loss(a, a_global, a_prev):
-  s_global, s_prev = _numpy_linear_cka(a, a_global), _numpy_linear_cka(
-      a, a_prev)
+  s_global, s_prev = (
+    _numpy_linear_cka(a, a_global),
+    _numpy_linear_cka(a, a_prev),
+  )
   return np.log(np.exp(s_global) + np.exp(s_prev)) - s_global
 
 
 def test_the_term_is_mu_times_the_mean_over_the_first_m_layers():
   rng = np.random.default_rng(4)
-  shapes = {'layer_1': (6, 4, 4, 2), 'layer_2': (6, 7), 'layer_3': (6, 5),
-            'layer_4': (6, 3)}
+  shapes = {
+    'layer_1': (6, 4, 4, 2),
+    'layer_2': (6, 7),
+    'layer_3': (6, 5),
+    'layer_4': (6, 3),
+  }
 
   def draw():
-    return {k: rng.normal(size=s).astype(np.float32)
-            for k, s in shapes.items()}
+    return {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
 
   outputs, global_outputs, previous_outputs = draw(), draw(), draw()
 
   def term(outputs):
     step = regularizers.LocalStep(
-        weights=[], global_weights=[], outputs=outputs, batch=None,
-        global_outputs=global_outputs, previous_outputs=previous_outputs,
-        has_previous=True)
+      weights=[],
+      global_weights=[],
+      outputs=outputs,
+      batch=None,
+      global_outputs=global_outputs,
+      previous_outputs=previous_outputs,
+      has_previous=True,
+    )
     return float(fedcka.CKAContrastiveTerm(mu=2.5, num_layers=3)(step))
 
   # By hand: 2.5 x the mean of layers 1..3's contrastive losses.
-  expected = 2.5 * np.mean([
+  expected = 2.5 * np.mean(
+    [
       _layer_loss(outputs[k], global_outputs[k], previous_outputs[k])
-      for k in ('layer_1', 'layer_2', 'layer_3')])
+      for k in ('layer_1', 'layer_2', 'layer_3')
+    ]
+  )
   assert term(outputs) == pytest.approx(expected, rel=1e-4)
   # Layer 2 (below M) moves it; layer 4 (above M) does not.
   nearer = dict(outputs, layer_2=global_outputs['layer_2'])
   assert term(nearer) < term(outputs) - 1e-3
   assert term(dict(outputs, layer_4=draw()['layer_4'])) == pytest.approx(
-      term(outputs), rel=1e-6)
+    term(outputs), rel=1e-6
+  )
 
 
 if __name__ == '__main__':

@@ -24,8 +24,9 @@ def test_direction_penalty_by_hand():
   delta = [tf.constant([1.0]), tf.constant([[0.0]])]
   direction = [tf.constant([1.0]), tf.constant([[1.0]])]
   expected = 1.0 - 1.0 / np.sqrt(1.0 * 2.0 + 1e-4)
-  assert np.isclose(fedcos.direction_penalty(delta, direction).numpy(),
-                    expected, rtol=1e-6)
+  assert np.isclose(
+    fedcos.direction_penalty(delta, direction).numpy(), expected, rtol=1e-6
+  )
   zero = [tf.zeros([1]), tf.zeros([1, 1])]
   assert fedcos.direction_penalty(delta, zero).numpy() == 0.0
 
@@ -34,9 +35,11 @@ def test_direction_penalty_gradient_turns_the_update_towards_d():
   rng = np.random.default_rng(0)
   delta = tf.Variable(rng.normal(size=6).astype(np.float32))
   d = tf.constant(rng.normal(size=6).astype(np.float32))
-  cosine = lambda: float(np.dot(delta.numpy(), d.numpy()) /
-                         np.linalg.norm(delta.numpy()) /
-                         np.linalg.norm(d.numpy()))
+  cosine = lambda: float(
+    np.dot(delta.numpy(), d.numpy())
+    / np.linalg.norm(delta.numpy())
+    / np.linalg.norm(d.numpy())
+  )
   before = cosine()
   for _ in range(10):
     with tf.GradientTape() as tape:
@@ -76,45 +79,71 @@ def test_the_fedcos_codes_direction_is_the_last_mean_client_move():
 
 def test_zero_strength_gives_fedavg_weights(setup, tff_fedavg_weights):
   process = methods.build_method(
-      'fedcos', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, mu=0.0))
+    'fedcos',
+    setup['model_fn'],
+    setup['spec'],
+    methods.Hyperparameters(**HPARAMS, mu=0.0),
+  )
   weights, _ = setup['run'](process)
   np.testing.assert_allclose(weights, tff_fedavg_weights, rtol=1e-5, atol=1e-6)
 
 
 def test_fedcos_term_is_zero_in_round_one_then_active(setup):
   process = methods.build_method(
-      'fedcos', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, mu=0.5))
+    'fedcos',
+    setup['model_fn'],
+    setup['spec'],
+    methods.Hyperparameters(**HPARAMS, mu=0.5),
+  )
   _, metrics = setup['run'](process)
   assert np.isclose(metrics[0]['objective'], metrics[0]['loss'])
   assert metrics[1]['objective'] > metrics[1]['loss'] + 1e-3
 
 
 def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
-  prox, _ = setup['run'](methods.build_method(
-      'fedprox', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, mu=1.0)))
-  combined, _ = setup['run'](methods.build_method(
-      'fedprox+fedcos', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, strengths=(('fedprox', 1.0),
-                                                    ('fedcos', 0.0)))))
+  prox, _ = setup['run'](
+    methods.build_method(
+      'fedprox',
+      setup['model_fn'],
+      setup['spec'],
+      methods.Hyperparameters(**HPARAMS, mu=1.0),
+    )
+  )
+  combined, _ = setup['run'](
+    methods.build_method(
+      'fedprox+fedcos',
+      setup['model_fn'],
+      setup['spec'],
+      methods.Hyperparameters(
+        **HPARAMS, strengths=(('fedprox', 1.0), ('fedcos', 0.0))
+      ),
+    )
+  )
   np.testing.assert_allclose(combined, prox, rtol=1e-5, atol=1e-6)
-  with_cos, _ = setup['run'](methods.build_method(
-      'fedprox+fedcos', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, strengths=(('fedprox', 1.0),
-                                                    ('fedcos', 1.0)))))
+  with_cos, _ = setup['run'](
+    methods.build_method(
+      'fedprox+fedcos',
+      setup['model_fn'],
+      setup['spec'],
+      methods.Hyperparameters(
+        **HPARAMS, strengths=(('fedprox', 1.0), ('fedcos', 1.0))
+      ),
+    )
+  )
   assert not np.allclose(with_cos, prox, atol=1e-4)
 
 
-@pytest.mark.parametrize('server, same', [('fedavg', True),
-                                          ('fedavgm', False)])
+@pytest.mark.parametrize('server, same', [('fedavg', True), ('fedavgm', False)])
 def test_fedcos_directions_agree_under_fedavg_only(setup, server, same):
   def weights(direction):
-    return setup['run'](methods.build_method(
-        f'{server}+fedcos', setup['model_fn'], setup['spec'],
-        methods.Hyperparameters(**HPARAMS, mu=0.5,
-                                fedcos_direction=direction)))[0]
+    return setup['run'](
+      methods.build_method(
+        f'{server}+fedcos',
+        setup['model_fn'],
+        setup['spec'],
+        methods.Hyperparameters(**HPARAMS, mu=0.5, fedcos_direction=direction),
+      )
+    )[0]
 
   paper, code = weights('global_move'), weights('mean_client_update')
   # Under FedAvg the two d differ by float rounding only (w_t - w_{t-1}
@@ -134,12 +163,21 @@ def test_fedadam_plus_fedcos_uses_adam_at_the_server(setup):
   # step would be w0 + lr * delta.
   lr = 0.01
   process = methods.build_method(
-      'fedadam+fedcos', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS, mu=0.02, server_learning_rate=lr))
+    'fedadam+fedcos',
+    setup['model_fn'],
+    setup['spec'],
+    methods.Hyperparameters(**HPARAMS, mu=0.02, server_learning_rate=lr),
+  )
   weights, _ = setup['run'](process, rounds=1)
-  averaged, _ = setup['run'](methods.build_method(
-      'fedavg', setup['model_fn'], setup['spec'],
-      methods.Hyperparameters(**HPARAMS)), rounds=1)
+  averaged, _ = setup['run'](
+    methods.build_method(
+      'fedavg',
+      setup['model_fn'],
+      setup['spec'],
+      methods.Hyperparameters(**HPARAMS),
+    ),
+    rounds=1,
+  )
   start = model_lib.flat_trainable(setup['initial'])
   delta = averaged - start
   expected = start + lr * 0.1 * delta / (0.1 * np.abs(delta) + 1e-3)

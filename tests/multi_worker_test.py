@@ -34,14 +34,23 @@ ROUNDS = 2
 # regularizer (fedprox+fedcos; fedcos keeps server state), each stateful
 # method and Fed2. (All twelve methods were checked this way when the
 # runtime landed; fedavgm, fedyogi, fedprox and fedmax add no other shape.)
-METHODS = [('fedavg', 'mlp'), ('fedadam', 'mlp'), ('fedcos', 'mlp'),
-           ('fedprox+fedcos', 'mlp'), ('scaffold', 'mlp'), ('fedcka', 'mlp'),
-           ('moon', 'fedcka_cnn'), ('fed2', 'fedcka_cnn')]
+METHODS = [
+  ('fedavg', 'mlp'),
+  ('fedadam', 'mlp'),
+  ('fedcos', 'mlp'),
+  ('fedprox+fedcos', 'mlp'),
+  ('scaffold', 'mlp'),
+  ('fedcka', 'mlp'),
+  ('moon', 'fedcka_cnn'),
+  ('fed2', 'fedcka_cnn'),
+]
 
 
 def _start_workers(count):
-  started = [workers.start_worker(max_concurrent_computation_calls=2)
-             for _ in range(count)]
+  started = [
+    workers.start_worker(max_concurrent_computation_calls=2)
+    for _ in range(count)
+  ]
   return [p for p, _ in started], [f'127.0.0.1:{port}' for _, port in started]
 
 
@@ -64,10 +73,19 @@ def cache_dir(tmp_path_factory):
 
 
 def _config(method, model, cache_dir, **overrides):
-  settings = dict(method=method, model=model, task='digits', num_clients=4,
-                  clients_per_round=4, rounds=ROUNDS, local_epochs=1,
-                  batch_size=32, cache_dir=cache_dir, seed=0,
-                  output_dir=os.path.join(cache_dir, 'unused'))
+  settings = dict(
+    method=method,
+    model=model,
+    task='digits',
+    num_clients=4,
+    clients_per_round=4,
+    rounds=ROUNDS,
+    local_epochs=1,
+    batch_size=32,
+    cache_dir=cache_dir,
+    seed=0,
+    output_dir=os.path.join(cache_dir, 'unused'),
+  )
   settings.update(overrides)
   return experiment.ExperimentConfig(**settings)
 
@@ -77,17 +95,20 @@ def _run_rounds(process, keras_model_fn, client_ids):
   # the versions written before r, which this run rewrites first.
   state = process.initialize()
   state = process.set_model_weights(
-      state, model_lib.initial_weights(keras_model_fn, seed=0))
+    state, model_lib.initial_weights(keras_model_fn, seed=0)
+  )
   for round_num in range(1, ROUNDS + 1):
     # Every round its own batches: the same on one worker or two.
-    state = process.next(state, [datasets.client_round(c, round_num)
-                                 for c in client_ids]).state
+    state = process.next(
+      state, [datasets.client_round(c, round_num) for c in client_ids]
+    ).state
   return process.get_model_weights(state).trainable
 
 
 @pytest.mark.parametrize('method,model', METHODS)
-def test_two_workers_give_the_single_worker_weights(method, model,
-                                                    two_workers, cache_dir):
+def test_two_workers_give_the_single_worker_weights(
+  method, model, two_workers, cache_dir
+):
   config = _config(method, model, cache_dir)
   data = experiment.load_data(config)
   process, keras_model_fn = experiment.build_process(config, data)
@@ -103,46 +124,63 @@ def test_two_workers_give_the_single_worker_weights(method, model,
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
-def _train_model_weights(process, keras_model_fn, client_ids, root,
-                         sync_context):
+def _train_model_weights(
+  process, keras_model_fn, client_ids, root, sync_context
+):
   model_output = tff.program.MemoryReleaseManager()
   initial = process.set_model_weights(
-      process.initialize(), model_lib.initial_weights(keras_model_fn, 0))
+    process.initialize(), model_lib.initial_weights(keras_model_fn, 0)
+  )
   with tff.framework.get_context_stack().install(
-      runtime.create_program_context(sync_context)):
+    runtime.create_program_context(sync_context)
+  ):
     asyncio.new_event_loop().run_until_complete(
-        tff.learning.programs.train_model(
-            train_process=process, initial_train_state=initial,
-            train_data_source=datasets.ClientRoundDataSource(client_ids),
-            train_per_round_clients=4, train_total_rounds=ROUNDS,
-            program_state_manager=tff.program.FileProgramStateManager(root),
-            model_output_manager=model_output, evaluation_manager=None,
-            evaluation_periodicity=1))
-  return model_lib.flat_trainable(
-      list(model_output.values().values())[-1][0])
+      tff.learning.programs.train_model(
+        train_process=process,
+        initial_train_state=initial,
+        train_data_source=datasets.ClientRoundDataSource(client_ids),
+        train_per_round_clients=4,
+        train_total_rounds=ROUNDS,
+        program_state_manager=tff.program.FileProgramStateManager(root),
+        model_output_manager=model_output,
+        evaluation_manager=None,
+        evaluation_periodicity=1,
+      )
+    )
+  return model_lib.flat_trainable(list(model_output.values().values())[-1][0])
 
 
-@pytest.mark.parametrize('method,model', [('moon', 'fedcka_cnn'),
-                                          ('scaffold', 'mlp')])
+@pytest.mark.parametrize(
+  'method,model', [('moon', 'fedcka_cnn'), ('scaffold', 'mlp')]
+)
 def test_train_model_on_two_workers_gives_the_single_worker_weights(
-    method, model, two_workers, cache_dir, tmp_path):
+  method, model, two_workers, cache_dir, tmp_path
+):
   config = _config(method, model, cache_dir)
   data = experiment.load_data(config)
   process, keras_model_fn = experiment.build_process(config, data)
   client_ids = data.client_data.client_ids
   single = _train_model_weights(
-      process, keras_model_fn, client_ids, str(tmp_path / 'single'),
-      tff.framework.get_context_stack().current)
+    process,
+    keras_model_fn,
+    client_ids,
+    str(tmp_path / 'single'),
+    tff.framework.get_context_stack().current,
+  )
   split = _train_model_weights(
-      process, keras_model_fn, client_ids, str(tmp_path / 'split'),
-      runtime.create_remote_execution_context(two_workers))
+    process,
+    keras_model_fn,
+    client_ids,
+    str(tmp_path / 'split'),
+    runtime.create_remote_execution_context(two_workers),
+  )
   assert np.abs(single).max() > 0
   np.testing.assert_allclose(split, single, rtol=1e-5, atol=1e-6)
 
 
 def test_a_computation_with_two_aggregations_is_named_not_mergeable(
-    two_workers):
-
+  two_workers,
+):
   @tff.tensorflow.computation(np.float32, np.float32)
   def add(x, y):
     return x + y
@@ -155,18 +193,26 @@ def test_a_computation_with_two_aggregations_is_named_not_mergeable(
   assert sum_twice([1.0, 2.0]) == pytest.approx(9.0)  # One worker: fine.
   remote = runtime.create_remote_execution_context(two_workers)
   with tff.framework.get_context_stack().install(remote):
-    with pytest.raises(runtime.NotMergeableError,
-                       match="does not compile to TFF's mergeable form"):
+    with pytest.raises(
+      runtime.NotMergeableError,
+      match="does not compile to TFF's mergeable form",
+    ):
       sum_twice([1.0, 2.0])
 
 
-def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(tmp_path,
-                                                            cache_dir):
+def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(
+  tmp_path, cache_dir
+):
   processes, addresses = _start_workers(2)
   try:
-    config = _config('fedavg', 'mlp', cache_dir, rounds=3,
-                     rounds_per_checkpoint=1,
-                     output_dir=str(tmp_path / 'split'))
+    config = _config(
+      'fedavg',
+      'mlp',
+      cache_dir,
+      rounds=3,
+      rounds_per_checkpoint=1,
+      output_dir=str(tmp_path / 'split'),
+    )
 
     def kill_second_worker(round_num, metrics):
       del metrics
@@ -174,36 +220,47 @@ def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(tmp_path,
         processes[1].kill()
         processes[1].wait()
 
-    remote = runtime.create_remote_execution_context(addresses,
-                                                     timeout_seconds=3)
+    remote = runtime.create_remote_execution_context(
+      addresses, timeout_seconds=3
+    )
     with tff.framework.get_context_stack().install(remote):
-      with pytest.raises(RuntimeError,
-                         match=f'TFF worker at {addresses[1]} is not '
-                         'reachable'):
+      with pytest.raises(
+        RuntimeError, match=f'TFF worker at {addresses[1]} is not ' 'reachable'
+      ):
         experiment.run(config, progress=False, round_hook=kill_second_worker)
       # Round 1's program state was saved before the worker died: with the
       # worker back, the same run resumes from it.
       processes[1], _ = workers.start_worker(
-          port=int(addresses[1].rpartition(':')[2]))
+        port=int(addresses[1].rpartition(':')[2])
+      )
       resumed = experiment.run(config, progress=False)
     assert resumed['rounds'] == 3
   finally:
     _stop(processes)
   uninterrupted = experiment.run(
-      _config('fedavg', 'mlp', cache_dir, rounds=3,
-              output_dir=str(tmp_path / 'single')), progress=False)
-  for a, b in zip(uninterrupted['final_weights'].trainable,
-                  resumed['final_weights'].trainable):
+    _config(
+      'fedavg', 'mlp', cache_dir, rounds=3, output_dir=str(tmp_path / 'single')
+    ),
+    progress=False,
+  )
+  for a, b in zip(
+    uninterrupted['final_weights'].trainable, resumed['final_weights'].trainable
+  ):
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 def test_addresses_and_worker_binaries_are_checked():
   assert runtime_flags.parse_worker_addresses(' a:1,127.0.0.1:8000 ') == [
-      'a:1', '127.0.0.1:8000']
-  for bad, message in (('localhost', 'not host:port'),
-                       ('localhost:0', 'not host:port'),
-                       ('h:70000', 'not host:port'),
-                       ('h:1,h:1', 'more than once'), (',', 'names no')):
+    'a:1',
+    '127.0.0.1:8000',
+  ]
+  for bad, message in (
+    ('localhost', 'not host:port'),
+    ('localhost:0', 'not host:port'),
+    ('h:70000', 'not host:port'),
+    ('h:1,h:1', 'more than once'),
+    (',', 'names no'),
+  ):
     with pytest.raises(ValueError, match=message):
       runtime_flags.parse_worker_addresses(bad)
   with pytest.raises(ValueError, match='/no/such/worker.*not an executable'):
@@ -212,11 +269,26 @@ def test_addresses_and_worker_binaries_are_checked():
 
 def _train(tmp_path, *flags):
   return subprocess.run(
-      [sys.executable, '-m', 'binaries.train', '--task=digits',
-       '--model=mlp', '--num_clients=4', '--clients_per_round=4',
-       '--rounds=1', f'--cache_dir={tmp_path / "cache"}', '--noprogress',
-       f'--output_dir={tmp_path / "run"}', *flags],
-      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    [
+      sys.executable,
+      '-m',
+      'binaries.train',
+      '--task=digits',
+      '--model=mlp',
+      '--num_clients=4',
+      '--clients_per_round=4',
+      '--rounds=1',
+      f'--cache_dir={tmp_path / "cache"}',
+      '--noprogress',
+      f'--output_dir={tmp_path / "run"}',
+      *flags,
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
 
 
 def test_train_binary_runs_on_the_given_workers(two_workers, tmp_path):
@@ -229,8 +301,9 @@ def test_train_binary_names_a_bad_or_unreachable_worker(tmp_path):
   result = _train(tmp_path, '--tff_workers=localhost')
   assert result.returncode == 2
   assert "'localhost' is not host:port" in result.stderr
-  result = _train(tmp_path, '--tff_workers=127.0.0.1:1',
-                  '--tff_worker_binary=/bin/true')
+  result = _train(
+    tmp_path, '--tff_workers=127.0.0.1:1', '--tff_worker_binary=/bin/true'
+  )
   assert result.returncode == 2
   assert '--tff_worker_binary starts a local worker' in result.stderr
   # A port nobody listens on is named, with the command to start a worker
@@ -239,17 +312,20 @@ def test_train_binary_names_a_bad_or_unreachable_worker(tmp_path):
   result = _train(tmp_path, f'--tff_workers=127.0.0.1:{port}')
   assert result.returncode == 2
   assert result.stderr.strip().splitlines() == [
-      f'--tff_workers: No TFF worker serves at 127.0.0.1:{port} (for 10 s: '
-      'Connection refused). Start one there, then run again; nothing has run '
-      f'yet. (On 127.0.0.1: python -m binaries.worker --port={port})']
+    f'--tff_workers: No TFF worker serves at 127.0.0.1:{port} (for 10 s: '
+    'Connection refused). Start one there, then run again; nothing has run '
+    f'yet. (On 127.0.0.1: python -m binaries.worker --port={port})'
+  ]
   assert not (tmp_path / 'run').exists()  # Nothing ran.
 
 
 def test_tff_worker_binary_is_the_worker_started(tmp_path):
   marker = tmp_path / 'started_by_wrapper'
   wrapper = tmp_path / 'my_worker'
-  wrapper.write_text(f'#!/bin/sh\necho "$@" > {marker}\n'
-                     f'exec {workers.packaged_worker_binary()} "$@"\n')
+  wrapper.write_text(
+    f'#!/bin/sh\necho "$@" > {marker}\n'
+    f'exec {workers.packaged_worker_binary()} "$@"\n'
+  )
   wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
   result = _train(tmp_path, f'--tff_worker_binary={wrapper}')
   assert result.returncode == 0, result.stderr

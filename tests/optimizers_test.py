@@ -1,6 +1,7 @@
 """Tests for tff_methods.optimizers."""
 
 import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,12 +20,19 @@ def test_sgd_with_momentum_and_weight_decay_by_hand():
   state, w2 = opt.next(state, w1, g)
   d = np.array([0.5, 0.5]) + 0.2 * w1[0].numpy()
   v = 0.5 * np.array([0.7, 0.1]) + d
-  np.testing.assert_allclose(w2[0].numpy(), w1[0].numpy() - 0.1 * v,
-                             rtol=1e-6)
+  np.testing.assert_allclose(w2[0].numpy(), w1[0].numpy() - 0.1 * v, rtol=1e-6)
 
 
-def _server_steps_by_hand(name, w, gradients, lr=0.1, momentum=0.9,
-                          beta_1=0.9, beta_2=0.99, epsilon=1e-3):
+def _server_steps_by_hand(
+  name,
+  w,
+  gradients,
+  lr=0.1,
+  momentum=0.9,
+  beta_1=0.9,
+  beta_2=0.99,
+  epsilon=1e-3,
+):
   """Each rule's weights after each step, from its formula (TFF's forms)."""
   accumulator, preconditioner = 0.0, (1e-6 if name == 'yogi' else 0.0)
   out = []
@@ -49,8 +57,11 @@ def _server_steps_by_hand(name, w, gradients, lr=0.1, momentum=0.9,
   return out
 
 
-GRADIENTS = [np.array([0.5, -0.02]), np.array([0.1, 0.3]),
-             np.array([-0.4, 0.3])]
+GRADIENTS = [
+  np.array([0.5, -0.02]),
+  np.array([0.1, 0.3]),
+  np.array([-0.4, 0.3]),
+]
 
 
 def _steps(optimizer, gradients=GRADIENTS):
@@ -59,8 +70,9 @@ def _steps(optimizer, gradients=GRADIENTS):
   state = optimizer.initialize((tf.TensorSpec([2], tf.float32),))
   got = []
   for g in gradients:
-    state, weights = optimizer.next(state, weights,
-                                    (tf.constant(g, tf.float32),))
+    state, weights = optimizer.next(
+      state, weights, (tf.constant(g, tf.float32),)
+    )
     got.append(weights[0].numpy())
   return got
 
@@ -74,16 +86,21 @@ def test_server_optimizers_follow_their_formulas(name):
   # No other rule gives the same weights: the names are not swapped.
   for other in set(optimizers.SERVER_OPTIMIZERS + ('sgdm_ema',)) - {name}:
     assert not np.allclose(
-        _server_steps_by_hand(other, np.array([1.0, -1.0]), gradients),
-        expected, rtol=1e-4)
+      _server_steps_by_hand(other, np.array([1.0, -1.0]), gradients),
+      expected,
+      rtol=1e-4,
+    )
 
 
 def test_fedavgm_in_the_fedcos_codes_form():
-  got = _steps(optimizers.build_server_optimizer('sgdm', 0.1,
-                                                 momentum_form='ema'))
+  got = _steps(
+    optimizers.build_server_optimizer('sgdm', 0.1, momentum_form='ema')
+  )
   np.testing.assert_allclose(
-      got, _server_steps_by_hand('sgdm_ema', np.array([1.0, -1.0]),
-                                 GRADIENTS), rtol=1e-5)
+    got,
+    _server_steps_by_hand('sgdm_ema', np.array([1.0, -1.0]), GRADIENTS),
+    rtol=1e-5,
+  )
   with pytest.raises(ValueError, match="momentum form 'nesterov'"):
     optimizers.build_server_optimizer('sgdm', momentum_form='nesterov')
 
@@ -93,11 +110,14 @@ def test_unknown_server_optimizer_is_named():
     optimizers.build_server_optimizer('sgdd')
 
 
-@pytest.mark.parametrize('kwargs, message', [
+@pytest.mark.parametrize(
+  'kwargs, message',
+  [
     (dict(learning_rate=0.0), 'client learning rate must be > 0, got 0.0'),
     (dict(learning_rate=0.1, momentum=1.0), 'momentum must be in'),
     (dict(learning_rate=0.1, weight_decay=-1.0), 'weight_decay must be >= 0'),
-])
+  ],
+)
 def test_bad_client_optimizer_settings_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     optimizers.build_client_sgd(**kwargs)

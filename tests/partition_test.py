@@ -1,6 +1,7 @@
 """Tests for tasks.partition."""
 
 import sys
+
 import numpy as np
 import pytest
 
@@ -15,13 +16,16 @@ def _assert_is_partition(parts, n):
   assert np.array_equal(np.sort(joined), np.arange(n))
 
 
-@pytest.mark.parametrize('fn, kwargs', [
+@pytest.mark.parametrize(
+  'fn, kwargs',
+  [
     (partition.iid, {}),
     (partition.dirichlet, dict(alpha=0.5)),
     (partition.pathological, dict(classes_per_client=2)),
     (partition.shards, dict(shards_per_client=2)),
     (partition.mixed, dict(non_iid_fraction=0.5)),
-])
+  ],
+)
 def test_every_scheme_is_a_deterministic_partition(fn, kwargs):
   parts = fn(LABELS, 10, seed=3, **kwargs)
   _assert_is_partition(parts, LABELS.size)
@@ -37,10 +41,10 @@ def test_iid_sizes_are_near_equal():
 
 
 def test_dirichlet_skew_grows_as_alpha_falls():
-
   def mean_classes_held(alpha):
     counts = partition.class_counts(
-        LABELS, partition.dirichlet(LABELS, 10, alpha, min_size=1, seed=0), 10)
+      LABELS, partition.dirichlet(LABELS, 10, alpha, min_size=1, seed=0), 10
+    )
     return np.mean((counts > 0).sum(1))
 
   assert mean_classes_held(100.0) == 10
@@ -81,14 +85,19 @@ def test_pathological_is_niid_benchs_k_classes_per_client():
   for c in range(10):
     held = counts[:, c][counts[:, c] > 0]
     assert held.sum() == 100 and held.max() - held.min() <= 1
-  with pytest.raises(ValueError, match=r'classes_per_client must be in \[1, 10\]'):
+  with pytest.raises(
+    ValueError, match=r'classes_per_client must be in \[1, 10\]'
+  ):
     partition.pathological(LABELS, 10, classes_per_client=11)
 
 
-@pytest.mark.parametrize('num_clients, k, num_classes, fewest_sets', [
-    (100, 2, 10, 25), (10, 2, 10, 8), (100, 20, 100, 90)])
+@pytest.mark.parametrize(
+  'num_clients, k, num_classes, fewest_sets',
+  [(100, 2, 10, 25), (10, 2, 10, 8), (100, 20, 100, 90)],
+)
 def test_pathological_clients_are_not_blocks_of_identical_clients(
-    num_clients, k, num_classes, fewest_sets):
+  num_clients, k, num_classes, fewest_sets
+):
   labels = np.repeat(np.arange(num_classes), 20 * k)
   parts = partition.pathological(labels, num_clients, k, seed=0)
   held = partition.class_counts(labels, parts, num_classes) > 0
@@ -109,13 +118,16 @@ def test_shards_are_label_sorted_slices():
 
 def test_mixed_interpolates_between_shards_and_iid():
   sorted_counts = partition.class_counts(
-      LABELS, partition.mixed(LABELS, 10, 1.0, seed=0), 10)
+    LABELS, partition.mixed(LABELS, 10, 1.0, seed=0), 10
+  )
   assert np.all(sorted_counts.max(1) == 100)
   iid_counts = partition.class_counts(
-      LABELS, partition.mixed(LABELS, 10, 0.0, seed=0), 10)
+    LABELS, partition.mixed(LABELS, 10, 0.0, seed=0), 10
+  )
   assert np.all((iid_counts > 0).sum(1) >= 8)
-  half = partition.class_counts(LABELS, partition.mixed(LABELS, 10, 0.5,
-                                                        seed=0), 10)
+  half = partition.class_counts(
+    LABELS, partition.mixed(LABELS, 10, 0.5, seed=0), 10
+  )
   # Each client keeps 50 of its own class and gets ~5 more from the pool.
   assert np.all(half.max(1) >= 50) and np.all(half.max(1) < 80)
   with pytest.raises(ValueError, match='non_iid_fraction must be in'):

@@ -1,4 +1,5 @@
-"""Every method under TFF's own program logic, `tff.learning.programs.train_model`.
+"""Every method under TFF's own program logic
+(`tff.learning.programs.train_model`).
 
 The project's client data is a `tff.program.FederatedDataSource`
 (`tasks.datasets.ClientRoundDataSource`); program state goes through
@@ -31,9 +32,18 @@ MODELS = {'moon': 'fedcka_cnn', 'fed2': 'fedcka_cnn'}
 
 def _config(method, output_dir, cache_dir):
   return experiment.ExperimentConfig(
-      method=method, model=MODELS.get(method, 'mlp'), task='digits',
-      num_clients=4, clients_per_round=2, local_epochs=1, batch_size=32,
-      fed2_groups=2, cache_dir=cache_dir, seed=3, output_dir=output_dir)
+    method=method,
+    model=MODELS.get(method, 'mlp'),
+    task='digits',
+    num_clients=4,
+    clients_per_round=2,
+    local_epochs=1,
+    batch_size=32,
+    fed2_groups=2,
+    cache_dir=cache_dir,
+    seed=3,
+    output_dir=output_dir,
+  )
 
 
 def _diverged(output):
@@ -43,28 +53,39 @@ def _diverged(output):
 
 def _train_model(process, data, root, total_rounds, keras_model_fn):
   state_manager = tff.program.FileProgramStateManager(
-      os.path.join(root, 'program_state'))
+    os.path.join(root, 'program_state')
+  )
   model_output = tff.program.MemoryReleaseManager()
   metrics = tff.program.MemoryReleaseManager()
   initial = process.set_model_weights(
-      process.initialize(), model_lib.initial_weights(keras_model_fn, 3))
+    process.initialize(), model_lib.initial_weights(keras_model_fn, 3)
+  )
   # Not asyncio.run: it would clear the thread's event loop for later tests.
   with tff.framework.get_context_stack().install(
-      runtime.create_program_context()):
+    runtime.create_program_context()
+  ):
     asyncio.new_event_loop().run_until_complete(
-        tff.learning.programs.train_model(
-            train_process=process, initial_train_state=initial,
-            train_data_source=datasets.ClientRoundDataSource(
-                data.client_data.client_ids, seed=3),
-            train_per_round_clients=2, train_total_rounds=total_rounds,
-            should_discard_round=_diverged,
-            program_state_manager=state_manager,
-            model_output_manager=model_output,
-            train_metrics_manager=metrics, evaluation_manager=None,
-            evaluation_periodicity=1))
+      tff.learning.programs.train_model(
+        train_process=process,
+        initial_train_state=initial,
+        train_data_source=datasets.ClientRoundDataSource(
+          data.client_data.client_ids, seed=3
+        ),
+        train_per_round_clients=2,
+        train_total_rounds=total_rounds,
+        should_discard_round=_diverged,
+        program_state_manager=state_manager,
+        model_output_manager=model_output,
+        train_metrics_manager=metrics,
+        evaluation_manager=None,
+        evaluation_periodicity=1,
+      )
+    )
   released = list(model_output.values().values())
-  return (model_lib.flat_trainable(released[-1][0]) if released else None,
-          metrics)
+  return (
+    model_lib.flat_trainable(released[-1][0]) if released else None,
+    metrics,
+  )
 
 
 @pytest.fixture(scope='module')
@@ -73,8 +94,7 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.mark.parametrize('method', methods.METHOD_NAMES)
-def test_train_model_runs_and_resumes_every_method(method, cache_dir,
-                                                   tmp_path):
+def test_train_model_runs_and_resumes_every_method(method, cache_dir, tmp_path):
   runs = {}
   for name in ('whole', 'resumed'):
     config = _config(method, str(tmp_path / name), cache_dir)
@@ -86,8 +106,9 @@ def test_train_model_runs_and_resumes_every_method(method, cache_dir,
       break
   data, process, keras_model_fn = runs['whole']
   assert isinstance(process, tff.learning.templates.LearningProcess)
-  whole, metrics = _train_model(process, data, str(tmp_path / 'whole'),
-                                ROUNDS, keras_model_fn)
+  whole, metrics = _train_model(
+    process, data, str(tmp_path / 'whole'), ROUNDS, keras_model_fn
+  )
   assert sorted(metrics.values()) == list(range(1, ROUNDS + 1))
 
   data, process, keras_model_fn = runs['resumed']
@@ -95,8 +116,9 @@ def test_train_model_runs_and_resumes_every_method(method, cache_dir,
   # Round 1; then round 2 runs and writes its clients' states, and the
   # program dies before saving it; the rerun resumes from round 1.
   _train_model(process, data, root, 1, keras_model_fn)
-  iterator = datasets.ClientRoundDataSource(data.client_data.client_ids,
-                                            seed=3).iterator()
+  iterator = datasets.ClientRoundDataSource(
+    data.client_data.client_ids, seed=3
+  ).iterator()
   iterator.select(2)
   lost = process.next(process.initialize(), iterator.select(2))
   del lost
@@ -105,8 +127,10 @@ def test_train_model_runs_and_resumes_every_method(method, cache_dir,
   if hasattr(process, 'client_states'):
     whole_states = runs['whole'][1].client_states
     for client_id in data.client_data.client_ids:
-      for a, b in zip(tf.nest.flatten(process.client_states.get(client_id)),
-                      tf.nest.flatten(whole_states.get(client_id))):
+      for a, b in zip(
+        tf.nest.flatten(process.client_states.get(client_id)),
+        tf.nest.flatten(whole_states.get(client_id)),
+      ):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

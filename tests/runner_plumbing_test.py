@@ -27,18 +27,29 @@ from tff_methods import moon
 from tff_methods import scaffold
 from tooling import experiment
 
-BUILDERS = [(fedavg, 'build_fedavg'), (fedavg, 'build_tff_fedavg'),
-            (fedprox, 'build_fedprox'), (fedmax, 'build_fedmax'),
-            (fedcos, 'build_fedcos'), (moon, 'build_moon'),
-            (fedcka, 'build_fedcka'), (scaffold, 'build_scaffold'),
-            (fed2, 'build_fed2')]
+BUILDERS = [
+  (fedavg, 'build_fedavg'),
+  (fedavg, 'build_tff_fedavg'),
+  (fedprox, 'build_fedprox'),
+  (fedmax, 'build_fedmax'),
+  (fedcos, 'build_fedcos'),
+  (moon, 'build_moon'),
+  (fedcka, 'build_fedcka'),
+  (scaffold, 'build_scaffold'),
+  (fed2, 'build_fed2'),
+]
 
 
 @pytest.fixture(scope='module')
 def data(tmp_path_factory):
-  return experiment.load_data(experiment.ExperimentConfig(
-      task='digits', num_clients=4, clients_per_round=2,
-      cache_dir=str(tmp_path_factory.mktemp('cache'))))
+  return experiment.load_data(
+    experiment.ExperimentConfig(
+      task='digits',
+      num_clients=4,
+      clients_per_round=2,
+      cache_dir=str(tmp_path_factory.mktemp('cache')),
+    )
+  )
 
 
 def _builds(monkeypatch, data, tmp_path, **settings):
@@ -53,8 +64,14 @@ def _builds(monkeypatch, data, tmp_path, **settings):
 
     monkeypatch.setattr(module, name, record)
   config = experiment.ExperimentConfig(
-      **{'task': 'digits', 'num_clients': 4, 'clients_per_round': 2,
-         'output_dir': str(tmp_path / 'run'), **settings})
+    **{
+      'task': 'digits',
+      'num_clients': 4,
+      'clients_per_round': 2,
+      'output_dir': str(tmp_path / 'run'),
+      **settings,
+    }
+  )
   experiment.validate(config)
   experiment.build_process(config, data)
   (call,) = calls
@@ -62,116 +79,207 @@ def _builds(monkeypatch, data, tmp_path, **settings):
 
 
 def _hparams(optimizer):
-  return {k: float(v) for k, v in optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec([], tf.float32))).items()}
+  return {
+    k: float(v)
+    for k, v in optimizer.get_hparams(
+      optimizer.initialize(tf.TensorSpec([], tf.float32))
+    ).items()
+  }
 
 
 def test_client_and_server_optimizer_settings_reach_the_builder(
-    monkeypatch, data, tmp_path):
+  monkeypatch, data, tmp_path
+):
   name, kwargs = _builds(
-      monkeypatch, data, tmp_path, method='fedavgm', model='mlp',
-      client_learning_rate=0.07, client_momentum=0.5, weight_decay=0.001,
-      server_learning_rate=0.3, server_momentum=0.7)
+    monkeypatch,
+    data,
+    tmp_path,
+    method='fedavgm',
+    model='mlp',
+    client_learning_rate=0.07,
+    client_momentum=0.5,
+    weight_decay=0.001,
+    server_learning_rate=0.3,
+    server_momentum=0.7,
+  )
   assert name == 'build_fedavg'
   client = kwargs['client_optimizer_fn']
-  assert _hparams(client) == pytest.approx(dict(learning_rate=0.07,
-                                                momentum=0.5))
-  assert client._weight_decay == 0.001  # pylint: disable=protected-access
+  assert _hparams(client) == pytest.approx(
+    dict(learning_rate=0.07, momentum=0.5)
+  )
+  assert client._weight_decay == 0.001
   assert _hparams(kwargs['server_optimizer_fn']) == pytest.approx(
-      dict(learning_rate=0.3, momentum=0.7))
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='fedadam',
-                      model='mlp', server_learning_rate=0.02)
+    dict(learning_rate=0.3, momentum=0.7)
+  )
+  _, kwargs = _builds(
+    monkeypatch,
+    data,
+    tmp_path,
+    method='fedadam',
+    model='mlp',
+    server_learning_rate=0.02,
+  )
   assert _hparams(kwargs['server_optimizer_fn'])['learning_rate'] == (
-      pytest.approx(0.02))
+    pytest.approx(0.02)
+  )
 
 
 def test_each_methods_strengths_and_options_reach_its_builder(
-    monkeypatch, data, tmp_path):
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='fedprox',
-                      model='mlp', mu=0.3)
+  monkeypatch, data, tmp_path
+):
+  _, kwargs = _builds(
+    monkeypatch, data, tmp_path, method='fedprox', model='mlp', mu=0.3
+  )
   assert kwargs['mu'] == 0.3
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='fedmax',
-                      model='mlp', beta=7.0)
+  _, kwargs = _builds(
+    monkeypatch, data, tmp_path, method='fedmax', model='mlp', beta=7.0
+  )
   assert kwargs['beta'] == 7.0
   name, kwargs = _builds(
-      monkeypatch, data, tmp_path, method='fedprox+fedcos', model='mlp',
-      fedprox_mu=0.2, fedcos_mu=0.04, fedcos_direction='mean_client_update')
+    monkeypatch,
+    data,
+    tmp_path,
+    method='fedprox+fedcos',
+    model='mlp',
+    fedprox_mu=0.2,
+    fedcos_mu=0.04,
+    fedcos_direction='mean_client_update',
+  )
   assert name == 'build_fedcos'
   assert (kwargs['mu'], kwargs['direction']) == (0.04, 'mean_client_update')
   (proximal,) = kwargs['base_regularizers']
   assert isinstance(proximal, fedprox.ProximalTerm) and proximal.mu == 0.2
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='moon',
-                      model='fedcka_cnn', mu=2.0, temperature=0.1)
+  _, kwargs = _builds(
+    monkeypatch,
+    data,
+    tmp_path,
+    method='moon',
+    model='fedcka_cnn',
+    mu=2.0,
+    temperature=0.1,
+  )
   assert (kwargs['mu'], kwargs['temperature']) == (2.0, 0.1)
-  assert kwargs['client_state_dir'] == str(tmp_path / 'run' /
-                                           'client_states')
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='fedcka',
-                      model='fedcka_cnn', mu=4.0, cka_layers=3,
-                      similarity='kernel_cka',
-                      client_state_dir=str(tmp_path / 'states'))
+  assert kwargs['client_state_dir'] == str(tmp_path / 'run' / 'client_states')
+  _, kwargs = _builds(
+    monkeypatch,
+    data,
+    tmp_path,
+    method='fedcka',
+    model='fedcka_cnn',
+    mu=4.0,
+    cka_layers=3,
+    similarity='kernel_cka',
+    client_state_dir=str(tmp_path / 'states'),
+  )
   assert (kwargs['mu'], kwargs['num_layers'], kwargs['similarity']) == (
-      4.0, 3, 'kernel_cka')
+    4.0,
+    3,
+    'kernel_cka',
+  )
   # A directory of the run's own under the one given, claimed by the run.
-  assert os.path.dirname(kwargs['client_state_dir']) == str(tmp_path /
-                                                           'states')
+  assert os.path.dirname(kwargs['client_state_dir']) == str(tmp_path / 'states')
   with open(os.path.join(kwargs['client_state_dir'], 'owner.txt')) as f:
     assert f.read().strip() == str(tmp_path / 'run')
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='fed2',
-                      model='fedcka_cnn', fed2_groups=2,
-                      fed2_pairing='class_weighted', seed=5)
+  _, kwargs = _builds(
+    monkeypatch,
+    data,
+    tmp_path,
+    method='fed2',
+    model='fedcka_cnn',
+    fed2_groups=2,
+    fed2_pairing='class_weighted',
+    seed=5,
+  )
   assert (kwargs['num_groups'], kwargs['pairing'], kwargs['seed']) == (
-      2, 'class_weighted', 5)
+    2,
+    'class_weighted',
+    5,
+  )
 
 
 def test_scaffolds_settings_reach_its_builder(monkeypatch, data, tmp_path):
   _, kwargs = _builds(
-      monkeypatch, data, tmp_path, method='scaffold', model='mlp',
-      client_learning_rate=0.07, server_learning_rate=0.5,
-      weight_decay=0.001, scaffold_weighting='num_examples',
-      scaffold_momentum=True, client_momentum=0.8)
+    monkeypatch,
+    data,
+    tmp_path,
+    method='scaffold',
+    model='mlp',
+    client_learning_rate=0.07,
+    server_learning_rate=0.5,
+    weight_decay=0.001,
+    scaffold_weighting='num_examples',
+    scaffold_momentum=True,
+    client_momentum=0.8,
+  )
   assert kwargs['num_clients'] == 4  # all clients, not the 2 per round
   assert kwargs['client_learning_rate'] == 0.07
   assert kwargs['server_learning_rate'] == 0.5
   assert kwargs['weight_decay'] == 0.001
   assert kwargs['client_momentum'] == 0.8
   assert kwargs['client_weighting'] == (
-      tff.learning.ClientWeighting.NUM_EXAMPLES)
-  _, kwargs = _builds(monkeypatch, data, tmp_path, method='scaffold',
-                      model='mlp', client_momentum=0.8)
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  )
+  _, kwargs = _builds(
+    monkeypatch,
+    data,
+    tmp_path,
+    method='scaffold',
+    model='mlp',
+    client_momentum=0.8,
+  )
   assert kwargs['client_momentum'] == 0.0  # the paper's plain SGD
   assert kwargs['client_weighting'] == tff.learning.ClientWeighting.UNIFORM
 
 
-def test_the_aggregator_settings_reach_every_builder(monkeypatch, data,
-                                                      tmp_path):
-  for method, model in (('fedavg', 'mlp'), ('moon', 'fedcka_cnn'),
-                        ('scaffold', 'mlp'), ('fed2', 'fedcka_cnn')):
-    _, kwargs = _builds(monkeypatch, data, tmp_path, method=method,
-                        model=model, aggregator='dp',
-                        dp_noise_multiplier=0.05, dp_clip=0.5)
-    assert isinstance(kwargs['model_aggregator'],
-                      tff.aggregators.UnweightedAggregationFactory), method
-    _, kwargs = _builds(monkeypatch, data, tmp_path, method=method,
-                        model=model)
+def test_the_aggregator_settings_reach_every_builder(
+  monkeypatch, data, tmp_path
+):
+  for method, model in (
+    ('fedavg', 'mlp'),
+    ('moon', 'fedcka_cnn'),
+    ('scaffold', 'mlp'),
+    ('fed2', 'fedcka_cnn'),
+  ):
+    _, kwargs = _builds(
+      monkeypatch,
+      data,
+      tmp_path,
+      method=method,
+      model=model,
+      aggregator='dp',
+      dp_noise_multiplier=0.05,
+      dp_clip=0.5,
+    )
+    assert isinstance(
+      kwargs['model_aggregator'], tff.aggregators.UnweightedAggregationFactory
+    ), method
+    _, kwargs = _builds(monkeypatch, data, tmp_path, method=method, model=model)
     assert kwargs['model_aggregator'] is None, method
 
 
 @pytest.mark.usefixtures('tff_worker')
 def test_scaffold_through_the_runner_moves_c_by_the_sampled_share(
-    data, tmp_path):
+  data, tmp_path
+):
   config = experiment.ExperimentConfig(
-      method='scaffold', task='digits', model='mlp', num_clients=4,
-      clients_per_round=2, output_dir=str(tmp_path / 'run'))
+    method='scaffold',
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=2,
+    output_dir=str(tmp_path / 'run'),
+  )
   process, _ = experiment.build_process(config, data)
   cohort = data.client_data.client_ids[:2]
-  state = process.next(process.initialize(),
-                       [datasets.client_round(c, 1) for c in cohort]).state
+  state = process.next(
+    process.initialize(), [datasets.client_round(c, 1) for c in cohort]
+  ).state
   # c and every c_i start at 0: c moves by |S| / N = 2 / 4 of the mean c_i.
-  client_controls = [process.client_states.get(c)['scaffold']
-                     for c in cohort]
+  client_controls = [process.client_states.get(c)['scaffold'] for c in cohort]
   for t, c in enumerate(state.distributor['scaffold']):
-    expected = 0.5 * np.mean([controls[t] for controls in client_controls],
-                             axis=0)
+    expected = 0.5 * np.mean(
+      [controls[t] for controls in client_controls], axis=0
+    )
     assert np.abs(expected).max() > 0
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-7)
 

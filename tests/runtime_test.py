@@ -15,21 +15,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_importing_the_runtime_changes_no_environment():
-  script = ('import os; before = dict(os.environ); '
-            'from tff_methods import runtime; '
-            'print(sorted(set(os.environ.items()) ^ set(before.items())))')
-  env = {k: v for k, v in os.environ.items()
-         if k not in ('TF_ENABLE_ONEDNN_OPTS', 'GRPC_ENABLE_FORK_SUPPORT')}
-  out = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=120,
-                       check=True)
+  script = (
+    'import os; before = dict(os.environ); '
+    'from tff_methods import runtime; '
+    'print(sorted(set(os.environ.items()) ^ set(before.items())))'
+  )
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ('TF_ENABLE_ONEDNN_OPTS', 'GRPC_ENABLE_FORK_SUPPORT')
+  }
+  out = subprocess.run(
+    [sys.executable, '-c', script],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=True,
+  )
   assert out.stdout.strip().splitlines()[-1] == '[]'
 
 
 def test_a_local_context_leaves_the_users_process_alone():
   # Signal handlers and warning filters are the binaries' choice
   # (tooling.process_setup), not the library's.
-  script = '\n'.join([
+  script = '\n'.join(
+    [
       'import signal, warnings',
       'import tensorflow as tf, tensorflow_federated as tff',
       'filters = list(warnings.filters)',
@@ -40,10 +52,17 @@ def test_a_local_context_leaves_the_users_process_alone():
       '      signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,',
       '      warnings.filters == filters, len(workers.worker_pids()))',
       'workers.install_signal_handlers()',
-      'print(signal.getsignal(signal.SIGINT) is workers._signal_handler)'])
-  out = subprocess.run([sys.executable, '-c', script], cwd=REPO,
-                       capture_output=True, text=True, timeout=300,
-                       check=True)
+      'print(signal.getsignal(signal.SIGINT) is workers._signal_handler)',
+    ]
+  )
+  out = subprocess.run(
+    [sys.executable, '-c', script],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=True,
+  )
   assert out.stdout.split() == ['True', 'True', 'True', '1', 'True']
 
 
@@ -55,33 +74,53 @@ def test_configure_environment_keeps_the_callers_settings(monkeypatch):
   assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
 
 
-@pytest.mark.parametrize('cores, max_calls, threads', [
-    (2, 2, '1'), (8, 2, '4'), (8, 3, '2'), (2, 4, '1'),
+@pytest.mark.parametrize(
+  'cores, max_calls, threads',
+  [
+    (2, 2, '1'),
+    (8, 2, '4'),
+    (8, 3, '2'),
+    (2, 4, '1'),
     # No limit on the clients at once: TensorFlow's default (every core).
-    (8, -1, None), (8, 0, None)])
+    (8, -1, None),
+    (8, 0, None),
+  ],
+)
 def test_a_worker_splits_the_cores_between_its_clients(
-    monkeypatch, cores, max_calls, threads):
+  monkeypatch, cores, max_calls, threads
+):
   monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
   monkeypatch.setattr(workers, 'usable_cores', lambda: cores)
   env = workers.worker_environment(max_calls)
   assert env.get('TF_NUM_INTRAOP_THREADS') == threads
   assert env['TF_ENABLE_ONEDNN_OPTS'] == os.environ.get(
-      'TF_ENABLE_ONEDNN_OPTS', '1')
+    'TF_ENABLE_ONEDNN_OPTS', '1'
+  )
 
 
-@pytest.mark.parametrize('cores, max_calls, parameters, threads', [
-    (2, 2, None, 1), (2, 2, 150_000, 1), (8, 2, 999_999, 4),
+@pytest.mark.parametrize(
+  'cores, max_calls, parameters, threads',
+  [
+    (2, 2, None, 1),
+    (2, 2, 150_000, 1),
+    (8, 2, 999_999, 4),
     # A million parameters or more: every core for each client.
-    (2, 2, 1_000_000, 2), (8, 2, 11_000_000, 8),
-    (8, -1, 11_000_000, None), (8, -1, None, None)])
+    (2, 2, 1_000_000, 2),
+    (8, 2, 11_000_000, 8),
+    (8, -1, 11_000_000, None),
+    (8, -1, None, None),
+  ],
+)
 def test_large_models_get_every_core_for_each_client(
-    monkeypatch, cores, max_calls, parameters, threads):
+  monkeypatch, cores, max_calls, parameters, threads
+):
   monkeypatch.delenv('TF_NUM_INTRAOP_THREADS', raising=False)
   monkeypatch.setattr(workers, 'usable_cores', lambda: cores)
   assert workers.threads_per_client(parameters, max_calls) == threads
   env = workers.worker_environment(max_calls, model_parameters=parameters)
   assert env.get('TF_NUM_INTRAOP_THREADS') == (
-      None if threads is None else str(threads))
+    None if threads is None else str(threads)
+  )
 
 
 def test_a_workers_threads_follow_the_callers_setting(monkeypatch):
@@ -111,13 +150,22 @@ def test_a_started_worker_gets_onednn_and_dies_when_ended(monkeypatch):
 
 @pytest.mark.slow
 def test_the_worker_binary_serves_with_the_cores_split():
-  env = {k: v for k, v in os.environ.items()
-         if k != 'TF_NUM_INTRAOP_THREADS'}
+  env = {k: v for k, v in os.environ.items() if k != 'TF_NUM_INTRAOP_THREADS'}
   port = workers.portpicker.pick_unused_port()
   process = subprocess.Popen(
-      [sys.executable, '-m', 'binaries.worker', f'--port={port}',
-       '--max_concurrent_clients=2'], cwd=REPO, env=env,
-      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    [
+      sys.executable,
+      '-m',
+      'binaries.worker',
+      f'--port={port}',
+      '--max_concurrent_clients=2',
+    ],
+    cwd=REPO,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL,
+    text=True,
+  )
   try:
     assert 'serving on port' in process.stdout.readline()
     # The Python process becomes the worker (exec): same pid. Its
@@ -126,7 +174,8 @@ def test_the_worker_binary_serves_with_the_cores_split():
     while True:
       assert process.poll() is None, 'the worker exited'
       if os.path.realpath(f'/proc/{process.pid}/exe') == os.path.realpath(
-          workers.packaged_worker_binary()):
+        workers.packaged_worker_binary()
+      ):
         with open(f'/proc/{process.pid}/environ', 'rb') as f:
           environ = f.read().split(b'\0')
         if len(environ) > 1:
@@ -135,8 +184,11 @@ def test_the_worker_binary_serves_with_the_cores_split():
       time.sleep(0.05)
     threads = str(max(1, workers.usable_cores() // 2)).encode()
     assert b'TF_NUM_INTRAOP_THREADS=' + threads in environ
-    assert b'TF_ENABLE_ONEDNN_OPTS=' + os.environ.get(
-        'TF_ENABLE_ONEDNN_OPTS', '1').encode() in environ
+    assert (
+      b'TF_ENABLE_ONEDNN_OPTS='
+      + os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1').encode()
+      in environ
+    )
   finally:
     process.terminate()
     process.wait(timeout=30)
@@ -146,9 +198,17 @@ def test_a_script_that_imports_the_library_and_exits_prints_no_traceback():
   # TFF 0.87's import-time context fails in __del__ at shutdown unless it is
   # dropped first (tff_methods/__init__.py).
   result = subprocess.run(
-      [sys.executable, '-c', 'from tff_methods import fedprox, moon, '
-       'stateful, aggregation'], cwd=REPO, capture_output=True, text=True,
-      timeout=300, check=False)
+    [
+      sys.executable,
+      '-c',
+      'from tff_methods import fedprox, moon, ' 'stateful, aggregation',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0
   assert 'Traceback' not in result.stderr
   assert 'Exception ignored' not in result.stderr

@@ -39,8 +39,13 @@ def _python_blocks(path):
 def _run_as_a_user(path, cwd):
   """Runs a document's Python blocks in a new interpreter."""
   result = subprocess.run(
-      [sys.executable, '-c', _python_blocks(path)], cwd=cwd,
-      capture_output=True, text=True, timeout=600, check=False)
+    [sys.executable, '-c', _python_blocks(path)],
+    cwd=cwd,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr, result.stderr[-3000:]
   return result.stdout
@@ -59,29 +64,36 @@ def test_the_pipeline_page_runs_as_written(tmp_path):
 @pytest.mark.slow
 def test_the_readme_quick_start_runs_as_written(tmp_path):
   out = _run_as_a_user('README.md', tmp_path)
-  losses = [float(line.split()[1]) for line in out.splitlines()
-            if re.match(r'^[123] [0-9.]+$', line)]
+  losses = [
+    float(line.split()[1])
+    for line in out.splitlines()
+    if re.match(r'^[123] [0-9.]+$', line)
+  ]
   assert len(losses) == 3 and all(np.isfinite(losses))
   assert os.listdir(tmp_path / 'runs' / 'quick_start_states')
 
 
 def _sequential(softmax=False):
-  return tf.keras.Sequential([
+  return tf.keras.Sequential(
+    [
       tf.keras.Input((4,)),
       tf.keras.layers.Dense(8, activation='relu', name='hidden'),
-      tf.keras.layers.Dense(3, activation='softmax' if softmax else None,
-                            name='scores'),
-  ])
+      tf.keras.layers.Dense(
+        3, activation='softmax' if softmax else None, name='scores'
+      ),
+    ]
+  )
 
 
 SPEC = collections.OrderedDict(
-    x=tf.TensorSpec([None, 4], tf.float32),
-    y=tf.TensorSpec([None], tf.int32))
+  x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None], tf.int32)
+)
 
 
 def test_named_outputs_names_the_layers_a_method_reads():
-  model = model_lib.named_outputs(_sequential(), features='hidden',
-                                  layers=['hidden', 'scores'])
+  model = model_lib.named_outputs(
+    _sequential(), features='hidden', layers=['hidden', 'scores']
+  )
   assert sorted(model.output) == ['features', 'layer_1', 'layer_2', 'logits']
   x = np.ones((2, 4), np.float32)
   outputs = model(x)
@@ -92,8 +104,10 @@ def test_named_outputs_names_the_layers_a_method_reads():
 
 
 def test_named_outputs_lists_the_layers_when_one_is_missing():
-  with pytest.raises(ValueError, match=r"no layer 'dense'; its layers are "
-                     r"\['hidden', 'scores'\]"):
+  with pytest.raises(
+    ValueError,
+    match=r"no layer 'dense'; its layers are " r"\['hidden', 'scores'\]",
+  ):
     model_lib.named_outputs(_sequential(), features='dense')
 
 
@@ -105,32 +119,54 @@ def test_a_single_output_model_is_taken_as_logits_and_a_softmax_refused():
 
 
 def test_a_variable_model_is_refused_with_the_adapter_named():
-
   def variable_model():
     return tff.learning.models.from_keras_model(
-        _sequential(), loss=tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True), input_spec=SPEC)
+      _sequential(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=SPEC,
+    )
 
   with pytest.raises(TypeError, match='named_outputs'):
-    fedprox.build_fedprox(variable_model, SPEC,
-                          client_optimizer_fn=optimizers.build_client_sgd(0.1))
+    fedprox.build_fedprox(
+      variable_model, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+    )
 
 
-@pytest.mark.parametrize('build, output, argument', [
-    (lambda fn: fedmax.build_fedmax(
-        fn, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)),
-     'features', 'features=...'),
-    (lambda fn: fedcka.build_fedcka(
-        fn, SPEC, dataset_computation=_ids_computation(),
-        client_optimizer_fn=optimizers.build_client_sgd(0.1), num_layers=2),
-     'layer_1', 'layers'),
-    (lambda fn: moon.build_moon(
-        fn, SPEC, dataset_computation=_ids_computation(),
-        client_optimizer_fn=optimizers.build_client_sgd(0.1)),
-     'z', 'z=...'),
-], ids=['fedmax', 'fedcka', 'moon'])
-def test_a_builder_names_the_output_its_method_reads(build, output,
-                                                     argument):
+@pytest.mark.parametrize(
+  'build, output, argument',
+  [
+    (
+      lambda fn: fedmax.build_fedmax(
+        fn, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+      ),
+      'features',
+      'features=...',
+    ),
+    (
+      lambda fn: fedcka.build_fedcka(
+        fn,
+        SPEC,
+        dataset_computation=_ids_computation(),
+        client_optimizer_fn=optimizers.build_client_sgd(0.1),
+        num_layers=2,
+      ),
+      'layer_1',
+      'layers',
+    ),
+    (
+      lambda fn: moon.build_moon(
+        fn,
+        SPEC,
+        dataset_computation=_ids_computation(),
+        client_optimizer_fn=optimizers.build_client_sgd(0.1),
+      ),
+      'z',
+      'z=...',
+    ),
+  ],
+  ids=['fedmax', 'fedcka', 'moon'],
+)
+def test_a_builder_names_the_output_its_method_reads(build, output, argument):
   with pytest.raises(ValueError) as error:
     build(_sequential)
   message = str(error.value)
@@ -140,39 +176,54 @@ def test_a_builder_names_the_output_its_method_reads(build, output,
 
 def test_methods_that_read_weights_and_logits_take_a_plain_model():
   for build in (
-      lambda: fedavg.build_fedavg(
-          _sequential, SPEC,
-          client_optimizer_fn=optimizers.build_client_sgd(0.1)),
-      lambda: scaffold.build_scaffold(
-          _sequential, SPEC, dataset_computation=_ids_computation(),
-          client_learning_rate=0.1, num_clients=2)):
+    lambda: fedavg.build_fedavg(
+      _sequential, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+    ),
+    lambda: scaffold.build_scaffold(
+      _sequential,
+      SPEC,
+      dataset_computation=_ids_computation(),
+      client_learning_rate=0.1,
+      num_clients=2,
+    ),
+  ):
     assert isinstance(build(), tff.learning.templates.LearningProcess)
 
 
 def test_a_keras_model_instead_of_its_builder_is_refused():
   with pytest.raises(TypeError, match='function that builds the Keras'):
-    fedavg.build_fedavg(_sequential(), SPEC,
-                        client_optimizer_fn=optimizers.build_client_sgd(0.1))
+    fedavg.build_fedavg(
+      _sequential(), SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+    )
 
 
 def test_elements_that_are_neither_dicts_nor_pairs_are_refused():
-  with pytest.raises(TypeError, match=r'OrderedDict\(x=\.\.\., y=\.\.\.\) '
-                     r'or \(x, y\) tuples'):
-    fedavg.build_fedavg(_sequential, tf.TensorSpec([None, 4]),
-                        client_optimizer_fn=optimizers.build_client_sgd(0.1))
+  with pytest.raises(
+    TypeError, match=r'OrderedDict\(x=\.\.\., y=\.\.\.\) ' r'or \(x, y\) tuples'
+  ):
+    fedavg.build_fedavg(
+      _sequential,
+      tf.TensorSpec([None, 4]),
+      client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    )
 
 
 def test_a_non_factory_aggregator_and_a_weighted_dp_are_refused():
   with pytest.raises(TypeError, match='model_aggregator must be'):
-    fedavg.build_fedavg(_sequential, SPEC,
-                        client_optimizer_fn=optimizers.build_client_sgd(0.1),
-                        model_aggregator='dp')
+    fedavg.build_fedavg(
+      _sequential,
+      SPEC,
+      client_optimizer_fn=optimizers.build_client_sgd(0.1),
+      model_aggregator='dp',
+    )
   with pytest.raises(ValueError, match='unweighted factory'):
     fedavg.build_fedavg(
-        _sequential, SPEC,
-        client_optimizer_fn=optimizers.build_client_sgd(0.1),
-        model_aggregator=tff.learning.dp_aggregator(0.1, 10),
-        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+      _sequential,
+      SPEC,
+      client_optimizer_fn=optimizers.build_client_sgd(0.1),
+      model_aggregator=tff.learning.dp_aggregator(0.1, 10),
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    )
 
 
 def _raw_client_data(num_clients=3, tuples=False):
@@ -181,10 +232,12 @@ def _raw_client_data(num_clients=3, tuples=False):
   for i in range(num_clients):
     x = rng.normal(size=(24, 4)).astype(np.float32)
     y = rng.integers(0, 3, size=24).astype(np.int32)
-    data[f'client_{i}'] = (x, y) if tuples else collections.OrderedDict(
-        x=x, y=y)
+    data[f'client_{i}'] = (
+      (x, y) if tuples else collections.OrderedDict(x=x, y=y)
+    )
   return tff.simulation.datasets.TestClientData(data).preprocess(
-      lambda ds: ds.batch(8))
+    lambda ds: ds.batch(8)
+  )
 
 
 def _ids_computation():
@@ -193,10 +246,12 @@ def _ids_computation():
 
 def _train(process, clients, rounds=2, keys=False):
   state = process.set_model_weights(
-      process.initialize(), model_lib.initial_weights(_sequential, 0))
+    process.initialize(), model_lib.initial_weights(_sequential, 0)
+  )
   for round_num in range(1, rounds + 1):
-    data = ([stateful.client_key(c, round_num) for c in clients] if keys
-            else clients)
+    data = (
+      [stateful.client_key(c, round_num) for c in clients] if keys else clients
+    )
     state = process.next(state, data).state
   return model_lib.flat_trainable(process.get_model_weights(state))
 
@@ -207,11 +262,17 @@ def test_tuple_elements_train_as_dict_elements_do():
   for tuples in (False, True):
     client_data = _raw_client_data(tuples=tuples)
     process = fedavg.build_fedavg(
-        _sequential, client_data.element_type_structure,
-        client_optimizer_fn=optimizers.build_client_sgd(0.1))
-    weights[tuples] = _train(process, [
+      _sequential,
+      client_data.element_type_structure,
+      client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    )
+    weights[tuples] = _train(
+      process,
+      [
         client_data.create_tf_dataset_for_client(c)
-        for c in client_data.client_ids])
+        for c in client_data.client_ids
+      ],
+    )
   np.testing.assert_array_equal(weights[True], weights[False])
 
 
@@ -222,64 +283,91 @@ def test_a_stateful_method_takes_tffs_client_data_by_id(tmp_path):
   client_data = _raw_client_data()
   ids = client_data.client_ids
   model_fn = model_lib.named_outputs(_sequential, layers=['hidden'])
-  expected = _train(fedavg.build_fedavg(
-      model_fn, client_data.element_type_structure,
+  expected = _train(
+    fedavg.build_fedavg(
+      model_fn,
+      client_data.element_type_structure,
       client_optimizer_fn=optimizers.build_client_sgd(0.1),
-      dataset_computation=client_data), ids)
-  process = fedcka.build_fedcka(
-      model_fn, client_data.element_type_structure,
       dataset_computation=client_data,
-      client_optimizer_fn=optimizers.build_client_sgd(0.1), mu=0.0,
-      num_layers=1, client_state_dir=str(tmp_path))
-  np.testing.assert_allclose(_train(process, ids, keys=True), expected,
-                             rtol=1e-6, atol=1e-6)
+    ),
+    ids,
+  )
+  process = fedcka.build_fedcka(
+    model_fn,
+    client_data.element_type_structure,
+    dataset_computation=client_data,
+    client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    mu=0.0,
+    num_layers=1,
+    client_state_dir=str(tmp_path),
+  )
+  np.testing.assert_allclose(
+    _train(process, ids, keys=True), expected, rtol=1e-6, atol=1e-6
+  )
   assert process.client_states.versions(ids[0]) == [1, 2]
 
 
 @pytest.fixture(scope='module')
 def moon_process():
   return moon.build_moon(
-      model_lib.named_outputs(_sequential, z='hidden'), SPEC,
-      dataset_computation=_ids_computation(),
-      client_optimizer_fn=optimizers.build_client_sgd(0.1))
+    model_lib.named_outputs(_sequential, z='hidden'),
+    SPEC,
+    dataset_computation=_ids_computation(),
+    client_optimizer_fn=optimizers.build_client_sgd(0.1),
+  )
 
 
 def test_stateful_next_refuses_data_sets(moon_process):
-  datasets = [tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(x=np.ones((4, 4), np.float32),
-                              y=np.zeros(4, np.int32))).batch(2)]
-  with pytest.raises(TypeError, match=r'takes client keys, \[client id, '
-                     r'round\].*given data sets'):
+  datasets = [
+    tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(
+        x=np.ones((4, 4), np.float32), y=np.zeros(4, np.int32)
+      )
+    ).batch(2)
+  ]
+  with pytest.raises(
+    TypeError,
+    match=r'takes client keys, \[client id, ' r'round\].*given data sets',
+  ):
     moon_process.next(moon_process.initialize(), datasets)
 
 
 def test_stateful_next_refuses_round_zero_and_a_lost_temporary_store(
-    moon_process):
+  moon_process,
+):
   with pytest.raises(ValueError, match='rounds from 1 on; got round 0'):
     moon_process.check_keys([stateful.client_key('client_0', 0)])
-  with pytest.raises(ValueError, match='starts at round 4 but keeps its '
-                     r"clients' states in a temporary directory.*"
-                     'client_state_dir'):
+  with pytest.raises(
+    ValueError,
+    match='starts at round 4 but keeps its '
+    r"clients' states in a temporary directory.*"
+    'client_state_dir',
+  ):
     moon_process.check_keys([stateful.client_key('client_0', 4)])
 
 
 def test_stateful_next_warns_when_the_round_does_not_advance(tmp_path):
   process = moon.build_moon(
-      model_lib.named_outputs(_sequential, z='hidden'), SPEC,
-      dataset_computation=_ids_computation(),
-      client_optimizer_fn=optimizers.build_client_sgd(0.1),
-      client_state_dir=str(tmp_path))
+    model_lib.named_outputs(_sequential, z='hidden'),
+    SPEC,
+    dataset_computation=_ids_computation(),
+    client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    client_state_dir=str(tmp_path),
+  )
   process.check_keys([stateful.client_key('client_0', 3)])  # resumed: fine
   process.check_keys([stateful.client_key('client_0', 4)])
   with warnings.catch_warnings():
     warnings.simplefilter('error')
     # Once again is a retry (TFF's train_model retries a discarded round).
     process.check_keys([stateful.client_key('client_0', 4)])
-  with pytest.warns(UserWarning, match=r'name round 4, but this process '
-                    r'last ran round 4 \(3 times\)'):
+  with pytest.warns(
+    UserWarning,
+    match=r'name round 4, but this process ' r'last ran round 4 \(3 times\)',
+  ):
     process.check_keys([stateful.client_key('client_0', 4)])
-  with pytest.warns(UserWarning, match='name round 2, but this process '
-                    'last ran round 4'):
+  with pytest.warns(
+    UserWarning, match='name round 2, but this process ' 'last ran round 4'
+  ):
     process.check_keys([stateful.client_key('client_0', 2)])
 
 

@@ -45,12 +45,23 @@ def _alive(pid):
 
 
 def _start(tmp_path, *flags, env=None):
-  log = open(tmp_path / 'log.txt', 'w')  # pylint: disable=consider-using-with
-  process = subprocess.Popen(  # pylint: disable=consider-using-with
-      [sys.executable, '-m', 'binaries.train', '--task=digits',
-       '--model=mlp', f'--cache_dir={tmp_path / "cache"}', '--noprogress',
-       *flags],
-      cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+  log = open(tmp_path / 'log.txt', 'w')
+  process = subprocess.Popen(
+    [
+      sys.executable,
+      '-m',
+      'binaries.train',
+      '--task=digits',
+      '--model=mlp',
+      f'--cache_dir={tmp_path / "cache"}',
+      '--noprogress',
+      *flags,
+    ],
+    cwd=REPO,
+    stdout=log,
+    stderr=subprocess.STDOUT,
+    env=env,
+  )
   return process
 
 
@@ -72,8 +83,9 @@ def _cmdline(pid):
 def _worker_of(process, timeout=60):
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
-    workers = [p for p in _children(process.pid)
-               if 'worker_binary' in _cmdline(p)]
+    workers = [
+      p for p in _children(process.pid) if 'worker_binary' in _cmdline(p)
+    ]
     if workers:
       return workers[0]
     assert process.poll() is None, 'train exited before starting a worker'
@@ -84,8 +96,9 @@ def _worker_of(process, timeout=60):
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
 def test_signal_mid_round_leaves_no_worker(signum, tmp_path):
   output_dir = tmp_path / 'run'
-  process = _start(tmp_path, '--rounds=500', '--local_epochs=3',
-                   f'--output_dir={output_dir}')
+  process = _start(
+    tmp_path, '--rounds=500', '--local_epochs=3', f'--output_dir={output_dir}'
+  )
   worker = _worker_of(process)
   # Wait until training is under way (a round has been written), then
   # interrupt in the middle of a later round.
@@ -106,16 +119,19 @@ def test_signal_mid_round_leaves_no_worker(signum, tmp_path):
 
 # The worker runs with TensorFlow's oneDNN kernels (twice as fast here)
 # unless the user chose otherwise.
-@pytest.mark.parametrize('user_onednn, worker_onednn',
-                         [(None, '1'), ('0', '0')])
+@pytest.mark.parametrize(
+  'user_onednn, worker_onednn', [(None, '1'), ('0', '0')]
+)
 def test_normal_run_ends_its_worker_and_writes_results(
-    tmp_path, user_onednn, worker_onednn):
+  tmp_path, user_onednn, worker_onednn
+):
   output_dir = tmp_path / 'run'
   env = {k: v for k, v in os.environ.items() if k != 'TF_ENABLE_ONEDNN_OPTS'}
   if user_onednn is not None:
     env['TF_ENABLE_ONEDNN_OPTS'] = user_onednn
-  process = _start(tmp_path, '--rounds=2', f'--output_dir={output_dir}',
-                   env=env)
+  process = _start(
+    tmp_path, '--rounds=2', f'--output_dir={output_dir}', env=env
+  )
   worker = _worker_of(process)
   assert _environment_of(worker).get('TF_ENABLE_ONEDNN_OPTS') == worker_onednn
   assert process.wait(timeout=300) == 0
@@ -123,17 +139,32 @@ def test_normal_run_ends_its_worker_and_writes_results(
   assert not _alive(worker)
   log = (tmp_path / 'log.txt').read_text()
   assert 'test accuracy' in log
-  for name in ('metrics.csv', 'results.json', 'partition.png',
-               'experiment.json'):
+  for name in (
+    'metrics.csv',
+    'results.json',
+    'partition.png',
+    'experiment.json',
+  ):
     assert (output_dir / name).exists(), name
 
 
 def test_bad_flags_fail_before_any_work(tmp_path):
   output_dir = tmp_path / 'run'
   result = subprocess.run(
-      [sys.executable, '-m', 'binaries.train', '--method=fedmagic',
-       '--alpha=-1', f'--output_dir={output_dir}'],
-      cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    [
+      sys.executable,
+      '-m',
+      'binaries.train',
+      '--method=fedmagic',
+      '--alpha=-1',
+      f'--output_dir={output_dir}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   assert result.returncode == 2
   assert "--method='fedmagic': Unknown method" in result.stderr
   assert '--alpha=-1.0 must be > 0' in result.stderr

@@ -1,10 +1,10 @@
 """Tests for tooling.training_loop and tooling.experiment."""
 
-import sys
 import collections
 import csv
 import dataclasses
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -23,11 +23,19 @@ class Interrupted(Exception):
 
 
 def _config(tmp_path, name, **overrides):
-  values = dict(method='fedavgm', task='digits', model='mlp', num_clients=4,
-                clients_per_round=2, rounds=4, batch_size=32,
-                client_learning_rate=0.05, seed=3,
-                output_dir=str(tmp_path / name),
-                cache_dir=str(tmp_path / 'cache'))
+  values = dict(
+    method='fedavgm',
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=2,
+    rounds=4,
+    batch_size=32,
+    client_learning_rate=0.05,
+    seed=3,
+    output_dir=str(tmp_path / name),
+    cache_dir=str(tmp_path / 'cache'),
+  )
   values.update(overrides)
   return experiment.ExperimentConfig(**values)
 
@@ -54,68 +62,95 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
   assert len(_metric_rows(config.output_dir)) == 2
   resumed_rounds = []
   resumed = experiment.run(
-      config, progress=False,
-      round_hook=lambda round_num, _: resumed_rounds.append(round_num))
+    config,
+    progress=False,
+    round_hook=lambda round_num, _: resumed_rounds.append(round_num),
+  )
   assert resumed_rounds == [3, 4]  # Rounds 1-2 were not redone.
   np.testing.assert_allclose(
-      model_lib.flat_trainable(resumed['final_weights']),
-      model_lib.flat_trainable(whole['final_weights']), rtol=1e-5, atol=1e-6)
+    model_lib.flat_trainable(resumed['final_weights']),
+    model_lib.flat_trainable(whole['final_weights']),
+    rtol=1e-5,
+    atol=1e-6,
+  )
   whole_rows = _metric_rows(str(tmp_path / 'whole'))
   resumed_rows = _metric_rows(config.output_dir)
   assert [r['round'] for r in resumed_rows] == ['1', '2', '3', '4']
   for a, b in zip(whole_rows, resumed_rows):
     for key in a:
-      np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-4,
-                                 err_msg=key)
+      np.testing.assert_allclose(
+        float(a[key]), float(b[key]), rtol=1e-4, err_msg=key
+      )
 
   # A larger --rounds extends the finished run.
   extended_rounds = []
-  experiment.run(dataclasses.replace(config, rounds=5), progress=False,
-                 round_hook=lambda r, _: extended_rounds.append(r))
+  experiment.run(
+    dataclasses.replace(config, rounds=5),
+    progress=False,
+    round_hook=lambda r, _: extended_rounds.append(r),
+  )
   assert extended_rounds == [5]
   assert len(_metric_rows(config.output_dir)) == 5
 
 
 def test_output_dir_of_another_experiment_is_refused(tmp_path):
-  training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg',
-                                                            mu=0.1, rounds=3))
+  training_loop.check_experiment_config(
+    str(tmp_path), dict(method='fedavg', mu=0.1, rounds=3)
+  )
   # Changing only the number of rounds is allowed (it extends the run).
-  training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg',
-                                                            mu=0.1, rounds=9))
-  with pytest.raises(ValueError, match=r"different experiment \(method: "
-                     r"saved 'fedavg', now 'fedprox'; mu: saved 0.1, now 0.2"):
+  training_loop.check_experiment_config(
+    str(tmp_path), dict(method='fedavg', mu=0.1, rounds=9)
+  )
+  with pytest.raises(
+    ValueError,
+    match=r'different experiment \(method: '
+    r"saved 'fedavg', now 'fedprox'; mu: saved 0.1, now 0.2",
+  ):
     training_loop.check_experiment_config(
-        str(tmp_path), dict(method='fedprox', mu=0.2, rounds=3))
+      str(tmp_path), dict(method='fedprox', mu=0.2, rounds=3)
+    )
 
 
 def test_a_setting_the_saved_config_lacks_is_taken_at_its_default(tmp_path):
   training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg'))
   # A run saved before `aggregator` existed resumes with the default...
   training_loop.check_experiment_config(
-      str(tmp_path), dict(method='fedavg', aggregator='mean'),
-      defaults=dict(aggregator='mean'))
+    str(tmp_path),
+    dict(method='fedavg', aggregator='mean'),
+    defaults=dict(aggregator='mean'),
+  )
   # ... and is refused with another value (the config now records it).
   with pytest.raises(ValueError, match="aggregator: saved 'mean', now 'dp'"):
     training_loop.check_experiment_config(
-        str(tmp_path), dict(method='fedavg', aggregator='dp'),
-        defaults=dict(aggregator='mean'))
+      str(tmp_path),
+      dict(method='fedavg', aggregator='dp'),
+      defaults=dict(aggregator='mean'),
+    )
 
 
 def test_diverged_round_is_rejected_and_the_model_kept(tmp_path):
-  config = _config(tmp_path, 'diverged', method='fedavg', rounds=2,
-                   client_learning_rate=1e30, client_momentum=0.0)
+  config = _config(
+    tmp_path,
+    'diverged',
+    method='fedavg',
+    rounds=2,
+    client_learning_rate=1e30,
+    client_momentum=0.0,
+  )
   results = experiment.run(config, progress=False)
   assert results['rejected_rounds'] == 2
   rows = _metric_rows(config.output_dir)
   assert [r['rejected'] for r in rows] == ['1', '1']
   # No client trained: no made-up loss or accuracy.
   assert all(r['client_work/train/loss'] == 'nan' for r in rows)
-  assert all(r['client_work/train/sparse_categorical_accuracy'] == 'nan'
-             for r in rows)
+  assert all(
+    r['client_work/train/sparse_categorical_accuracy'] == 'nan' for r in rows
+  )
   keras_model_fn = lambda: models.get_model('mlp', 10, (8, 8, 1))
   np.testing.assert_array_equal(
-      model_lib.flat_trainable(results['final_weights']),
-      model_lib.flat_trainable(model_lib.initial_weights(keras_model_fn, 3)))
+    model_lib.flat_trainable(results['final_weights']),
+    model_lib.flat_trainable(model_lib.initial_weights(keras_model_fn, 3)),
+  )
 
 
 class _NonFiniteProcess:
@@ -141,22 +176,34 @@ class _NonFiniteProcess:
 
 def test_non_finite_global_model_is_rejected(tmp_path):
   results = training_loop.run_training(
-      _NonFiniteProcess(), ['a', 'b'], 1, 3, str(tmp_path),
-      model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
-      progress=False)
+    _NonFiniteProcess(),
+    ['a', 'b'],
+    1,
+    3,
+    str(tmp_path),
+    model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
+    progress=False,
+  )
   assert results['rejected_rounds'] == 2
-  np.testing.assert_array_equal(results['final_weights'].trainable[0],
-                                [1.0, 1.0])
+  np.testing.assert_array_equal(
+    results['final_weights'].trainable[0], [1.0, 1.0]
+  )
 
 
 def test_the_loop_leaves_the_threads_event_loop_usable(tmp_path):
   # TFF's own run_training_process calls asyncio.get_event_loop(), which
   # fails once asyncio.run() has cleared the thread's loop.
   training_loop.run_training(
-      _NonFiniteProcess(), ['a'], 1, 1, str(tmp_path),
-      model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
-      progress=False)
-  import asyncio  # pylint: disable=g-import-not-at-top
+    _NonFiniteProcess(),
+    ['a'],
+    1,
+    1,
+    str(tmp_path),
+    model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
+    progress=False,
+  )
+  import asyncio
+
   assert asyncio.get_event_loop_policy().get_event_loop() is not None
 
 
@@ -169,15 +216,25 @@ def test_sampling_is_seeded_per_round():
 
 
 def test_bad_settings_are_all_named_before_any_work(tmp_path):
-  config = _config(tmp_path, 'bad', method='fedmagic', alpha=0.0,
-                   clients_per_round=9, mu=-1.0, model='lenet7')
+  config = _config(
+    tmp_path,
+    'bad',
+    method='fedmagic',
+    alpha=0.0,
+    clients_per_round=9,
+    mu=-1.0,
+    model='lenet7',
+  )
   with pytest.raises(ValueError) as error:
     experiment.run(config)
   message = str(error.value)
-  for expected in ("--method='fedmagic': Unknown method",
-                   '--alpha=0.0 must be > 0',
-                   '--clients_per_round=9 must be in [1, --num_clients=4]',
-                   '--mu=-1.0 must be >= 0', "--model='lenet7' is unknown"):
+  for expected in (
+    "--method='fedmagic': Unknown method",
+    '--alpha=0.0 must be > 0',
+    '--clients_per_round=9 must be in [1, --num_clients=4]',
+    '--mu=-1.0 must be >= 0',
+    "--model='lenet7' is unknown",
+  ):
     assert expected in message
   assert not os.path.exists(config.output_dir)
 
@@ -185,8 +242,9 @@ def test_bad_settings_are_all_named_before_any_work(tmp_path):
 def test_partition_leaving_a_client_empty_is_refused(tmp_path):
   config = _config(tmp_path, 'empty', partition='iid', clients_per_round=2)
   # 2000 clients for the 1438 digits training examples cannot all get data.
-  with pytest.raises(ValueError, match='num_clients=2000 is more than the '
-                     '1438 examples'):
+  with pytest.raises(
+    ValueError, match='num_clients=2000 is more than the ' '1438 examples'
+  ):
     experiment.run(dataclasses.replace(config, num_clients=2000))
 
 

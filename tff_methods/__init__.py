@@ -14,13 +14,17 @@ def _drop_tffs_import_time_context() -> None:
   if 'tensorflow_federated' not in _sys.modules:
     return
   try:
-    # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-    from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
-    # pylint: enable=g-import-not-at-top
+    from tensorflow_federated.python.core.impl.context_stack import (
+      context_stack_impl,
+    )
+    from tensorflow_federated.python.core.impl.context_stack import (
+      runtime_error_context,
+    )
+
     context_stack_impl.context_stack.set_default_context(
-        runtime_error_context.RuntimeErrorContext())
-  except Exception:  # pylint: disable=broad-except
+      runtime_error_context.RuntimeErrorContext()
+    )
+  except Exception:
     pass  # Exiting: nothing to do about a TFF that can't be reached.
 
 

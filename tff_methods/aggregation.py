@@ -27,8 +27,10 @@ from typing import Any, Callable, Optional, Union
 import tensorflow as tf
 import tensorflow_federated as tff
 
-ModelAggregator = Union[tff.aggregators.WeightedAggregationFactory,
-                        tff.aggregators.UnweightedAggregationFactory]
+ModelAggregator = Union[
+  tff.aggregators.WeightedAggregationFactory,
+  tff.aggregators.UnweightedAggregationFactory,
+]
 MetricsAggregator = Callable[..., tff.Computation]
 
 # The names `build_model_aggregator` takes: TFF's weighted mean and its
@@ -37,12 +39,14 @@ AGGREGATORS = ('mean', 'robust', 'dp', 'compression', 'secure')
 
 
 def model_aggregation(
-    model_aggregator: Optional[ModelAggregator],
-    client_weighting: Optional[tff.learning.ClientWeighting],
-    default_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
-) -> tuple[tff.aggregators.WeightedAggregationFactory,
-           tff.learning.ClientWeighting]:
+  model_aggregator: Optional[ModelAggregator],
+  client_weighting: Optional[tff.learning.ClientWeighting],
+  default_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+) -> tuple[
+  tff.aggregators.WeightedAggregationFactory, tff.learning.ClientWeighting
+]:
   """The weighted factory and client weighting a process runs with.
 
   Args:
@@ -58,36 +62,46 @@ def model_aggregation(
     ValueError: an unweighted factory with NUM_EXAMPLES weighting.
   """
   if client_weighting is not None and not isinstance(
-      client_weighting, tff.learning.ClientWeighting):
+    client_weighting, tff.learning.ClientWeighting
+  ):
     raise TypeError(
-        f'client_weighting must be a tff.learning.ClientWeighting (UNIFORM '
-        f'or NUM_EXAMPLES), got {client_weighting!r}.')
+      f'client_weighting must be a tff.learning.ClientWeighting (UNIFORM '
+      f'or NUM_EXAMPLES), got {client_weighting!r}.'
+    )
   if model_aggregator is None:
-    return (tff.aggregators.MeanFactory(),
-            client_weighting or default_weighting)
-  if isinstance(model_aggregator,
-                tff.aggregators.UnweightedAggregationFactory):
+    return (
+      tff.aggregators.MeanFactory(),
+      client_weighting or default_weighting,
+    )
+  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
     if client_weighting not in (None, tff.learning.ClientWeighting.UNIFORM):
       raise ValueError(
-          f'model_aggregator {type(model_aggregator).__name__} is an '
-          'unweighted factory (e.g. tff.learning.dp_aggregator): it averages '
-          'clients uniformly, so client_weighting must be UNIFORM or None, '
-          f'not {client_weighting}.')
-    return (tff.aggregators.as_weighted_aggregator(model_aggregator),
-            tff.learning.ClientWeighting.UNIFORM)
+        f'model_aggregator {type(model_aggregator).__name__} is an '
+        'unweighted factory (e.g. tff.learning.dp_aggregator): it averages '
+        'clients uniformly, so client_weighting must be UNIFORM or None, '
+        f'not {client_weighting}.'
+      )
+    return (
+      tff.aggregators.as_weighted_aggregator(model_aggregator),
+      tff.learning.ClientWeighting.UNIFORM,
+    )
   if isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
     return model_aggregator, client_weighting or default_weighting
   raise TypeError(
-      'model_aggregator must be a tff.aggregators.WeightedAggregationFactory '
-      'or UnweightedAggregationFactory (e.g. tff.learning.robust_aggregator()'
-      f', tff.learning.dp_aggregator(...)), got {model_aggregator!r}.')
+    'model_aggregator must be a tff.aggregators.WeightedAggregationFactory '
+    'or UnweightedAggregationFactory (e.g. tff.learning.robust_aggregator()'
+    f', tff.learning.dp_aggregator(...)), got {model_aggregator!r}.'
+  )
 
 
 def _ratio(values):
   # NaN when no client trained (every one was dropped as non-finite): no
   # made-up loss or accuracy.
-  return tf.where(values[1] > 0, values[0] / tf.maximum(values[1], 1.0),
-                  tf.constant(float('nan')))
+  return tf.where(
+    values[1] > 0,
+    values[0] / tf.maximum(values[1], 1.0),
+    tf.constant(float('nan')),
+  )
 
 
 def _count(dtype):
@@ -97,31 +111,32 @@ def _count(dtype):
 # A client's training metrics, unfinalized as a TFF model reports them
 # (sums, each finalized after the sum over clients).
 TRAIN_METRIC_FINALIZERS = collections.OrderedDict(
-    sparse_categorical_accuracy=_ratio,
-    loss=_ratio,
-    objective=_ratio,
-    num_examples=_count(tf.int64),
-    num_batches=_count(tf.int64),
-    num_non_finite_clients=_count(tf.int32),
+  sparse_categorical_accuracy=_ratio,
+  loss=_ratio,
+  objective=_ratio,
+  num_examples=_count(tf.int64),
+  num_batches=_count(tf.int64),
+  num_non_finite_clients=_count(tf.int32),
 )
 
 
-def unfinalized_train_metrics(sums: dict[str, tf.Tensor]
-                              ) -> collections.OrderedDict:
+def unfinalized_train_metrics(
+  sums: dict[str, tf.Tensor],
+) -> collections.OrderedDict:
   """A client's training sums as `TRAIN_METRIC_FINALIZERS`' inputs."""
   return collections.OrderedDict(
-      sparse_categorical_accuracy=[sums['correct'], sums['num_labels']],
-      loss=[sums['loss_sum'], sums['num_examples']],
-      objective=[sums['objective_sum'], sums['num_examples']],
-      num_examples=[sums['num_examples']],
-      num_batches=[sums['num_batches']],
-      num_non_finite_clients=[sums['num_non_finite_clients']],
+    sparse_categorical_accuracy=[sums['correct'], sums['num_labels']],
+    loss=[sums['loss_sum'], sums['num_examples']],
+    objective=[sums['objective_sum'], sums['num_examples']],
+    num_examples=[sums['num_examples']],
+    num_batches=[sums['num_batches']],
+    num_non_finite_clients=[sums['num_non_finite_clients']],
   )
 
 
 def build_metrics_aggregation(
-    metrics_aggregator: Optional[MetricsAggregator],
-    unfinalized_type: tff.Type) -> Callable[[Any], Any]:
+  metrics_aggregator: Optional[MetricsAggregator], unfinalized_type: tff.Type
+) -> Callable[[Any], Any]:
   """CLIENTS-placed unfinalized metrics -> SERVER `OrderedDict(train=...)`.
 
   Call the result while tracing a federated computation, as TFF's client
@@ -130,24 +145,26 @@ def build_metrics_aggregation(
   aggregator = metrics_aggregator or tff.learning.metrics.sum_then_finalize
   if not callable(aggregator):
     raise TypeError(
-        'metrics_aggregator must be a function (metric finalizers, '
-        'unfinalized metrics type) -> federated computation, such as '
-        f'tff.learning.metrics.sum_then_finalize; got {aggregator!r}.')
+      'metrics_aggregator must be a function (metric finalizers, '
+      'unfinalized metrics type) -> federated computation, such as '
+      f'tff.learning.metrics.sum_then_finalize; got {aggregator!r}.'
+    )
   aggregate = aggregator(TRAIN_METRIC_FINALIZERS, unfinalized_type)
 
   def aggregate_train_metrics(unfinalized):
-    return tff.federated_zip(collections.OrderedDict(
-        train=aggregate(unfinalized)))
+    return tff.federated_zip(
+      collections.OrderedDict(train=aggregate(unfinalized))
+    )
 
   return aggregate_train_metrics
 
 
 def build_model_aggregator(
-    name: str,
-    *,
-    noise_multiplier: float = 0.0,
-    clients_per_round: Optional[int] = None,
-    clip: Optional[float] = None,
+  name: str,
+  *,
+  noise_multiplier: float = 0.0,
+  clients_per_round: Optional[int] = None,
+  clip: Optional[float] = None,
 ) -> Optional[ModelAggregator]:
   """One of TFF's aggregator families by name (None for 'mean').
 
@@ -168,8 +185,10 @@ def build_model_aggregator(
     ValueError: naming the bad value and what is allowed.
   """
   if name not in AGGREGATORS:
-    raise ValueError(f'Unknown aggregator {name!r}; choose one of '
-                     f'{", ".join(AGGREGATORS)}.')
+    raise ValueError(
+      f'Unknown aggregator {name!r}; choose one of '
+      f'{", ".join(AGGREGATORS)}.'
+    )
   if name == 'mean':
     return None
   if name == 'robust':
@@ -179,16 +198,23 @@ def build_model_aggregator(
   if name == 'secure':
     return tff.learning.secure_aggregator()
   if not isinstance(noise_multiplier, (int, float)) or noise_multiplier < 0:
-    raise ValueError(f'The DP noise multiplier must be a number >= 0, got '
-                     f'{noise_multiplier!r}.')
+    raise ValueError(
+      f'The DP noise multiplier must be a number >= 0, got '
+      f'{noise_multiplier!r}.'
+    )
   if not isinstance(clients_per_round, int) or clients_per_round < 1:
-    raise ValueError(f'DP needs the clients per round, an integer >= 1, got '
-                     f'{clients_per_round!r}.')
+    raise ValueError(
+      f'DP needs the clients per round, an integer >= 1, got '
+      f'{clients_per_round!r}.'
+    )
   if clip is None:
-    return tff.learning.dp_aggregator(float(noise_multiplier),
-                                      clients_per_round)
+    return tff.learning.dp_aggregator(
+      float(noise_multiplier), clients_per_round
+    )
   if not isinstance(clip, (int, float)) or clip <= 0:
-    raise ValueError(f'The DP clipping norm must be a number > 0, got '
-                     f'{clip!r}.')
+    raise ValueError(
+      f'The DP clipping norm must be a number > 0, got ' f'{clip!r}.'
+    )
   return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-      float(noise_multiplier), clients_per_round, float(clip))
+    float(noise_multiplier), clients_per_round, float(clip)
+  )

@@ -9,7 +9,6 @@ step run as `Dataset.reduce`'s function is slower than the same step in a
 
 import tensorflow as tf
 
-
 # tf.data's default rewrites and autotuning run whenever an iterator is made,
 # which for a small client's data costs more than reading it.
 _PLAIN_OPTIONS = tf.data.Options()
@@ -22,8 +21,12 @@ BATCHES_IN_MEMORY_MAX_MB = 1024
 
 
 def _batch_bytes(batch) -> tf.Tensor:
-  return tf.add_n([tf.cast(tf.size(t), tf.int64) * t.dtype.size
-                   for t in tf.nest.flatten(batch)])
+  return tf.add_n(
+    [
+      tf.cast(tf.size(t), tf.int64) * t.dtype.size
+      for t in tf.nest.flatten(batch)
+    ]
+  )
 
 
 class BatchesInMemory:
@@ -40,8 +43,9 @@ class BatchesInMemory:
   do).
   """
 
-  def __init__(self, dataset: tf.data.Dataset,
-               max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
+  def __init__(
+    self, dataset: tf.data.Dataset, max_mb: float = BATCHES_IN_MEMORY_MAX_MB
+  ):
     max_bytes = int(max_mb * 2**20)
     self._dataset = dataset
     self.element_spec = dataset.element_spec
@@ -50,57 +54,80 @@ class BatchesInMemory:
     def append(state, batch):
       arrays, kept, seen, kept_bytes = state
       size = _batch_bytes(batch)
-      keep = tf.logical_and(tf.equal(kept, seen),
-                            kept_bytes + size <= max_bytes)
+      keep = tf.logical_and(
+        tf.equal(kept, seen), kept_bytes + size <= max_bytes
+      )
 
       def write():
-        return tuple(a.write(kept, t)
-                     for a, t in zip(arrays, tf.nest.flatten(batch)))
+        return tuple(
+          a.write(kept, t) for a, t in zip(arrays, tf.nest.flatten(batch))
+        )
 
       arrays = tf.cond(keep, write, lambda: tuple(arrays))
       kept = tf.where(keep, kept + 1, kept)
       kept_bytes = tf.where(keep, kept_bytes + size, kept_bytes)
       return arrays, kept, seen + 1, kept_bytes
 
-    empty = tuple(tf.TensorArray(s.dtype, size=0, dynamic_size=True,
-                                 infer_shape=False, element_shape=s.shape)
-                  for s in flat_specs)
+    empty = tuple(
+      tf.TensorArray(
+        s.dtype,
+        size=0,
+        dynamic_size=True,
+        infer_shape=False,
+        element_shape=s.shape,
+      )
+      for s in flat_specs
+    )
     # An iterator in a `tf.while_loop`, not `Dataset.reduce`: the TFF worker
     # instantiates a reduce function on every call (a few ms per client).
     iterator = iter(dataset.with_options(_PLAIN_OPTIONS))
 
     def body(next_batch, state):
       return iterator.get_next_as_optional(), append(
-          state, next_batch.get_value())
+        state, next_batch.get_value()
+      )
 
     _, (self._arrays, self.kept, self.seen, _) = tf.while_loop(
-        lambda next_batch, _: next_batch.has_value(), body,
-        (iterator.get_next_as_optional(),
-         (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64))))
+      lambda next_batch, _: next_batch.has_value(),
+      body,
+      (
+        iterator.get_next_as_optional(),
+        (empty, tf.constant(0), tf.constant(0), tf.constant(0, tf.int64)),
+      ),
+    )
 
   def batch(self, i: tf.Tensor):
     """The i-th kept batch."""
-    return tf.nest.pack_sequence_as(self.element_spec,
-                                    [a.read(i) for a in self._arrays])
+    return tf.nest.pack_sequence_as(
+      self.element_spec, [a.read(i) for a in self._arrays]
+    )
 
   def reduce(self, initial_state, reduce_fn):
-    """`dataset.reduce(initial_state, reduce_fn)`: kept batches, then the rest.
-    """
+    """`dataset.reduce(initial_state, reduce_fn)`: kept batches, then the
+    rest."""
 
     def body(i, state):
       return i + 1, reduce_fn(state, self.batch(i))
 
-    _, state = tf.while_loop(lambda i, _: i < self.kept, body,
-                             (tf.constant(0), initial_state))
+    _, state = tf.while_loop(
+      lambda i, _: i < self.kept, body, (tf.constant(0), initial_state)
+    )
     # Batches past the cap: streamed, from a second pass over the data.
-    return tf.cond(self.seen > self.kept,
-                   lambda: self._dataset.skip(tf.cast(
-                       self.kept, tf.int64)).reduce(state, reduce_fn),
-                   lambda: state)
+    return tf.cond(
+      self.seen > self.kept,
+      lambda: self._dataset.skip(tf.cast(self.kept, tf.int64)).reduce(
+        state, reduce_fn
+      ),
+      lambda: state,
+    )
 
 
-def reduce_over_batches(dataset: tf.data.Dataset, initial_state, reduce_fn,
-                        max_mb: float = BATCHES_IN_MEMORY_MAX_MB):
+def reduce_over_batches(
+  dataset: tf.data.Dataset,
+  initial_state,
+  reduce_fn,
+  max_mb: float = BATCHES_IN_MEMORY_MAX_MB,
+):
   """`dataset.reduce(initial_state, reduce_fn)`, about 30% faster.
 
   See `BatchesInMemory`.

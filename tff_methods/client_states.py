@@ -30,16 +30,20 @@ import tensorflow_federated as tff
 
 def serialize_state(state: Any) -> tf.Tensor:
   """A nested structure of tensors as one string tensor (graph or eager)."""
-  return tf.io.serialize_tensor(tf.stack(
-      [tf.io.serialize_tensor(t) for t in tf.nest.flatten(state)]))
+  return tf.io.serialize_tensor(
+    tf.stack([tf.io.serialize_tensor(t) for t in tf.nest.flatten(state)])
+  )
 
 
 def parse_state(serialized: tf.Tensor, template: Any) -> Any:
   """The inverse of `serialize_state`; `template` gives dtypes and shapes."""
   parts = tf.io.parse_tensor(serialized, tf.string)
-  flat = [tf.ensure_shape(tf.io.parse_tensor(parts[i], tf.as_dtype(a.dtype)),
-                          np.shape(a))
-          for i, a in enumerate(tf.nest.flatten(template))]
+  flat = [
+    tf.ensure_shape(
+      tf.io.parse_tensor(parts[i], tf.as_dtype(a.dtype)), np.shape(a)
+    )
+    for i, a in enumerate(tf.nest.flatten(template))
+  ]
   return tf.nest.pack_sequence_as(template, flat)
 
 
@@ -90,78 +94,102 @@ class ClientStateFiles:
 
   # -- In TensorFlow, in the client computation.
 
-  def _client_dir_tf(self, client_id: tf.Tensor, as_pattern: bool = False
-                     ) -> tf.Tensor:
+  def _client_dir_tf(
+    self, client_id: tf.Tensor, as_pattern: bool = False
+  ) -> tf.Tensor:
     """The client's directory; `as_pattern`: escaped for a glob pattern
     (the client's own part is only letters, digits, `_`, `-` and `.`)."""
     safe = tf.strings.regex_replace(client_id, _UNSAFE, '_')
     fingerprint = tf.strings.as_string(
-        tf.strings.to_hash_bucket_fast(client_id, _BUCKETS))
+      tf.strings.to_hash_bucket_fast(client_id, _BUCKETS)
+    )
     directory = self._pattern_directory if as_pattern else self._directory
     return tf.strings.join([directory, '/', safe, '.', fingerprint])
 
-  def read_path(self, client_id: tf.Tensor, round_num: tf.Tensor
-                ) -> tf.Tensor:
+  def read_path(self, client_id: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:
     """The file of the newest version written before `round_num`."""
     round_num = tf.cast(round_num, tf.int64)
     # A client that trained in the last round reads that round's version: a
     # check for one file (0.1 ms) instead of listing its versions (0.6 ms).
     last_round = tf.io.matching_files(
-        self.write_path(client_id, round_num - 1, as_pattern=True))
+      self.write_path(client_id, round_num - 1, as_pattern=True)
+    )
     return tf.cond(
-        tf.logical_and(round_num > 1, tf.size(last_round) > 0),
-        lambda: last_round[0],
-        lambda: self._newest_path(client_id, round_num))
+      tf.logical_and(round_num > 1, tf.size(last_round) > 0),
+      lambda: last_round[0],
+      lambda: self._newest_path(client_id, round_num),
+    )
 
-  def _newest_path(self, client_id: tf.Tensor, round_num: tf.Tensor
-                   ) -> tf.Tensor:
-    files = tf.io.matching_files(tf.strings.join(
-        [self._client_dir_tf(client_id, as_pattern=True), '/*.state']))
-    files = tf.boolean_mask(files, tf.strings.regex_full_match(
-        files, r'.*/[0-9]+\.state'))
-    versions = tf.strings.to_number(tf.strings.regex_replace(
-        files, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64)
+  def _newest_path(
+    self, client_id: tf.Tensor, round_num: tf.Tensor
+  ) -> tf.Tensor:
+    files = tf.io.matching_files(
+      tf.strings.join(
+        [self._client_dir_tf(client_id, as_pattern=True), '/*.state']
+      )
+    )
+    files = tf.boolean_mask(
+      files, tf.strings.regex_full_match(files, r'.*/[0-9]+\.state')
+    )
+    versions = tf.strings.to_number(
+      tf.strings.regex_replace(files, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64
+    )
     usable = tf.logical_and(
-        versions < round_num,
-        # tf.not_equal: `!=` is Python's in TFF's graph mode.
-        tf.logical_or(tf.not_equal(versions, OWN_INITIAL_VERSION),
-                      round_num > 1))
+      versions < round_num,
+      # tf.not_equal: `!=` is Python's in TFF's graph mode.
+      tf.logical_or(tf.not_equal(versions, OWN_INITIAL_VERSION), round_num > 1),
+    )
     versions = tf.where(usable, versions, -1)
     return tf.cond(
-        tf.reduce_any(usable),
-        lambda: tf.gather(files, tf.argmax(versions)),
-        lambda: tf.constant(self._initial_file))
+      tf.reduce_any(usable),
+      lambda: tf.gather(files, tf.argmax(versions)),
+      lambda: tf.constant(self._initial_file),
+    )
 
-  def write_path(self, client_id: tf.Tensor, round_num: tf.Tensor,
-                 as_pattern: bool = False) -> tf.Tensor:
-    return tf.strings.join([self._client_dir_tf(client_id, as_pattern), '/',
-                            tf.strings.as_string(round_num), '.state'])
+  def write_path(
+    self, client_id: tf.Tensor, round_num: tf.Tensor, as_pattern: bool = False
+  ) -> tf.Tensor:
+    return tf.strings.join(
+      [
+        self._client_dir_tf(client_id, as_pattern),
+        '/',
+        tf.strings.as_string(round_num),
+        '.state',
+      ]
+    )
 
   def read(self, client_id: tf.Tensor, round_num: tf.Tensor) -> Any:
     """The client's state as of the start of `round_num`."""
     return self.read_with_version(client_id, round_num)[0]
 
-  def read_with_version(self, client_id: tf.Tensor, round_num: tf.Tensor
-                        ) -> tuple[Any, tf.Tensor]:
+  def read_with_version(
+    self, client_id: tf.Tensor, round_num: tf.Tensor
+  ) -> tuple[Any, tf.Tensor]:
     """(The state `read` returns, the version it read: the round its file
     was written in, or `INITIAL_VERSION` for the shared initial state)."""
     path = self.read_path(client_id, round_num)
     version = tf.cond(
-        tf.equal(path, self._initial_file),
-        lambda: tf.constant(INITIAL_VERSION, tf.int64),
-        lambda: tf.strings.to_number(tf.strings.regex_replace(
-            path, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64))
+      tf.equal(path, self._initial_file),
+      lambda: tf.constant(INITIAL_VERSION, tf.int64),
+      lambda: tf.strings.to_number(
+        tf.strings.regex_replace(path, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64
+      ),
+    )
     return parse_state(tf.io.read_file(path), self._initial), version
 
-  def unreadable_files(self, client_ids: Sequence[str], round_num: int
-                       ) -> list[str]:
+  def unreadable_files(
+    self, client_ids: Sequence[str], round_num: int
+  ) -> list[str]:
     """The state files the clients would read in `round_num` that do not
     parse (truncated by a full disk, a crash mid-write, ...)."""
     bad = []
     for client_id in client_ids:
       version = self.expected_read_version(client_id, round_num)
-      path = (self._initial_file if version == INITIAL_VERSION
-              else self._file(client_id, version))
+      path = (
+        self._initial_file
+        if version == INITIAL_VERSION
+        else self._file(client_id, version)
+      )
       try:
         with open(path, 'rb') as f:
           parse_state(tf.constant(f.read()), self._initial)
@@ -172,12 +200,16 @@ class ClientStateFiles:
   def expected_read_version(self, client_id: str, round_num: int) -> int:
     """The version a client reads in `round_num`, from Python's listing:
     what `read_with_version` should report."""
-    usable = [v for v in self.versions(client_id) if v < round_num and (
-        v != OWN_INITIAL_VERSION or round_num > 1)]
+    usable = [
+      v
+      for v in self.versions(client_id)
+      if v < round_num and (v != OWN_INITIAL_VERSION or round_num > 1)
+    ]
     return max(usable) if usable else INITIAL_VERSION
 
-  def write(self, client_id: tf.Tensor, round_num: tf.Tensor,
-            state: Any) -> tf.Tensor:
+  def write(
+    self, client_id: tf.Tensor, round_num: tf.Tensor, state: Any
+  ) -> tf.Tensor:
     """Writes the client's state as of the end of `round_num`.
 
     Returns:
@@ -185,8 +217,9 @@ class ClientStateFiles:
       runs before the round ends.
     """
     serialized = serialize_state(state)
-    with tf.control_dependencies([tf.io.write_file(
-        self.write_path(client_id, round_num), serialized)]):
+    with tf.control_dependencies(
+      [tf.io.write_file(self.write_path(client_id, round_num), serialized)]
+    ):
       return tf.cast(tf.strings.length(serialized) > 0, tf.int32)
 
   # -- In Python, between rounds.
@@ -194,8 +227,9 @@ class ClientStateFiles:
   def client_dir(self, client_id: str) -> str:
     # The TF op that names it, run once per client (prune and get ask often).
     if client_id not in self._client_dirs:
-      self._client_dirs[client_id] = self._client_dir_tf(
-          tf.constant(client_id)).numpy().decode()
+      self._client_dirs[client_id] = (
+        self._client_dir_tf(tf.constant(client_id)).numpy().decode()
+      )
     return self._client_dirs[client_id]
 
   def versions(self, client_id: str) -> list[int]:
@@ -204,8 +238,11 @@ class ClientStateFiles:
       names = os.listdir(self.client_dir(client_id))
     except FileNotFoundError:
       return []
-    return sorted(int(n[:-len('.state')]) for n in names
-                  if n.endswith('.state') and n[:-len('.state')].isdigit())
+    return sorted(
+      int(n[: -len('.state')])
+      for n in names
+      if n.endswith('.state') and n[: -len('.state')].isdigit()
+    )
 
   def __contains__(self, client_id: str) -> bool:
     return bool(self.versions(client_id))
@@ -221,10 +258,14 @@ class ClientStateFiles:
 
   def get(self, client_id: str, before_round: Optional[int] = None):
     """The newest version written before `before_round` (default: any)."""
-    versions = [v for v in self.versions(client_id)
-                if before_round is None or v < before_round]
-    path = (self._file(client_id, versions[-1]) if versions
-            else self._initial_file)
+    versions = [
+      v
+      for v in self.versions(client_id)
+      if before_round is None or v < before_round
+    ]
+    path = (
+      self._file(client_id, versions[-1]) if versions else self._initial_file
+    )
     with open(path, 'rb') as f:
       state = parse_state(tf.constant(f.read()), self._initial)
     return tf.nest.map_structure(lambda t: t.numpy(), state)
@@ -234,8 +275,10 @@ class ClientStateFiles:
     flat = [np.asarray(a) for a in tf.nest.flatten(state)]
     template = tf.nest.flatten(self._initial)
     if len(flat) != len(template):
-      raise ValueError(f'State of client {client_id!r} has {len(flat)} '
-                       f'tensors; the files hold states of {len(template)}.')
+      raise ValueError(
+        f'State of client {client_id!r} has {len(flat)} '
+        f'tensors; the files hold states of {len(template)}.'
+      )
     flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
     os.makedirs(self.client_dir(client_id), exist_ok=True)
     self._write_file(self._file(client_id, round_num), flat)
@@ -269,8 +312,11 @@ def _prune_directory(client_dir: str, checkpoint_round: int) -> None:
     names = os.listdir(client_dir)
   except FileNotFoundError:
     return
-  versions = sorted(int(n[:-len('.state')]) for n in names
-                    if n.endswith('.state') and n[:-len('.state')].isdigit())
+  versions = sorted(
+    int(n[: -len('.state')])
+    for n in names
+    if n.endswith('.state') and n[: -len('.state')].isdigit()
+  )
   older = [v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round]
   for version in older[:-1]:
     _remove(os.path.join(client_dir, f'{version}.state'))
@@ -293,8 +339,11 @@ class PruningProgramStateManager(tff.program.ProgramStateManager):
     client_states: The process's client states (`process.client_states`).
   """
 
-  def __init__(self, program_state_manager: tff.program.ProgramStateManager,
-               client_states: ClientStateFiles):
+  def __init__(
+    self,
+    program_state_manager: tff.program.ProgramStateManager,
+    client_states: ClientStateFiles,
+  ):
     self._manager = program_state_manager
     self._client_states = client_states
 
@@ -316,9 +365,11 @@ def has_client_states(directory: str) -> bool:
   except FileNotFoundError:
     return False
   return any(
-      n.endswith('.state')
-      for name in names if os.path.isdir(os.path.join(directory, name))
-      for n in os.listdir(os.path.join(directory, name)))
+    n.endswith('.state')
+    for name in names
+    if os.path.isdir(os.path.join(directory, name))
+    for n in os.listdir(os.path.join(directory, name))
+  )
 
 
 # The file that names the run a state directory belongs to.
@@ -346,9 +397,10 @@ def claim_directory(directory: str, owner: str) -> None:
     return
   if current != owner:
     raise ValueError(
-        f'The client state directory {directory} holds the states of '
-        f'another run ({current}); each run keeps its own. Give this run '
-        'another client_state_dir, or remove that directory to start over.')
+      f'The client state directory {directory} holds the states of '
+      f'another run ({current}); each run keeps its own. Give this run '
+      'another client_state_dir, or remove that directory to start over.'
+    )
 
 
 # Characters kept in a client's directory name (a fingerprint of the id

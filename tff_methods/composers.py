@@ -19,9 +19,9 @@ from tff_methods import regularizers as regularizers_lib
 
 
 def build_distributor(
-    weights_type: tff.Type,
-    regularizers: Sequence[regularizers_lib.Regularizer],
-    trainable_zeros: Sequence[np.ndarray],
+  weights_type: tff.Type,
+  regularizers: Sequence[regularizers_lib.Regularizer],
+  trainable_zeros: Sequence[np.ndarray],
 ) -> tff.learning.templates.DistributionProcess:
   """Broadcasts the global weights, and the regularizers' server values.
 
@@ -33,16 +33,17 @@ def build_distributor(
   """
   if not regularizers_lib.keeps_server_state(regularizers):
     return tff.learning.templates.build_broadcast_process(weights_type)
-  initial_states = regularizers_lib.with_server_state(regularizers,
-                                                      trainable_zeros)
-  stateful_regularizers = [r for r in regularizers if r.name in
-                           initial_states]
+  initial_states = regularizers_lib.with_server_state(
+    regularizers, trainable_zeros
+  )
+  stateful_regularizers = [r for r in regularizers if r.name in initial_states]
 
   @tff.tensorflow.computation
   def initial_state_fn():
     return collections.OrderedDict(
-        (name, tf.nest.map_structure(tf.constant, state))
-        for name, state in initial_states.items())
+      (name, tf.nest.map_structure(tf.constant, state))
+      for name, state in initial_states.items()
+    )
 
   state_type = initial_state_fn.type_signature.result
 
@@ -51,22 +52,28 @@ def build_distributor(
     new_states, values = collections.OrderedDict(), collections.OrderedDict()
     for r in stateful_regularizers:
       new_states[r.name], values[r.name] = r.server_broadcast(
-          state[r.name], list(weights.trainable))
+        state[r.name], list(weights.trainable)
+      )
     return new_states, values
 
   @tff.federated_computation
   def init_fn():
     return tff.federated_eval(initial_state_fn, tff.SERVER)
 
-  @tff.federated_computation(init_fn.type_signature.result,
-                             tff.FederatedType(weights_type, tff.SERVER))
+  @tff.federated_computation(
+    init_fn.type_signature.result, tff.FederatedType(weights_type, tff.SERVER)
+  )
   def next_fn(state, weights):
     updated = tff.federated_map(server_update, (state, weights))
     new_state, values = updated[0], updated[1]
-    received = tff.federated_broadcast(tff.federated_zip(
-        collections.OrderedDict(model=weights, broadcast=values)))
+    received = tff.federated_broadcast(
+      tff.federated_zip(
+        collections.OrderedDict(model=weights, broadcast=values)
+      )
+    )
     return tff.templates.MeasuredProcessOutput(
-        new_state, received, tff.federated_value((), tff.SERVER))
+      new_state, received, tff.federated_value((), tff.SERVER)
+    )
 
   return tff.learning.templates.DistributionProcess(init_fn, next_fn)
 
@@ -79,9 +86,10 @@ def split_received(received, has_broadcast: bool):
 
 
 def build_mean_update_recorder(
-    distributor: tff.learning.templates.DistributionProcess,
-    regularizers: Sequence[regularizers_lib.Regularizer],
-    trainable_type: tff.Type) -> Optional[tff.Computation]:
+  distributor: tff.learning.templates.DistributionProcess,
+  regularizers: Sequence[regularizers_lib.Regularizer],
+  trainable_type: tff.Type,
+) -> Optional[tff.Computation]:
   """(distributor state, mean update) -> the state that has learnt it.
 
   None when no regularizer reads the mean update (`reads_mean_update`).
@@ -95,56 +103,83 @@ def build_mean_update_recorder(
     new_state = collections.OrderedDict()
     for name in state:
       r = next(r for r in regularizers if r.name == name)
-      new_state[name] = (r.record_mean_update(state[name], list(mean_update))
-                         if r.reads_mean_update else
-                         tf.nest.map_structure(tf.identity, state[name]))
+      new_state[name] = (
+        r.record_mean_update(state[name], list(mean_update))
+        if r.reads_mean_update
+        else tf.nest.map_structure(tf.identity, state[name])
+      )
     return new_state
 
   return record_mean_update
 
 
-def compose(initial_model_weights_fn, distributor, client_work, aggregator,
-             finalizer, recorder=None
-             ) -> tff.learning.templates.LearningProcess:
+def compose(
+  initial_model_weights_fn,
+  distributor,
+  client_work,
+  aggregator,
+  finalizer,
+  recorder=None,
+) -> tff.learning.templates.LearningProcess:
   """TFF's `compose_learning_process`, for client work of any client data
   (keys too), plus the recorder, if any, after aggregation."""
 
   @tff.federated_computation
   def init_fn():
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+    return tff.federated_zip(
+      tff.learning.templates.LearningAlgorithmState(
         tff.federated_eval(initial_model_weights_fn, tff.SERVER),
-        distributor.initialize(), client_work.initialize(),
-        aggregator.initialize(), finalizer.initialize()))
+        distributor.initialize(),
+        client_work.initialize(),
+        aggregator.initialize(),
+        finalizer.initialize(),
+      )
+    )
 
   state_type = init_fn.type_signature.result
   data_type = client_work.next.type_signature.parameter[2]
 
   @tff.federated_computation(state_type, data_type)
   def next_fn(state, client_data):
-    distributed = distributor.next(state.distributor,
-                                   state.global_model_weights)
-    worked = client_work.next(state.client_work, distributed.result,
-                              client_data)
-    aggregated = aggregator.next(state.aggregator, worked.result.update,
-                                 worked.result.update_weight)
-    finalized = finalizer.next(state.finalizer, state.global_model_weights,
-                               aggregated.result)
+    distributed = distributor.next(
+      state.distributor, state.global_model_weights
+    )
+    worked = client_work.next(
+      state.client_work, distributed.result, client_data
+    )
+    aggregated = aggregator.next(
+      state.aggregator, worked.result.update, worked.result.update_weight
+    )
+    finalized = finalizer.next(
+      state.finalizer, state.global_model_weights, aggregated.result
+    )
     distributor_state = distributed.state
     if recorder is not None:
       distributor_state = tff.federated_map(
-          recorder, (distributor_state, aggregated.result))
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        finalized.result, distributor_state, worked.state, aggregated.state,
-        finalized.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
+        recorder, (distributor_state, aggregated.result)
+      )
+    new_state = tff.federated_zip(
+      tff.learning.templates.LearningAlgorithmState(
+        finalized.result,
+        distributor_state,
+        worked.state,
+        aggregated.state,
+        finalized.state,
+      )
+    )
+    metrics = tff.federated_zip(
+      collections.OrderedDict(
         distributor=distributed.measurements,
         client_work=worked.measurements,
         aggregator=aggregated.measurements,
-        finalizer=finalized.measurements))
+        finalizer=finalized.measurements,
+      )
+    )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   return tff.learning.templates.LearningProcess(
-      init_fn, next_fn, *model_weights_computations(state_type.member))
+    init_fn, next_fn, *model_weights_computations(state_type.member)
+  )
 
 
 def model_weights_computations(state_type: tff.Type):
@@ -158,7 +193,11 @@ def model_weights_computations(state_type: tff.Type):
   @tff.tensorflow.computation(state_type, state_type.global_model_weights)
   def set_model_weights(state, weights):
     return tff.learning.templates.LearningAlgorithmState(
-        weights, state.distributor, state.client_work, state.aggregator,
-        state.finalizer)
+      weights,
+      state.distributor,
+      state.client_work,
+      state.aggregator,
+      state.finalizer,
+    )
 
   return get_model_weights, set_model_weights

@@ -58,7 +58,6 @@ PAIRINGS = ('class_weighted', 'uniform')
 NORMALIZATIONS = ('group', 'none')
 
 
-
 @dataclasses.dataclass(frozen=True)
 class LayerPlan:
   """A plain CNN or MLP, layer by layer, as Fed2 groups it.
@@ -77,6 +76,7 @@ class LayerPlan:
       convolution block; in a decoupled layer each Fed2 group's channels
       are one normalization group, so groups stay independent) or 'none'.
   """
+
   name: str
   layers: tuple[tuple[Any, ...], ...]
   decouple_depth: int
@@ -89,24 +89,30 @@ _GROUP_PATTERN = re.compile(r'fed2_group(\d+)_')
 _STACKED_PATTERN = re.compile(r'fed2_stacked_')
 
 
-def class_groups(num_classes: int, num_groups: int, seed: int = 0
-                 ) -> list[list[int]]:
+def class_groups(
+  num_classes: int, num_groups: int, seed: int = 0
+) -> list[list[int]]:
   """The classes of each group: a seeded permutation dealt round-robin."""
   if not 1 <= num_groups <= num_classes:
-    raise ValueError(f'Fed2 groups must be in [1, {num_classes}] (the number '
-                     f'of classes), got {num_groups!r}.')
+    raise ValueError(
+      f'Fed2 groups must be in [1, {num_classes}] (the number '
+      f'of classes), got {num_groups!r}.'
+    )
   order = np.random.default_rng(seed).permutation(num_classes)
-  return [sorted(int(c) for c in order[g::num_groups])
-          for g in range(num_groups)]
+  return [
+    sorted(int(c) for c in order[g::num_groups]) for g in range(num_groups)
+  ]
 
 
 def _layer(spec, width, name, padding, activation='relu'):
   if spec[0] == 'sep':
-    return tf.keras.layers.SeparableConv2D(width, 3, spec[2], padding='same',
-                                           activation=activation, name=name)
+    return tf.keras.layers.SeparableConv2D(
+      width, 3, spec[2], padding='same', activation=activation, name=name
+    )
   if spec[0] == 'conv':
-    return tf.keras.layers.Conv2D(width, spec[2], padding=padding,
-                                  activation=activation, name=name)
+    return tf.keras.layers.Conv2D(
+      width, spec[2], padding=padding, activation=activation, name=name
+    )
   return tf.keras.layers.Dense(width, activation=activation, name=name)
 
 
@@ -127,18 +133,28 @@ def _block(x, spec, width, name, padding, normalization, norm_groups=None):
     return _layer(spec, width, name, padding)(x)
   x = _layer(spec, width, name, padding, activation=None)(x)
   if norm_groups is None:
-    norm_groups = max([d for d in range(1, _SHARED_NORM_GROUPS + 1)
-                       if width % d == 0 and
-                       width // d >= _MIN_CHANNELS_PER_NORM_GROUP] or [1])
-  x = tf.keras.layers.GroupNormalization(groups=norm_groups,
-                                         name=f'{name}_gn')(x)
+    norm_groups = max(
+      [
+        d
+        for d in range(1, _SHARED_NORM_GROUPS + 1)
+        if width % d == 0 and width // d >= _MIN_CHANNELS_PER_NORM_GROUP
+      ]
+      or [1]
+    )
+  x = tf.keras.layers.GroupNormalization(groups=norm_groups, name=f'{name}_gn')(
+    x
+  )
   return tf.keras.layers.ReLU()(x)
 
 
-def grouped_model(plan: LayerPlan, num_classes: int,
-                  input_shape: Sequence[int], num_groups: int = 10,
-                  decouple_depth: Optional[int] = None,
-                  seed: int = 0) -> tf.keras.Model:
+def grouped_model(
+  plan: LayerPlan,
+  num_classes: int,
+  input_shape: Sequence[int],
+  num_groups: int = 10,
+  decouple_depth: Optional[int] = None,
+  seed: int = 0,
+) -> tf.keras.Model:
   """The Fed2 form of the model `plan` describes, with named outputs.
 
   Args:
@@ -157,14 +173,18 @@ def grouped_model(plan: LayerPlan, num_classes: int,
   """
   name, padding, global_pool = plan.name, plan.padding, plan.global_pool
   if plan.normalization not in NORMALIZATIONS:
-    raise ValueError(f'Fed2 normalization must be one of '
-                     f'{", ".join(NORMALIZATIONS)}, got '
-                     f'{plan.normalization!r}.')
+    raise ValueError(
+      f'Fed2 normalization must be one of '
+      f'{", ".join(NORMALIZATIONS)}, got '
+      f'{plan.normalization!r}.'
+    )
   depth = plan.decouple_depth if decouple_depth is None else decouple_depth
   layers = plan.layers  # (the classifier comes after them)
   if not 1 <= depth <= len(layers) + 1:
-    raise ValueError(f'Fed2 decouple depth for {name} must be in [1, '
-                     f'{len(layers) + 1}] (its layers), got {depth!r}.')
+    raise ValueError(
+      f'Fed2 decouple depth for {name} must be in [1, '
+      f'{len(layers) + 1}] (its layers), got {depth!r}.'
+    )
   groups = class_groups(num_classes, num_groups, seed)
   first_decoupled = len(layers) + 1 - depth  # index into layers
 
@@ -180,8 +200,7 @@ def grouped_model(plan: LayerPlan, num_classes: int,
   for i in range(first_decoupled):
     spec = layers[i]
     x = flatten_if_needed(x, spec)
-    x = _block(x, spec, spec[1], f'shared_{i + 1}', padding,
-               plan.normalization)
+    x = _block(x, spec, spec[1], f'shared_{i + 1}', padding, plan.normalization)
     if spec[0] == 'conv' and spec[3]:
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
     layer_outputs.append(x)
@@ -193,19 +212,36 @@ def grouped_model(plan: LayerPlan, num_classes: int,
     spec = layers[i]
     width = math.ceil(spec[1] / num_groups)
     if spec[0] == 'fc':
-      x = grouped_layers.flatten_groups(x, num_groups) if grouped else (
-          flatten_if_needed(x, spec))
-      x = grouped_layers.GroupedDense([width] * num_groups, grouped, activation='relu',
-                        name=f'fed2_groups_{i + 1}')(x)
+      x = (
+        grouped_layers.flatten_groups(x, num_groups)
+        if grouped
+        else (flatten_if_needed(x, spec))
+      )
+      x = grouped_layers.GroupedDense(
+        [width] * num_groups,
+        grouped,
+        activation='relu',
+        name=f'fed2_groups_{i + 1}',
+      )(x)
     else:
-      branches = grouped_layers.split_groups(x, num_groups) if grouped else (
-          [x] * num_groups)
+      branches = (
+        grouped_layers.split_groups(x, num_groups)
+        if grouped
+        else ([x] * num_groups)
+      )
       new = []
       for g, t in enumerate(branches):
         # One normalization group per Fed2 group: GN with G groups over
         # the layer, whose G channel blocks are the Fed2 groups.
-        t = _block(t, spec, width, f'fed2_group{g}_{i + 1}', padding,
-                   plan.normalization, norm_groups=1)
+        t = _block(
+          t,
+          spec,
+          width,
+          f'fed2_group{g}_{i + 1}',
+          padding,
+          plan.normalization,
+          norm_groups=1,
+        )
         if spec[0] == 'conv' and spec[3]:
           t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
         new.append(t)
@@ -217,10 +253,14 @@ def grouped_model(plan: LayerPlan, num_classes: int,
     # Per-channel means: each group keeps its own block.
     features = tf.keras.layers.GlobalAveragePooling2D()(x)
   else:
-    features = grouped_layers.flatten_groups(x, num_groups) if grouped else (
-        flatten_if_needed(x, ('fc',)))
-  group_logits = grouped_layers.GroupedDense([len(classes) for classes in groups], grouped,
-                               name='fed2_groups_logits')(features)
+    features = (
+      grouped_layers.flatten_groups(x, num_groups)
+      if grouped
+      else (flatten_if_needed(x, ('fc',)))
+    )
+  group_logits = grouped_layers.GroupedDense(
+    [len(classes) for classes in groups], grouped, name='fed2_groups_logits'
+  )(features)
   # Back to class order: where class c sits in the groups' concatenation.
   order = np.argsort([c for classes in groups for c in classes])
   logits = grouped_layers.GatherClasses(order, name='class_order')(group_logits)
@@ -273,27 +313,32 @@ class FeaturePairedMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, weight_type)
     def weigh(value, weight):
-      return [v * weight_of(weight, g, len(v.shape))
-              for v, g in zip(value, groups)]
+      return [
+        v * weight_of(weight, g, len(v.shape)) for v, g in zip(value, groups)
+      ]
 
     @tff.tensorflow.computation(value_type, weight_type)
     def divide(total, weight_total):
-      return [tf.math.divide_no_nan(t, weight_of(weight_total, g,
-                                                 len(t.shape)))
-              for t, g in zip(total, groups)]
+      return [
+        tf.math.divide_no_nan(t, weight_of(weight_total, g, len(t.shape)))
+        for t, g in zip(total, groups)
+      ]
 
     @tff.federated_computation
     def init_fn():
       return tff.federated_value((), tff.SERVER)
 
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS),
-                               tff.FederatedType(weight_type, tff.CLIENTS))
+    @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
+    )
     def next_fn(state, value, weight):
       total = tff.federated_sum(tff.federated_map(weigh, (value, weight)))
       result = tff.federated_map(divide, (total, tff.federated_sum(weight)))
       return tff.templates.MeasuredProcessOutput(
-          state, result, tff.federated_value((), tff.SERVER))
+        state, result, tff.federated_value((), tff.SERVER)
+      )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
@@ -309,8 +354,9 @@ def group_weight_fn(groups: Sequence[Sequence[int]], num_classes: int):
     membership[list(classes), g] = 1.0
 
   def weight_fn(counts, default_weight):
-    per_group = tf.linalg.matvec(tf.constant(membership), counts,
-                                 transpose_a=True)
+    per_group = tf.linalg.matvec(
+      tf.constant(membership), counts, transpose_a=True
+    )
     # A diverged client (default weight 0) weighs nothing anywhere.
     present = tf.cast(default_weight > 0, tf.float32)
     return present * tf.concat([[tf.reduce_sum(counts)], per_group], 0)
@@ -318,31 +364,42 @@ def group_weight_fn(groups: Sequence[Sequence[int]], num_classes: int):
   return weight_fn
 
 
-def grouped_model_fn(plan: LayerPlan, num_classes: int,
-                     input_shape: Sequence[int], num_groups: int = 10,
-                     decouple_depth: Optional[int] = None, seed: int = 0
-                     ) -> model_lib.KerasModelFn:
+def grouped_model_fn(
+  plan: LayerPlan,
+  num_classes: int,
+  input_shape: Sequence[int],
+  num_groups: int = 10,
+  decouple_depth: Optional[int] = None,
+  seed: int = 0,
+) -> model_lib.KerasModelFn:
   """A no-arg builder of `grouped_model(...)`; checks the settings now."""
-  fn = functools.partial(grouped_model, plan, num_classes,
-                         tuple(input_shape), num_groups, decouple_depth, seed)
+  fn = functools.partial(
+    grouped_model,
+    plan,
+    num_classes,
+    tuple(input_shape),
+    num_groups,
+    decouple_depth,
+    seed,
+  )
   fn()  # Raises on bad settings before any work starts.
   return fn
 
 
 def build_fed2(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    num_groups: int = 10,
-    pairing: str = 'uniform',
-    seed: int = 0,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    dataset_computation: Optional[tff.Computation] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  num_groups: int = 10,
+  pairing: str = 'uniform',
+  seed: int = 0,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  dataset_computation: Optional[tff.Computation] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds Fed2 as a `tff.learning.templates.LearningProcess`.
 
@@ -387,37 +444,55 @@ def build_fed2(
       or `client_weighting` with the class-weighted pairing.
   """
   if pairing not in PAIRINGS:
-    raise ValueError(f'Unknown Fed2 pairing {pairing!r}; choose one of '
-                     f'{", ".join(PAIRINGS)}.')
+    raise ValueError(
+      f'Unknown Fed2 pairing {pairing!r}; choose one of '
+      f'{", ".join(PAIRINGS)}.'
+    )
   num_classes = int(keras_model_fn().output['logits'].shape[-1])
   groups_of_tensors = tensor_groups(keras_model_fn)
   if num_groups > 1 and all(g == -1 for g in groups_of_tensors):
     raise ValueError(
-        f'Fed2 with num_groups={num_groups} needs its grouped model '
-        '(fed2.grouped_model_fn); the given model has no grouped layers.')
-  shared = dict(dataset_computation=dataset_computation,
-                metrics_aggregator=metrics_aggregator, loss_fn=loss_fn)
+      f'Fed2 with num_groups={num_groups} needs its grouped model '
+      '(fed2.grouped_model_fn); the given model has no grouped layers.'
+    )
+  shared = dict(
+    dataset_computation=dataset_computation,
+    metrics_aggregator=metrics_aggregator,
+    loss_fn=loss_fn,
+  )
   if pairing == 'uniform':
     return local_training.build_local_training_process(
-        keras_model_fn, element_spec, client_optimizer_fn,
-        server_optimizer_fn, model_aggregator=model_aggregator,
-        client_weighting=client_weighting, **shared)
+      keras_model_fn,
+      element_spec,
+      client_optimizer_fn,
+      server_optimizer_fn,
+      model_aggregator=model_aggregator,
+      client_weighting=client_weighting,
+      **shared,
+    )
   if model_aggregator is not None or client_weighting is not None:
     raise ValueError(
-        "Fed2's class-weighted pairing weights each group by its own class "
-        'counts (FeaturePairedMeanFactory), which another model_aggregator '
-        'or client_weighting would break; use pairing=\'uniform\' with '
-        f'them (got model_aggregator={model_aggregator!r}, '
-        f'client_weighting={client_weighting!r}).')
+      "Fed2's class-weighted pairing weights each group by its own class "
+      'counts (FeaturePairedMeanFactory), which another model_aggregator '
+      "or client_weighting would break; use pairing='uniform' with "
+      f'them (got model_aggregator={model_aggregator!r}, '
+      f'client_weighting={client_weighting!r}).'
+    )
   groups = class_groups(num_classes, num_groups, seed)
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
-      model_aggregator=FeaturePairedMeanFactory(groups_of_tensors),
-      client_weight_fn=group_weight_fn(groups, num_classes), **shared)
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    model_aggregator=FeaturePairedMeanFactory(groups_of_tensors),
+    client_weight_fn=group_weight_fn(groups, num_classes),
+    **shared,
+  )
 
 
-def class_preference(model: tf.keras.Model, x: np.ndarray, layer: str,
-                     batch_size: int = 256) -> np.ndarray:
+def class_preference(
+  model: tf.keras.Model, x: np.ndarray, layer: str, batch_size: int = 256
+) -> np.ndarray:
   """Eq. 9: each neuron's class-preference vector in `layer`.
 
   For neuron n (a filter of a conv layer, a unit of a dense one) and class
@@ -429,12 +504,13 @@ def class_preference(model: tf.keras.Model, x: np.ndarray, layer: str,
   Returns:
     (neurons, classes) array.
   """
-  sub = tf.keras.Model(model.input, [model.output[layer],
-                                     model.output['logits']])
+  sub = tf.keras.Model(
+    model.input, [model.output[layer], model.output['logits']]
+  )
   num_classes = int(model.output['logits'].shape[-1])
   total = None
   for start in range(0, len(x), batch_size):
-    batch = tf.constant(x[start:start + batch_size])
+    batch = tf.constant(x[start : start + batch_size])
     rows = []
     for c in range(num_classes):
       with tf.GradientTape() as tape:
@@ -443,8 +519,9 @@ def class_preference(model: tf.keras.Model, x: np.ndarray, layer: str,
       grad = tape.gradient(confidence, activation)
       product = activation * grad
       # Sum over examples and positions: one value per neuron.
-      rows.append(tf.reduce_sum(tf.reshape(product,
-                                           [-1, product.shape[-1]]), 0))
+      rows.append(
+        tf.reduce_sum(tf.reshape(product, [-1, product.shape[-1]]), 0)
+      )
     batch_total = tf.stack(rows, axis=1).numpy()
     total = batch_total if total is None else total + batch_total
   preference = total / len(x)
@@ -459,9 +536,11 @@ def layer_total_variance(preferences: np.ndarray) -> float:
   return float(np.mean(np.sum(centred**2, axis=1)))
 
 
-def total_variance_by_layer(model: tf.keras.Model, x: np.ndarray
-                            ) -> collections.OrderedDict:
+def total_variance_by_layer(
+  model: tf.keras.Model, x: np.ndarray
+) -> collections.OrderedDict:
   """Eq. 17 for every `layer_k` of the model, nearest the input first."""
   return collections.OrderedDict(
-      (layer, layer_total_variance(class_preference(model, x, layer)))
-      for layer in model_lib.layer_names(model))
+    (layer, layer_total_variance(class_preference(model, x, layer)))
+    for layer in model_lib.layer_names(model)
+  )

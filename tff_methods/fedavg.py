@@ -34,16 +34,16 @@ from tff_methods import model_lib
 
 
 def build_fedavg(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    dataset_computation: Optional[tff.Computation] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  dataset_computation: Optional[tff.Computation] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg / FedAvgM / FedAdam / FedYogi through the project's loop.
 
@@ -70,22 +70,27 @@ def build_fedavg(
       cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
-      dataset_computation=dataset_computation,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    dataset_computation=dataset_computation,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )
 
 
 def build_tff_fedavg(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
 ) -> tff.learning.templates.LearningProcess:
   """TFF's `build_weighted_fed_avg` on a Keras model (its `logits`).
 
@@ -102,11 +107,15 @@ def build_tff_fedavg(
     client_weighting: As TFF's builders take it (NUM_EXAMPLES by default).
   """
   factory, client_weighting = aggregation.model_aggregation(
-      model_aggregator, client_weighting)
+    model_aggregator, client_weighting
+  )
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_lib.tff_model_fn(keras_model_fn, element_spec),
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=(server_optimizer_fn or
-                           tff.learning.optimizers.build_sgdm(1.0)),
-      client_weighting=client_weighting, model_aggregator=factory,
-      metrics_aggregator=metrics_aggregator)
+    model_lib.tff_model_fn(keras_model_fn, element_spec),
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=(
+      server_optimizer_fn or tff.learning.optimizers.build_sgdm(1.0)
+    ),
+    client_weighting=client_weighting,
+    model_aggregator=factory,
+    metrics_aggregator=metrics_aggregator,
+  )

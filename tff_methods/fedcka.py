@@ -39,15 +39,18 @@ DEFAULT_MU = 3.0
 
 
 def cka_contrastive_loss(
-    activations: Sequence[tf.Tensor],
-    activations_global: Sequence[tf.Tensor],
-    activations_prev: Sequence[tf.Tensor],
-    similarity_to_each: similarity_lib.SimilarityToEach = (
-        similarity_lib.linear_cka_to_each)) -> tf.Tensor:
+  activations: Sequence[tf.Tensor],
+  activations_global: Sequence[tf.Tensor],
+  activations_prev: Sequence[tf.Tensor],
+  similarity_to_each: similarity_lib.SimilarityToEach = (
+    similarity_lib.linear_cka_to_each
+  ),
+) -> tf.Tensor:
   """FedCKA's loss averaged over the M regularized layers (no strength)."""
   losses = []
-  for a, a_global, a_prev in zip(activations, activations_global,
-                                 activations_prev):
+  for a, a_global, a_prev in zip(
+    activations, activations_global, activations_prev
+  ):
     logits = tf.stack(similarity_to_each(a, [a_global, a_prev]))
     losses.append(tf.reduce_logsumexp(logits) - logits[0])
   return tf.add_n(losses) / len(losses)
@@ -59,13 +62,13 @@ class CKAContrastiveTerm(regularizers.Regularizer):
   name = 'fedcka'
   display_name = 'FedCKA'
 
-  def __init__(self, mu: float, num_layers: int = 2,
-               similarity: str = 'linear_cka'):
+  def __init__(
+    self, mu: float, num_layers: int = 2, similarity: str = 'linear_cka'
+  ):
     self.mu = regularizers.check_strength('FedCKA mu', mu)
     if not isinstance(num_layers, int) or num_layers < 1:
       raise ValueError(f'FedCKA cka_layers must be >= 1, got {num_layers!r}.')
-    self.similarity_to_each = similarity_lib.get_similarity_to_each(
-        similarity)
+    self.similarity_to_each = similarity_lib.get_similarity_to_each(similarity)
     self.layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
     self.outputs = self.layers
     self.global_outputs = self.layers
@@ -73,29 +76,30 @@ class CKAContrastiveTerm(regularizers.Regularizer):
 
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
     term = cka_contrastive_loss(
-        [step.outputs[k] for k in self.layers],
-        [step.global_outputs[k] for k in self.layers],
-        [step.previous_outputs[k] for k in self.layers],
-        self.similarity_to_each)
+      [step.outputs[k] for k in self.layers],
+      [step.global_outputs[k] for k in self.layers],
+      [step.previous_outputs[k] for k in self.layers],
+      self.similarity_to_each,
+    )
     return self.mu * tf.cast(step.has_previous, tf.float32) * term
 
 
 def build_fedcka(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    dataset_computation: tff.Computation,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    mu: float = DEFAULT_MU,
-    num_layers: int = 2,
-    similarity: str = 'linear_cka',
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    client_state_dir: Optional[str] = None,
-    base_regularizers: Sequence[regularizers.Regularizer] = (),
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  dataset_computation: tff.Computation,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  mu: float = DEFAULT_MU,
+  num_layers: int = 2,
+  similarity: str = 'linear_cka',
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  client_state_dir: Optional[str] = None,
+  base_regularizers: Sequence[regularizers.Regularizer] = (),
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds FedCKA as a stateful-client learning process.
 
@@ -132,11 +136,15 @@ def build_fedcka(
       cross-entropy on `logits` by default.
   """
   return stateful.build_stateful_local_training_process(
-      keras_model_fn, element_spec, dataset_computation, client_optimizer_fn,
-      server_optimizer_fn,
-      list(base_regularizers) + [CKAContrastiveTerm(mu, num_layers,
-                                                    similarity)],
-      client_state_dir,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    dataset_computation,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    list(base_regularizers) + [CKAContrastiveTerm(mu, num_layers, similarity)],
+    client_state_dir,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )

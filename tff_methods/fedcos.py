@@ -48,13 +48,15 @@ def _flat(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
   return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
 
 
-def direction_penalty(delta: Sequence[tf.Tensor],
-                      direction: Sequence[tf.Tensor]) -> tf.Tensor:
+def direction_penalty(
+  delta: Sequence[tf.Tensor], direction: Sequence[tf.Tensor]
+) -> tf.Tensor:
   """`1 - <delta, d> / sqrt(||delta||^2 ||d||^2 + 1e-4)`; 0 while d is 0."""
   delta, direction = _flat(delta), _flat(direction)
   squared_direction = tf.reduce_sum(tf.square(direction))
   cosine = tf.reduce_sum(delta * direction) / tf.sqrt(
-      tf.reduce_sum(tf.square(delta)) * squared_direction + _EPSILON)
+    tf.reduce_sum(tf.square(delta)) * squared_direction + _EPSILON
+  )
   return tf.where(squared_direction > 0, 1.0 - cosine, 0.0)
 
 
@@ -68,41 +70,50 @@ class DirectionPenalty(regularizers.Regularizer):
   def __init__(self, mu: float, direction: str = 'global_move'):
     self.mu = regularizers.check_strength('FedCos mu', mu)
     if direction not in DIRECTIONS:
-      raise ValueError(f'Unknown FedCos direction {direction!r}; choose one '
-                       f'of {", ".join(DIRECTIONS)}.')
+      raise ValueError(
+        f'Unknown FedCos direction {direction!r}; choose one '
+        f'of {", ".join(DIRECTIONS)}.'
+      )
     self.direction = direction
     self.reads_mean_update = direction == 'mean_client_update'
 
   def initial_server_state(self, trainable_zeros):
     # `previous`: the last global weights, or the last mean update.
     return collections.OrderedDict(
-        previous=[np.asarray(z) for z in trainable_zeros],
-        has_previous=np.int32(0))
+      previous=[np.asarray(z) for z in trainable_zeros],
+      has_previous=np.int32(0),
+    )
 
   def server_broadcast(self, server_state, global_weights):
     seen = tf.cast(server_state['has_previous'], tf.float32)
     if self.reads_mean_update:
       # TFF's update is w_g - w: the clients' mean move is its negative.
       return server_state, [-seen * u for u in server_state['previous']]
-    direction = [seen * (w - p) for w, p in
-                 zip(global_weights, server_state['previous'])]
+    direction = [
+      seen * (w - p) for w, p in zip(global_weights, server_state['previous'])
+    ]
     new_state = collections.OrderedDict(
-        previous=[tf.identity(w) for w in global_weights],
-        has_previous=tf.constant(1, tf.int32))
+      previous=[tf.identity(w) for w in global_weights],
+      has_previous=tf.constant(1, tf.int32),
+    )
     return new_state, direction
 
   def record_mean_update(self, server_state, mean_update):
     # A round whose mean is not finite leaves `d` as it was.
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(u))
-                            for u in mean_update])
+    finite = tf.reduce_all(
+      [tf.reduce_all(tf.math.is_finite(u)) for u in mean_update]
+    )
     return tf.cond(
-        finite,
-        lambda: collections.OrderedDict(
-            previous=[tf.identity(u) for u in mean_update],
-            has_previous=tf.constant(1, tf.int32)),
-        lambda: collections.OrderedDict(
-            previous=[tf.identity(u) for u in server_state['previous']],
-            has_previous=tf.identity(server_state['has_previous'])))
+      finite,
+      lambda: collections.OrderedDict(
+        previous=[tf.identity(u) for u in mean_update],
+        has_previous=tf.constant(1, tf.int32),
+      ),
+      lambda: collections.OrderedDict(
+        previous=[tf.identity(u) for u in server_state['previous']],
+        has_previous=tf.identity(server_state['has_previous']),
+      ),
+    )
 
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
     delta = [w - wg for w, wg in zip(step.weights, step.global_weights)]
@@ -110,19 +121,19 @@ class DirectionPenalty(regularizers.Regularizer):
 
 
 def build_fedcos(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    mu: float = DEFAULT_MU,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    base_regularizers: Sequence[regularizers.Regularizer] = (),
-    direction: str = 'global_move',
-    dataset_computation: Optional[tff.Computation] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  mu: float = DEFAULT_MU,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  base_regularizers: Sequence[regularizers.Regularizer] = (),
+  direction: str = 'global_move',
+  dataset_computation: Optional[tff.Computation] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedCos over FedAvg (or over another method's pieces).
 
@@ -156,10 +167,14 @@ def build_fedcos(
       cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
-      regularizers=list(base_regularizers) + [DirectionPenalty(mu,
-                                                               direction)],
-      dataset_computation=dataset_computation,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    regularizers=list(base_regularizers) + [DirectionPenalty(mu, direction)],
+    dataset_computation=dataset_computation,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )

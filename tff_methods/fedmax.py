@@ -37,7 +37,8 @@ def activation_entropy_loss(activations: tf.Tensor) -> tf.Tensor:
   width = tf.cast(tf.shape(activations)[-1], tf.float32)
   log_probabilities = tf.nn.log_softmax(activations, axis=-1)
   return tf.reduce_mean(
-      (1.0 / width) * (-tf.math.log(width) - log_probabilities))
+    (1.0 / width) * (-tf.math.log(width) - log_probabilities)
+  )
 
 
 class ActivationEntropyTerm(regularizers.Regularizer):
@@ -55,18 +56,18 @@ class ActivationEntropyTerm(regularizers.Regularizer):
 
 
 def build_fedmax(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    beta: float = DEFAULT_BETA,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    base_regularizers: Sequence[regularizers.Regularizer] = (),
-    dataset_computation: Optional[tff.Computation] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  beta: float = DEFAULT_BETA,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  base_regularizers: Sequence[regularizers.Regularizer] = (),
+  dataset_computation: Optional[tff.Computation] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedMAX as a `tff.learning.templates.LearningProcess`.
 
@@ -95,9 +96,14 @@ def build_fedmax(
       cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
-      regularizers=list(base_regularizers) + [ActivationEntropyTerm(beta)],
-      dataset_computation=dataset_computation,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    regularizers=list(base_regularizers) + [ActivationEntropyTerm(beta)],
+    dataset_computation=dataset_computation,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )

@@ -40,25 +40,28 @@ class ProximalTerm(regularizers.Regularizer):
     self.mu = regularizers.check_strength('FedProx mu', mu)
 
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
-    squared_distance = tf.add_n([
+    squared_distance = tf.add_n(
+      [
         tf.reduce_sum(tf.square(w - wg))
-        for w, wg in zip(step.weights, step.global_weights)])
+        for w, wg in zip(step.weights, step.global_weights)
+      ]
+    )
     return 0.5 * self.mu * squared_distance
 
 
 def build_fedprox(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    mu: float = DEFAULT_MU,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    base_regularizers: Sequence[regularizers.Regularizer] = (),
-    dataset_computation: Optional[tff.Computation] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  mu: float = DEFAULT_MU,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  base_regularizers: Sequence[regularizers.Regularizer] = (),
+  dataset_computation: Optional[tff.Computation] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedProx as a `tff.learning.templates.LearningProcess`.
 
@@ -86,9 +89,14 @@ def build_fedprox(
       cross-entropy on `logits` by default.
   """
   return local_training.build_local_training_process(
-      keras_model_fn, element_spec, client_optimizer_fn, server_optimizer_fn,
-      regularizers=list(base_regularizers) + [ProximalTerm(mu)],
-      dataset_computation=dataset_computation,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    regularizers=list(base_regularizers) + [ProximalTerm(mu)],
+    dataset_computation=dataset_computation,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )

@@ -27,7 +27,7 @@ class ChannelSlice(tf.keras.layers.Layer):
     self._start, self._end = int(start), int(end)
 
   def call(self, inputs):
-    return inputs[..., self._start:self._end]
+    return inputs[..., self._start : self._end]
 
   def get_config(self):
     return dict(super().get_config(), start=self._start, end=self._end)
@@ -38,8 +38,9 @@ def split_groups(x, num_groups):
   if num_groups == 1:
     return [x]
   width = x.shape[-1] // num_groups
-  return [ChannelSlice(g * width, (g + 1) * width)(x)
-          for g in range(num_groups)]
+  return [
+    ChannelSlice(g * width, (g + 1) * width)(x) for g in range(num_groups)
+  ]
 
 
 def flatten_groups(x, num_groups):
@@ -67,8 +68,7 @@ class GroupFlatten(tf.keras.layers.Layer):
     # Group axis first, then the group's own (..., w) in Flatten's order.
     rank = len(spatial) + 3
     x = tf.transpose(x, [0, rank - 2] + list(range(1, rank - 2)) + [rank - 1])
-    return tf.reshape(x, [-1, int(np.prod(spatial)) * width *
-                          self._num_groups])
+    return tf.reshape(x, [-1, int(np.prod(spatial)) * width * self._num_groups])
 
   def get_config(self):
     return dict(super().get_config(), num_groups=self._num_groups)
@@ -84,8 +84,12 @@ def per_group_glorot_uniform(widths):
   def initializer(shape, dtype=None):
     del dtype
     glorot = tf.keras.initializers.GlorotUniform()
-    return tf.stack([tf.pad(glorot((shape[1], w)), [[0, 0], [0, shape[2] - w]])
-                     for w in widths])
+    return tf.stack(
+      [
+        tf.pad(glorot((shape[1], w)), [[0, 0], [0, shape[2] - w]])
+        for w in widths
+      ]
+    )
 
   return initializer
 
@@ -120,12 +124,13 @@ class GroupedDense(tf.keras.layers.Layer):
     if self._grouped_input:
       self._input_width //= num_groups
     self.kernel = self.add_weight(
-        name='fed2_stacked_kernel',
-        shape=(num_groups, self._input_width, widest),
-        initializer=per_group_glorot_uniform(self._widths))
-    self.bias = self.add_weight(name='fed2_stacked_bias',
-                                shape=(num_groups, widest),
-                                initializer='zeros')
+      name='fed2_stacked_kernel',
+      shape=(num_groups, self._input_width, widest),
+      initializer=per_group_glorot_uniform(self._widths),
+    )
+    self.bias = self.add_weight(
+      name='fed2_stacked_bias', shape=(num_groups, widest), initializer='zeros'
+    )
     super().build(input_shape)
 
   def call(self, inputs):
@@ -137,14 +142,20 @@ class GroupedDense(tf.keras.layers.Layer):
       y = tf.einsum('bi,gio->bgo', inputs, self.kernel)
     y = tf.reshape(y + self.bias, [-1, num_groups * widest])
     if any(w != widest for w in self._widths):
-      y = tf.gather(y, [g * widest + k for g, w in enumerate(self._widths)
-                        for k in range(w)], axis=-1)
+      y = tf.gather(
+        y,
+        [g * widest + k for g, w in enumerate(self._widths) for k in range(w)],
+        axis=-1,
+      )
     return self._activation(y)
 
   def get_config(self):
-    return dict(super().get_config(), widths=self._widths,
-                grouped_input=self._grouped_input,
-                activation=tf.keras.activations.serialize(self._activation))
+    return dict(
+      super().get_config(),
+      widths=self._widths,
+      grouped_input=self._grouped_input,
+      activation=tf.keras.activations.serialize(self._activation),
+    )
 
 
 class GatherClasses(tf.keras.layers.Layer):

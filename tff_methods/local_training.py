@@ -34,8 +34,15 @@ from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
 
-_TRAIN_SUMS = ('loss_sum', 'objective_sum', 'correct', 'num_labels',
-               'num_examples', 'num_batches', 'num_non_finite_clients')
+_TRAIN_SUMS = (
+  'loss_sum',
+  'objective_sum',
+  'correct',
+  'num_labels',
+  'num_examples',
+  'num_batches',
+  'num_non_finite_clients',
+)
 
 
 # Client update weight from the labels the client trained on (a count per
@@ -45,15 +52,20 @@ ClientWeightFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
 
 
-def cross_entropy(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
-                  ) -> tf.Tensor:
+def cross_entropy(
+  labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
+) -> tf.Tensor:
   """Mean sparse softmax cross-entropy of `outputs['logits']` (the default)."""
-  return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-      labels, outputs['logits'], from_logits=True))
+  return tf.reduce_mean(
+    tf.keras.losses.sparse_categorical_crossentropy(
+      labels, outputs['logits'], from_logits=True
+    )
+  )
 
 
-def squared_error(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
-                  ) -> tf.Tensor:
+def squared_error(
+  labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
+) -> tf.Tensor:
   """Mean of `0.5 * (logits - labels)^2`: least squares on a 1-d output."""
   predictions = tf.reshape(outputs['logits'], tf.shape(labels))
   return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
@@ -65,8 +77,10 @@ def named_batch(batch) -> Mapping[str, Any]:
     return batch
   if isinstance(batch, (tuple, list)) and len(batch) == 2:
     return collections.OrderedDict(x=batch[0], y=batch[1])
-  raise TypeError('A batch of client data must be OrderedDict(x=..., y=...) '
-                  f'or an (x, y) tuple, not {batch!r}.')
+  raise TypeError(
+    'A batch of client data must be OrderedDict(x=..., y=...) '
+    f'or an (x, y) tuple, not {batch!r}.'
+  )
 
 
 def check_element_spec(element_spec: Any) -> None:
@@ -75,27 +89,31 @@ def check_element_spec(element_spec: Any) -> None:
     missing = [k for k in ('x', 'y') if k not in element_spec]
     if missing:
       raise ValueError(
-          f'Client data elements must hold x and y; these have '
-          f'{sorted(element_spec)} (missing {missing}).')
+        f'Client data elements must hold x and y; these have '
+        f'{sorted(element_spec)} (missing {missing}).'
+      )
     return
   if isinstance(element_spec, (tuple, list)) and len(element_spec) == 2:
     return
-  raise TypeError('Client data elements must be OrderedDict(x=..., y=...) '
-                  f'or (x, y) tuples; their spec is {element_spec!r}.')
+  raise TypeError(
+    'Client data elements must be OrderedDict(x=..., y=...) '
+    f'or (x, y) tuples; their spec is {element_spec!r}.'
+  )
 
 
 def _union(names_lists):
   return tuple(sorted(set(n for names in names_lists for n in names)))
 
 
-def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
-                           optimizer: tff.learning.optimizers.Optimizer,
-                           regularizers: Sequence[
-                               regularizers_lib.Regularizer],
-                           weighting: tff.learning.ClientWeighting,
-                           loss_fn: Optional[LossFn] = None,
-                           count_labels: int = 0,
-                           cache_reference_outputs: bool = True):
+def build_client_update_fn(
+  keras_model_fn: model_lib.KerasModelFn,
+  optimizer: tff.learning.optimizers.Optimizer,
+  regularizers: Sequence[regularizers_lib.Regularizer],
+  weighting: tff.learning.ClientWeighting,
+  loss_fn: Optional[LossFn] = None,
+  count_labels: int = 0,
+  cache_reference_outputs: bool = True,
+):
   """The `tf.function` that trains one client.
 
   Builds the model, and truncated copies of the global and previous models
@@ -119,20 +137,35 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
   with model_lib.weights_assigned_before_use():
     model = keras_model_fn()
     global_reference = reference_outputs.reference_view(
-        keras_model_fn, _union(r.global_outputs for r in regularizers))
+      keras_model_fn, _union(r.global_outputs for r in regularizers)
+    )
     previous_reference = reference_outputs.reference_view(
-        keras_model_fn, _union(r.previous_outputs for r in regularizers))
-  views = {key: view for key, view in (('global', global_reference),
-                                       ('previous', previous_reference))
-           if view is not None}
+      keras_model_fn, _union(r.previous_outputs for r in regularizers)
+    )
+  views = {
+    key: view
+    for key, view in (
+      ('global', global_reference),
+      ('previous', previous_reference),
+    )
+    if view is not None
+  }
   reference = reference_outputs.ReferenceOutputs(
-      views, reference_outputs.REFERENCE_CACHE_MAX_MB,
-      cache=cache_reference_outputs)
+    views,
+    reference_outputs.REFERENCE_CACHE_MAX_MB,
+    cache=cache_reference_outputs,
+  )
   weight_correctors = [r for r in regularizers if r.corrects_weights]
 
   @tf.function
-  def client_update(initial_weights, dataset, previous_weights=None,
-                    has_previous=False, broadcast=None, client_state=None):
+  def client_update(
+    initial_weights,
+    dataset,
+    previous_weights=None,
+    has_previous=False,
+    broadcast=None,
+    client_state=None,
+  ):
     trainable = model.trainable_variables
     model_lib.assign_weights(model, initial_weights)
     global_weights = list(initial_weights.trainable)
@@ -154,42 +187,56 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
         outputs = model(batch['x'], training=True)
         loss = loss_fn(batch['y'], outputs)
         step = regularizers_lib.LocalStep(
-            trainable, global_weights, outputs, batch, global_outputs,
-            previous_outputs, has_previous, broadcast, client_state)
+          trainable,
+          global_weights,
+          outputs,
+          batch,
+          global_outputs,
+          previous_outputs,
+          has_previous,
+          broadcast,
+          client_state,
+        )
         objective = loss
         for regularizer in regularizers:
           objective += regularizer(step)
       gradients = tape.gradient(objective, trainable)
       optimizer_state, new_weights = optimizer.next(
-          optimizer_state, tuple(trainable), tuple(gradients))
+        optimizer_state, tuple(trainable), tuple(gradients)
+      )
       for variable, value in zip(trainable, new_weights):
         variable.assign(value)
       for regularizer in weight_correctors:
-        for variable, delta in zip(trainable,
-                                   regularizer.weight_correction(step)):
+        for variable, delta in zip(
+          trainable, regularizer.weight_correction(step)
+        ):
           variable.assign_sub(delta)
       predictions = tf.argmax(outputs['logits'], axis=-1, output_type=tf.int32)
       labels = tf.cast(batch['y'], tf.int32)
       batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)
       sums = collections.OrderedDict(
-          loss_sum=sums['loss_sum'] + loss * batch_size,
-          objective_sum=sums['objective_sum'] + objective * batch_size,
-          correct=sums['correct'] + tf.reduce_sum(
-              tf.cast(tf.equal(predictions, labels), tf.float32)),
-          num_labels=sums['num_labels'] + tf.cast(tf.size(labels),
-                                                  tf.float32),
-          num_examples=sums['num_examples'] + batch_size,
-          num_batches=sums['num_batches'] + 1.0,
-          num_non_finite_clients=sums['num_non_finite_clients'])
+        loss_sum=sums['loss_sum'] + loss * batch_size,
+        objective_sum=sums['objective_sum'] + objective * batch_size,
+        correct=sums['correct']
+        + tf.reduce_sum(tf.cast(tf.equal(predictions, labels), tf.float32)),
+        num_labels=sums['num_labels'] + tf.cast(tf.size(labels), tf.float32),
+        num_examples=sums['num_examples'] + batch_size,
+        num_batches=sums['num_batches'] + 1.0,
+        num_non_finite_clients=sums['num_non_finite_clients'],
+      )
       if count_labels:
         sums['label_counts'] = state[0]['label_counts'] + tf.math.bincount(
-            tf.reshape(labels, [-1]), minlength=count_labels,
-            maxlength=count_labels, dtype=tf.float32)
+          tf.reshape(labels, [-1]),
+          minlength=count_labels,
+          maxlength=count_labels,
+          dtype=tf.float32,
+        )
       return sums, optimizer_state, (carried_tables, has_previous)
 
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     initial_sums = collections.OrderedDict(
-        (k, tf.constant(0.0)) for k in _TRAIN_SUMS)
+      (k, tf.constant(0.0)) for k in _TRAIN_SUMS
+    )
     if count_labels:
       initial_sums['label_counts'] = tf.zeros([count_labels])
     # Loop variables, not captures: a tensor captured into the loop lets
@@ -198,47 +245,55 @@ def build_client_update_fn(keras_model_fn: model_lib.KerasModelFn,
     # (docs/performance.md).
     carried = (tables or (), tf.convert_to_tensor(has_previous))
     sums, _, _ = batches.reduce(
-        (initial_sums, optimizer.initialize(specs), carried), reduce_fn)
+      (initial_sums, optimizer.initialize(specs), carried), reduce_fn
+    )
     update = [g - w for g, w in zip(global_weights, trainable)]
     if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
       weight = sums['num_examples']
     else:
       weight = tf.constant(1.0)
     is_finite = tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(u)) for u in update])
+      [tf.reduce_all(tf.math.is_finite(u)) for u in update]
+    )
 
     def drop_client():
       # A diverged client must not reach the mean: zero update, zero weight,
       # and its metrics replaced by one count of non-finite clients.
-      dropped = collections.OrderedDict((k, tf.zeros_like(v))
-                                        for k, v in sums.items())
+      dropped = collections.OrderedDict(
+        (k, tf.zeros_like(v)) for k, v in sums.items()
+      )
       dropped['num_non_finite_clients'] = tf.constant(1.0)
       return [tf.zeros_like(u) for u in update], tf.constant(0.0), dropped
 
-    update, weight, sums = tf.cond(is_finite, lambda: (update, weight, sums),
-                                   drop_client)
+    update, weight, sums = tf.cond(
+      is_finite, lambda: (update, weight, sums), drop_client
+    )
     final_weights = tff.learning.models.ModelWeights(
-        trainable=[tf.identity(v) for v in model.trainable_variables],
-        non_trainable=[tf.identity(v) for v in model.non_trainable_variables])
-    return (tff.learning.templates.ClientResult(update=update,
-                                                update_weight=weight),
-            sums, final_weights)
+      trainable=[tf.identity(v) for v in model.trainable_variables],
+      non_trainable=[tf.identity(v) for v in model.non_trainable_variables],
+    )
+    return (
+      tff.learning.templates.ClientResult(update=update, update_weight=weight),
+      sums,
+      final_weights,
+    )
 
   return client_update
 
 
 def build_local_training_client_work(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    optimizer: tff.learning.optimizers.Optimizer,
-    regularizers: Sequence[regularizers_lib.Regularizer] = (),
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
-    received_type: Optional[tff.Type] = None,
-    loss_fn: Optional[LossFn] = None,
-    client_weight_fn: Optional[ClientWeightFn] = None,
-    dataset_computation: Optional[tff.Computation] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  optimizer: tff.learning.optimizers.Optimizer,
+  regularizers: Sequence[regularizers_lib.Regularizer] = (),
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  received_type: Optional[tff.Type] = None,
+  loss_fn: Optional[LossFn] = None,
+  client_weight_fn: Optional[ClientWeightFn] = None,
+  dataset_computation: Optional[tff.Computation] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> tff.templates.MeasuredProcess:
   """Local training on cross-entropy plus `regularizers`, as client work.
 
@@ -274,9 +329,10 @@ def build_local_training_client_work(
   regularizers = tuple(regularizers)
   if regularizers_lib.needs_client_state(regularizers):
     raise ValueError(
-        'A regularizer reads the client\'s previous model or keeps client '
-        'state, which needs per-client state: use tff_methods.stateful.'
-        'build_stateful_local_training_process.')
+      "A regularizer reads the client's previous model or keeps client "
+      'state, which needs per-client state: use tff_methods.stateful.'
+      'build_stateful_local_training_process.'
+    )
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   if received_type is None:
     received_type = model_lib.weights_type(keras_model_fn)
@@ -293,33 +349,44 @@ def build_local_training_client_work(
 
   @tff.tensorflow.computation(received_type, client_batches.client_data_type)
   def client_update_computation(received, client_data):
-    initial_weights, broadcast = composers.split_received(received,
-                                                          has_broadcast)
-    client_update = build_client_update_fn(keras_model_fn, optimizer,
-                                           regularizers, client_weighting,
-                                           loss_fn, count_labels=num_classes)
-    result, sums, _ = client_update(initial_weights,
-                                    client_batches(client_data),
-                                    broadcast=broadcast)
+    initial_weights, broadcast = composers.split_received(
+      received, has_broadcast
+    )
+    client_update = build_client_update_fn(
+      keras_model_fn,
+      optimizer,
+      regularizers,
+      client_weighting,
+      loss_fn,
+      count_labels=num_classes,
+    )
+    result, sums, _ = client_update(
+      initial_weights, client_batches(client_data), broadcast=broadcast
+    )
     if client_weight_fn is not None:
       label_counts = sums.pop('label_counts')
       result = tff.learning.templates.ClientResult(
-          update=result.update,
-          update_weight=client_weight_fn(label_counts, result.update_weight))
+        update=result.update,
+        update_weight=client_weight_fn(label_counts, result.update_weight),
+      )
     return result, aggregation.unfinalized_train_metrics(sums)
 
   aggregate_metrics = aggregation.build_metrics_aggregation(
-      metrics_aggregator, client_update_computation.type_signature.result[1])
+    metrics_aggregator, client_update_computation.type_signature.result[1]
+  )
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(received_type, tff.CLIENTS),
-      tff.FederatedType(client_batches.client_data_type, tff.CLIENTS))
+    init_fn.type_signature.result,
+    tff.FederatedType(received_type, tff.CLIENTS),
+    tff.FederatedType(client_batches.client_data_type, tff.CLIENTS),
+  )
   def next_fn(state, received, client_data):
     client_result, unfinalized_metrics = tff.federated_map(
-        client_update_computation, (received, client_data))
+      client_update_computation, (received, client_data)
+    )
     return tff.templates.MeasuredProcessOutput(
-        state, client_result, aggregate_metrics(unfinalized_metrics))
+      state, client_result, aggregate_metrics(unfinalized_metrics)
+    )
 
   if dataset_computation is not None:
     return tff.templates.MeasuredProcess(init_fn, next_fn)
@@ -338,8 +405,9 @@ class ClientBatches:
   one, the client computation receives its batches.
   """
 
-  def __init__(self, dataset_computation: Optional[tff.Computation],
-               data_type: tff.Type):
+  def __init__(
+    self, dataset_computation: Optional[tff.Computation], data_type: tff.Type
+  ):
     dataset_computation = as_dataset_computation(dataset_computation)
     self._dataset_computation = dataset_computation
     if dataset_computation is None:
@@ -348,8 +416,10 @@ class ClientBatches:
       self.client_data_type = dataset_computation.type_signature.parameter
       made = dataset_computation.type_signature.result
       if not data_type.is_assignable_from(made):
-        raise TypeError(f'The dataset computation makes {made}, but the '
-                        f'process trains on {data_type}.')
+        raise TypeError(
+          f'The dataset computation makes {made}, but the '
+          f'process trains on {data_type}.'
+        )
 
   def __call__(self, client_data):
     """The client's batches (inside its TFF computation)."""
@@ -366,23 +436,24 @@ def as_dataset_computation(data: Any) -> Optional[tff.Computation]:
   if isinstance(data, tff.simulation.datasets.ClientData):
     return data.dataset_computation
   raise TypeError(
-      'dataset_computation must be a tff.Computation (a client key -> its '
-      'batches) or a tff.simulation.datasets.ClientData (preprocessed into '
-      f'batches), got {type(data).__name__}.')
+    'dataset_computation must be a tff.Computation (a client key -> its '
+    'batches) or a tff.simulation.datasets.ClientData (preprocessed into '
+    f'batches), got {type(data).__name__}.'
+  )
 
 
 def build_local_training_process(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
-    regularizers: Sequence[regularizers_lib.Regularizer] = (),
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[LossFn] = None,
-    client_weight_fn: Optional[ClientWeightFn] = None,
-    dataset_computation: Optional[tff.Computation] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  client_optimizer: tff.learning.optimizers.Optimizer,
+  server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+  regularizers: Sequence[regularizers_lib.Regularizer] = (),
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[LossFn] = None,
+  client_weight_fn: Optional[ClientWeightFn] = None,
+  dataset_computation: Optional[tff.Computation] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess`: local training with regularizers, then FedOpt.
 
@@ -415,60 +486,75 @@ def build_local_training_process(
       `tff.learning.metrics.sum_then_finalize` by default.
   """
   factory, client_weighting = aggregation.model_aggregation(
-      model_aggregator, client_weighting)
+    model_aggregator, client_weighting
+  )
   keras_model_fn = checked_model_fn(keras_model_fn, regularizers)
   check_element_spec(element_spec)
-  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
-      1.0)
+  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
   weights_type = model_lib.weights_type_of(zero_weights)
 
   initial_model_weights_fn = model_lib.initial_weights_computation(
-      keras_model_fn)
+    keras_model_fn
+  )
 
   regularizers = tuple(regularizers)
-  distributor = composers.build_distributor(weights_type, regularizers,
-                                  zero_weights.trainable)
+  distributor = composers.build_distributor(
+    weights_type, regularizers, zero_weights.trainable
+  )
   client_work = build_local_training_client_work(
-      keras_model_fn, element_spec, client_optimizer, regularizers,
-      client_weighting,
-      received_type=distributor.next.type_signature.result.result.member,
-      loss_fn=loss_fn, client_weight_fn=client_weight_fn,
-      dataset_computation=dataset_computation,
-      metrics_aggregator=metrics_aggregator)
+    keras_model_fn,
+    element_spec,
+    client_optimizer,
+    regularizers,
+    client_weighting,
+    received_type=distributor.next.type_signature.result.result.member,
+    loss_fn=loss_fn,
+    client_weight_fn=client_weight_fn,
+    dataset_computation=dataset_computation,
+    metrics_aggregator=metrics_aggregator,
+  )
   weight_type = client_work.next.type_signature.result.result.member[
-      'update_weight']
+    'update_weight'
+  ]
   aggregator = factory.create(weights_type.trainable, weight_type)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
-  recorder = composers.build_mean_update_recorder(distributor, regularizers,
-                                        weights_type.trainable)
+    server_optimizer, weights_type
+  )
+  recorder = composers.build_mean_update_recorder(
+    distributor, regularizers, weights_type.trainable
+  )
   if recorder is None and dataset_computation is None:
     return tff.learning.templates.compose_learning_process(
-        initial_model_weights_fn, distributor, client_work, aggregator,
-        finalizer)
-  return composers.compose(initial_model_weights_fn, distributor, client_work,
-                  aggregator, finalizer, recorder)
+      initial_model_weights_fn, distributor, client_work, aggregator, finalizer
+    )
+  return composers.compose(
+    initial_model_weights_fn,
+    distributor,
+    client_work,
+    aggregator,
+    finalizer,
+    recorder,
+  )
 
 
-def checked_model_fn(keras_model_fn: Any,
-                     regularizers: Sequence[regularizers_lib.Regularizer]
-                     ) -> model_lib.KerasModelFn:
+def checked_model_fn(
+  keras_model_fn: Any, regularizers: Sequence[regularizers_lib.Regularizer]
+) -> model_lib.KerasModelFn:
   """`keras_model_fn` in the contract's form, checked for every output the
   regularizers read (`model_lib.check_outputs`), before any work."""
-  if not callable(keras_model_fn) or isinstance(keras_model_fn,
-                                                tf.keras.Model):
+  if not callable(keras_model_fn) or isinstance(keras_model_fn, tf.keras.Model):
     raise TypeError(
-        'Pass a function that builds the Keras model (it is called inside '
-        f'TFF computations), not {type(keras_model_fn).__name__}; e.g. '
-        'lambda: tff_methods.model_lib.named_outputs(make_model(), ...).')
+      'Pass a function that builds the Keras model (it is called inside '
+      f'TFF computations), not {type(keras_model_fn).__name__}; e.g. '
+      'lambda: tff_methods.model_lib.named_outputs(make_model(), ...).'
+    )
   keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
   needed = collections.defaultdict(list)
   for r in regularizers:
-    for name in (tuple(r.outputs) + tuple(r.global_outputs) +
-                 tuple(r.previous_outputs)):
+    for name in (
+      tuple(r.outputs) + tuple(r.global_outputs) + tuple(r.previous_outputs)
+    ):
       needed[name].append(r.display_name)
   model_lib.check_outputs(keras_model_fn, needed)
   return keras_model_fn
-
-

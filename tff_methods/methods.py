@@ -48,8 +48,12 @@ from tff_methods import regularizers as regularizers_lib
 from tff_methods import scaffold
 
 # Each component's strength when none is given: its module's default.
-DEFAULT_STRENGTHS = {'fedprox': fedprox.DEFAULT_MU, 'moon': moon.DEFAULT_MU,
-                     'fedcka': fedcka.DEFAULT_MU, 'fedcos': fedcos.DEFAULT_MU}
+DEFAULT_STRENGTHS = {
+  'fedprox': fedprox.DEFAULT_MU,
+  'moon': moon.DEFAULT_MU,
+  'fedcka': fedcka.DEFAULT_MU,
+  'fedcos': fedcos.DEFAULT_MU,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Hyperparameters:
     dp_clip: 'dp': a fixed L2 clip, or None for TFF's adaptive clipping.
     clients_per_round: 'dp': the expected clients per round.
   """
+
   client_learning_rate: float = 0.05
   client_momentum: float = 0.9
   weight_decay: float = 0.0
@@ -125,8 +130,11 @@ class Hyperparameters:
   def model_aggregator(self) -> Optional[aggregation.ModelAggregator]:
     """TFF's model aggregator of `aggregator` (None: the weighted mean)."""
     return aggregation.build_model_aggregator(
-        self.aggregator, noise_multiplier=self.dp_noise_multiplier,
-        clients_per_round=self.clients_per_round, clip=self.dp_clip)
+      self.aggregator,
+      noise_multiplier=self.dp_noise_multiplier,
+      clients_per_round=self.clients_per_round,
+      clip=self.dp_clip,
+    )
 
   def strength(self, component: str) -> float:
     own = dict(self.strengths)
@@ -135,52 +143,73 @@ class Hyperparameters:
     return DEFAULT_STRENGTHS[component] if self.mu is None else self.mu
 
   def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
-    return optimizers.build_client_sgd(self.client_learning_rate,
-                                       self.client_momentum,
-                                       self.weight_decay)
+    return optimizers.build_client_sgd(
+      self.client_learning_rate, self.client_momentum, self.weight_decay
+    )
 
   def server_optimizer(self, name: str) -> tff.learning.optimizers.Optimizer:
     default = 0.01 if name in ('adam', 'yogi') else 1.0
     lr = self.server_learning_rate
     return optimizers.build_server_optimizer(
-        name, default if lr is None else lr, momentum=self.server_momentum,
-        momentum_form=self.server_momentum_form)
+      name,
+      default if lr is None else lr,
+      momentum=self.server_momentum,
+      momentum_form=self.server_momentum_form,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Component:
   """What one name in a method brings."""
+
   server_optimizer: Optional[str] = None
-  regularizer: Optional[Callable[[Hyperparameters],
-                                 regularizers_lib.Regularizer]] = None
+  regularizer: Optional[
+    Callable[[Hyperparameters], regularizers_lib.Regularizer]
+  ] = None
 
 
 COMPONENTS = {
-    'fedavg': Component(server_optimizer='sgd'),
-    'fedavgm': Component(server_optimizer='sgdm'),
-    'fedadam': Component(server_optimizer='adam'),
-    'fedyogi': Component(server_optimizer='yogi'),
-    'fedprox': Component(regularizer=lambda h: fedprox.ProximalTerm(
-        h.strength('fedprox'))),
-    'fedmax': Component(regularizer=lambda h: fedmax.ActivationEntropyTerm(
-        fedmax.DEFAULT_BETA if h.beta is None else h.beta)),
-    'fedcos': Component(regularizer=lambda h: fedcos.DirectionPenalty(
-        h.strength('fedcos'), h.fedcos_direction)),
-    'moon': Component(regularizer=lambda h: moon.ModelContrastiveTerm(
-        h.strength('moon'), h.temperature)),
-    'fedcka': Component(regularizer=lambda h: fedcka.CKAContrastiveTerm(
-        h.strength('fedcka'), h.cka_layers, h.similarity)),
+  'fedavg': Component(server_optimizer='sgd'),
+  'fedavgm': Component(server_optimizer='sgdm'),
+  'fedadam': Component(server_optimizer='adam'),
+  'fedyogi': Component(server_optimizer='yogi'),
+  'fedprox': Component(
+    regularizer=lambda h: fedprox.ProximalTerm(h.strength('fedprox'))
+  ),
+  'fedmax': Component(
+    regularizer=lambda h: fedmax.ActivationEntropyTerm(
+      fedmax.DEFAULT_BETA if h.beta is None else h.beta
+    )
+  ),
+  'fedcos': Component(
+    regularizer=lambda h: fedcos.DirectionPenalty(
+      h.strength('fedcos'), h.fedcos_direction
+    )
+  ),
+  'moon': Component(
+    regularizer=lambda h: moon.ModelContrastiveTerm(
+      h.strength('moon'), h.temperature
+    )
+  ),
+  'fedcka': Component(
+    regularizer=lambda h: fedcka.CKAContrastiveTerm(
+      h.strength('fedcka'), h.cka_layers, h.similarity
+    )
+  ),
 }
 STANDALONE = ('scaffold', 'fed2', 'tff_fedavg')
 # SCAFFOLD's model average: the paper's, or NIID-Bench's by data size.
 SCAFFOLD_WEIGHTINGS = {
-    'uniform': tff.learning.ClientWeighting.UNIFORM,
-    'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
+  'uniform': tff.learning.ClientWeighting.UNIFORM,
+  'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
 }
 SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = SINGLE_METHODS + (
-    'fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
+  'fedprox+fedcos',
+  'fedavgm+fedcos',
+  'fedadam+fedcos',
+)
 
 
 def parse_method(name: str) -> list[str]:
@@ -198,45 +227,57 @@ def _parse(name: str) -> tuple[str, ...]:
   allowed = ', '.join(list(COMPONENTS) + list(STANDALONE))
   for part in parts:
     if part not in COMPONENTS and part not in STANDALONE:
-      raise ValueError(f'Unknown method {name!r} ({part!r} is not one of '
-                       f'{allowed}; join several with +, e.g. '
-                       'fedprox+fedcos).')
+      raise ValueError(
+        f'Unknown method {name!r} ({part!r} is not one of '
+        f'{allowed}; join several with +, e.g. '
+        'fedprox+fedcos).'
+      )
   if len(set(parts)) != len(parts):
     raise ValueError(f'Method {name!r} names a component twice.')
   standalone = [p for p in parts if p in STANDALONE]
   if standalone and len(parts) > 1:
-    raise ValueError(f'Method {name!r}: {standalone[0]} cannot be '
-                     'combined.')
-  servers = [p for p in parts if COMPONENTS.get(p, Component())
-             .server_optimizer]
+    raise ValueError(f'Method {name!r}: {standalone[0]} cannot be ' 'combined.')
+  servers = [
+    p for p in parts if COMPONENTS.get(p, Component()).server_optimizer
+  ]
   if len(servers) > 1:
-    raise ValueError(f'Method {name!r} names {len(servers)} server rules '
-                     f'({", ".join(servers)}); name at most one.')
+    raise ValueError(
+      f'Method {name!r} names {len(servers)} server rules '
+      f'({", ".join(servers)}); name at most one.'
+    )
   return tuple(parts)
 
 
-def _terms(parts: Sequence[str], hparams: Hyperparameters
-           ) -> list[regularizers_lib.Regularizer]:
-  return [COMPONENTS[p].regularizer(hparams) for p in parts
-          if p in COMPONENTS and COMPONENTS[p].regularizer is not None]
+def _terms(
+  parts: Sequence[str], hparams: Hyperparameters
+) -> list[regularizers_lib.Regularizer]:
+  return [
+    COMPONENTS[p].regularizer(hparams)
+    for p in parts
+    if p in COMPONENTS and COMPONENTS[p].regularizer is not None
+  ]
 
 
 def reads_reference_outputs(name: str) -> bool:
   """Whether the method reads the global or previous model's outputs."""
-  return any(r.global_outputs or r.previous_outputs
-             for r in _terms(parse_method(name), Hyperparameters()))
+  return any(
+    r.global_outputs or r.previous_outputs
+    for r in _terms(parse_method(name), Hyperparameters())
+  )
 
 
-def wants_example_index(name: str, local_epochs: int,
-                        local_steps: Optional[int] = None) -> bool:
+def wants_example_index(
+  name: str, local_epochs: int, local_steps: Optional[int] = None
+) -> bool:
   """Whether to index examples (`LocalBatches(with_index=True)`).
 
   Methods that read reference models' outputs cache them per example when a
   client passes over its data more than once (`local_epochs` > 1); with
   `local_steps` or one epoch there is nothing to reuse.
   """
-  return (reads_reference_outputs(name) and local_steps is None and
-          local_epochs > 1)
+  return (
+    reads_reference_outputs(name) and local_steps is None and local_epochs > 1
+  )
 
 
 def is_stateful(name: str) -> bool:
@@ -244,7 +285,8 @@ def is_stateful(name: str) -> bool:
   variates), or a term that reads the client's previous model."""
   parts = parse_method(name)
   return parts == ['scaffold'] or regularizers_lib.needs_previous_model(
-      _terms(parts, Hyperparameters()))
+    _terms(parts, Hyperparameters())
+  )
 
 
 # A combination is built by the builder of its first component in this
@@ -254,8 +296,14 @@ _BUILDER_ORDER = ('moon', 'fedcka', 'fedcos', 'fedmax', 'fedprox')
 
 
 def _server_optimizer(parts, hparams):
-  rule = next((COMPONENTS[p].server_optimizer for p in parts
-               if p in COMPONENTS and COMPONENTS[p].server_optimizer), 'sgd')
+  rule = next(
+    (
+      COMPONENTS[p].server_optimizer
+      for p in parts
+      if p in COMPONENTS and COMPONENTS[p].server_optimizer
+    ),
+    'sgd',
+  )
   return hparams.server_optimizer(rule)
 
 
@@ -266,10 +314,13 @@ def _main_and_others(parts, hparams):
   return main, others
 
 
-def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
-                 element_spec: Any, hparams: Hyperparameters,
-                 dataset_computation: Optional[tff.Computation] = None
-                 ) -> tff.learning.templates.LearningProcess:
+def build_method(
+  name: str,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  hparams: Hyperparameters,
+  dataset_computation: Optional[tff.Computation] = None,
+) -> tff.learning.templates.LearningProcess:
   """Builds method `name` as a `tff.learning.templates.LearningProcess`.
 
   Args:
@@ -283,55 +334,81 @@ def build_method(name: str, keras_model_fn: model_lib.KerasModelFn,
   parts = parse_method(name)
   if is_stateful(name):
     raise ValueError(
-        f'{name} keeps per-client state and is not a tff.learning '
-        'LearningProcess; use build_method_for_client_ids.')
+      f'{name} keeps per-client state and is not a tff.learning '
+      'LearningProcess; use build_method_for_client_ids.'
+    )
   client_optimizer = hparams.client_optimizer()
   server_optimizer = _server_optimizer(parts, hparams)
   model_aggregator = hparams.model_aggregator()
   if parts == ['fed2']:
     return fed2.build_fed2(
-        keras_model_fn, element_spec, client_optimizer_fn=client_optimizer,
-        num_groups=hparams.fed2_groups, pairing=hparams.fed2_pairing,
-        seed=hparams.seed, server_optimizer_fn=server_optimizer,
-        dataset_computation=dataset_computation,
-        model_aggregator=model_aggregator)
+      keras_model_fn,
+      element_spec,
+      client_optimizer_fn=client_optimizer,
+      num_groups=hparams.fed2_groups,
+      pairing=hparams.fed2_pairing,
+      seed=hparams.seed,
+      server_optimizer_fn=server_optimizer,
+      dataset_computation=dataset_computation,
+      model_aggregator=model_aggregator,
+    )
   if parts == ['tff_fedavg']:
     # TFF's builder as a TFF user composes it: the batches are made by one
     # computation and passed to the client's.
-    process = fedavg.build_tff_fedavg(keras_model_fn, element_spec,
-                                      client_optimizer_fn=client_optimizer,
-                                      server_optimizer_fn=server_optimizer,
-                                      model_aggregator=model_aggregator)
+    process = fedavg.build_tff_fedavg(
+      keras_model_fn,
+      element_spec,
+      client_optimizer_fn=client_optimizer,
+      server_optimizer_fn=server_optimizer,
+      model_aggregator=model_aggregator,
+    )
     if dataset_computation is None:
       return process
     return tff.simulation.compose_dataset_computation_with_learning_process(
-        dataset_computation, process)
+      dataset_computation, process
+    )
   main, others = _main_and_others(parts, hparams)
-  shared = dict(client_optimizer_fn=client_optimizer,
-                server_optimizer_fn=server_optimizer,
-                dataset_computation=dataset_computation,
-                model_aggregator=model_aggregator)
+  shared = dict(
+    client_optimizer_fn=client_optimizer,
+    server_optimizer_fn=server_optimizer,
+    dataset_computation=dataset_computation,
+    model_aggregator=model_aggregator,
+  )
   if main is None:
     return fedavg.build_fedavg(keras_model_fn, element_spec, **shared)
   if main == 'fedcos':
     return fedcos.build_fedcos(
-        keras_model_fn, element_spec, mu=hparams.strength('fedcos'),
-        direction=hparams.fedcos_direction, base_regularizers=others,
-        **shared)
+      keras_model_fn,
+      element_spec,
+      mu=hparams.strength('fedcos'),
+      direction=hparams.fedcos_direction,
+      base_regularizers=others,
+      **shared,
+    )
   if main == 'fedmax':
     return fedmax.build_fedmax(
-        keras_model_fn, element_spec, beta=(
-            fedmax.DEFAULT_BETA if hparams.beta is None else hparams.beta),
-        base_regularizers=others, **shared)
+      keras_model_fn,
+      element_spec,
+      beta=(fedmax.DEFAULT_BETA if hparams.beta is None else hparams.beta),
+      base_regularizers=others,
+      **shared,
+    )
   return fedprox.build_fedprox(
-      keras_model_fn, element_spec, mu=hparams.strength('fedprox'),
-      base_regularizers=others, **shared)
+    keras_model_fn,
+    element_spec,
+    mu=hparams.strength('fedprox'),
+    base_regularizers=others,
+    **shared,
+  )
 
 
 def build_method_for_client_ids(
-    name: str, keras_model_fn: model_lib.KerasModelFn,
-    datasets_by_id: tff.Computation, spec: Any,
-    hparams: Hyperparameters):
+  name: str,
+  keras_model_fn: model_lib.KerasModelFn,
+  datasets_by_id: tff.Computation,
+  spec: Any,
+  hparams: Hyperparameters,
+):
   """Builds method `name` as a process whose `next` takes client keys.
 
   Args:
@@ -351,33 +428,53 @@ def build_method_for_client_ids(
   parts = parse_method(name)
   if parts == ['scaffold']:
     return scaffold.build_scaffold(
-        keras_model_fn, spec, dataset_computation=datasets_by_id,
-        client_learning_rate=hparams.client_learning_rate,
-        num_clients=hparams.num_clients,
-        server_learning_rate=(1.0 if hparams.server_learning_rate is None
-                              else hparams.server_learning_rate),
-        weight_decay=hparams.weight_decay,
-        client_state_dir=hparams.client_state_dir,
-        client_momentum=(hparams.client_momentum
-                         if hparams.scaffold_momentum else 0.0),
-        client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting],
-        model_aggregator=hparams.model_aggregator())
+      keras_model_fn,
+      spec,
+      dataset_computation=datasets_by_id,
+      client_learning_rate=hparams.client_learning_rate,
+      num_clients=hparams.num_clients,
+      server_learning_rate=(
+        1.0
+        if hparams.server_learning_rate is None
+        else hparams.server_learning_rate
+      ),
+      weight_decay=hparams.weight_decay,
+      client_state_dir=hparams.client_state_dir,
+      client_momentum=(
+        hparams.client_momentum if hparams.scaffold_momentum else 0.0
+      ),
+      client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting],
+      model_aggregator=hparams.model_aggregator(),
+    )
   if not is_stateful(name):
-    return build_method(name, keras_model_fn, spec, hparams,
-                        dataset_computation=datasets_by_id)
+    return build_method(
+      name, keras_model_fn, spec, hparams, dataset_computation=datasets_by_id
+    )
   main, others = _main_and_others(parts, hparams)
-  shared = dict(dataset_computation=datasets_by_id,
-                client_optimizer_fn=hparams.client_optimizer(),
-                server_optimizer_fn=_server_optimizer(parts, hparams),
-                client_state_dir=hparams.client_state_dir,
-                base_regularizers=others,
-                model_aggregator=hparams.model_aggregator())
+  shared = dict(
+    dataset_computation=datasets_by_id,
+    client_optimizer_fn=hparams.client_optimizer(),
+    server_optimizer_fn=_server_optimizer(parts, hparams),
+    client_state_dir=hparams.client_state_dir,
+    base_regularizers=others,
+    model_aggregator=hparams.model_aggregator(),
+  )
   if main == 'moon':
-    return moon.build_moon(keras_model_fn, spec, mu=hparams.strength('moon'),
-                           temperature=hparams.temperature, **shared)
+    return moon.build_moon(
+      keras_model_fn,
+      spec,
+      mu=hparams.strength('moon'),
+      temperature=hparams.temperature,
+      **shared,
+    )
   return fedcka.build_fedcka(
-      keras_model_fn, spec, mu=hparams.strength('fedcka'),
-      num_layers=hparams.cka_layers, similarity=hparams.similarity, **shared)
+    keras_model_fn,
+    spec,
+    mu=hparams.strength('fedcka'),
+    num_layers=hparams.cka_layers,
+    similarity=hparams.similarity,
+    **shared,
+  )
 
 
 # Every named method without per-client state.

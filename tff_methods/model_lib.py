@@ -38,17 +38,19 @@ KerasModelFn = Callable[[], tf.keras.Model]
 
 # What each named output is, and `named_outputs`' argument that names it.
 OUTPUT_MEANINGS = {
-    'logits': ('the unnormalized class scores', 'logits'),
-    'features': ('the last post-ReLU hidden vector', 'features'),
-    'z': ("a projection head's output", 'z'),
+  'logits': ('the unnormalized class scores', 'logits'),
+  'features': ('the last post-ReLU hidden vector', 'features'),
+  'z': ("a projection head's output", 'z'),
 }
 
 
 def _meaning(name: str) -> tuple[str, str]:
   if name.startswith('layer_'):
     k = name.split('_', 1)[1]
-    return (f'the activation of layer {k} from the input',
-            f'layers (a list whose item {k} names it)')
+    return (
+      f'the activation of layer {k} from the input',
+      f'layers (a list whose item {k} names it)',
+    )
   return OUTPUT_MEANINGS.get(name, ('an output', name))
 
 
@@ -56,23 +58,27 @@ def _layer_output(model: tf.keras.Model, layer: str) -> tf.Tensor:
   try:
     return model.get_layer(layer).output
   except ValueError:
-    names = [l.name for l in model.layers]
-    raise ValueError(f'Model {model.name!r} has no layer {layer!r}; its '
-                     f'layers are {names}.') from None
+    names = [layer.name for layer in model.layers]
+    raise ValueError(
+      f'Model {model.name!r} has no layer {layer!r}; its '
+      f'layers are {names}.'
+    ) from None
 
 
 def _checked_input(model: tf.keras.Model) -> Any:
   if not isinstance(model, tf.keras.Model):
-    raise TypeError(f'Expected a tf.keras.Model, got {type(model).__name__}'
-                    '.')
+    raise TypeError(
+      f'Expected a tf.keras.Model, got {type(model).__name__}' '.'
+    )
   try:
     inputs = model.input
   except (AttributeError, ValueError):
     inputs = None
   if inputs is None:
     raise ValueError(
-        f'Model {model.name!r} has no defined input: build it with '
-        'tf.keras.Input (or give its first layer an input_shape).')
+      f'Model {model.name!r} has no defined input: build it with '
+      'tf.keras.Input (or give its first layer an input_shape).'
+    )
   return inputs
 
 
@@ -81,18 +87,26 @@ def _check_logits(model: tf.keras.Model, logits: tf.Tensor) -> None:
   history = getattr(logits, '_keras_history', None)
   layer = history.layer if history is not None else None
   activation = getattr(layer, 'activation', None)
-  if activation is tf.keras.activations.softmax or getattr(
-      layer, '__class__', None) is tf.keras.layers.Softmax:
+  if (
+    activation is tf.keras.activations.softmax
+    or getattr(layer, '__class__', None) is tf.keras.layers.Softmax
+  ):
     raise ValueError(
-        f'Model {model.name!r}\'s output comes out of a softmax (layer '
-        f'{layer.name!r}); the methods train on unnormalized logits: drop '
-        'the softmax, or name the layer before it as logits with '
-        'named_outputs(model, logits=...).')
+      f"Model {model.name!r}'s output comes out of a softmax (layer "
+      f'{layer.name!r}); the methods train on unnormalized logits: drop '
+      'the softmax, or name the layer before it as logits with '
+      'named_outputs(model, logits=...).'
+    )
 
 
-def named_outputs(model, *, logits: Optional[str] = None,
-                  features: Optional[str] = None, z: Optional[str] = None,
-                  layers: Sequence[str] = ()):
+def named_outputs(
+  model,
+  *,
+  logits: Optional[str] = None,
+  features: Optional[str] = None,
+  z: Optional[str] = None,
+  layers: Sequence[str] = (),
+):
   """A Keras model with the layers the methods read named as its outputs.
 
   The adapter from any functional or Sequential Keras model to the
@@ -120,8 +134,9 @@ def named_outputs(model, *, logits: Optional[str] = None,
   """
   if callable(model) and not isinstance(model, tf.keras.Model):
     model_fn = model
-    return lambda: named_outputs(model_fn(), logits=logits, features=features,
-                                 z=z, layers=layers)
+    return lambda: named_outputs(
+      model_fn(), logits=logits, features=features, z=z, layers=layers
+    )
   inputs = _checked_input(model)
   outputs = collections.OrderedDict()
   for k, layer in enumerate(layers, start=1):
@@ -151,24 +166,27 @@ def contract_model(model: Any) -> tf.keras.Model:
   """
   if isinstance(model, tff.learning.models.VariableModel):
     raise TypeError(
-        'The methods train a Keras model, not a tff.learning.models.'
-        'VariableModel: pass a function that builds the tf.keras.Model '
-        '(the one given to tff.learning.models.from_keras_model), wrapped '
-        'in tff_methods.model_lib.named_outputs(...) to name the layers '
-        'a method reads.')
+      'The methods train a Keras model, not a tff.learning.models.'
+      'VariableModel: pass a function that builds the tf.keras.Model '
+      '(the one given to tff.learning.models.from_keras_model), wrapped '
+      'in tff_methods.model_lib.named_outputs(...) to name the layers '
+      'a method reads.'
+    )
   inputs = _checked_input(model)
   output = model.output
   if isinstance(output, collections.abc.Mapping):
     if 'logits' not in output:
       raise ValueError(
-          f'Model {model.name!r} outputs {sorted(output)} but no '
-          "'logits'; name its class scores with named_outputs(model, "
-          'logits=...).')
+        f'Model {model.name!r} outputs {sorted(output)} but no '
+        "'logits'; name its class scores with named_outputs(model, "
+        'logits=...).'
+      )
     return model
   if isinstance(output, (list, tuple)):
     raise TypeError(
-        f'Model {model.name!r} has {len(output)} unnamed outputs; name them '
-        'with tff_methods.model_lib.named_outputs(model, logits=..., ...).')
+      f'Model {model.name!r} has {len(output)} unnamed outputs; name them '
+      'with tff_methods.model_lib.named_outputs(model, logits=..., ...).'
+    )
   _check_logits(model, output)
   return tf.keras.Model(inputs, {'logits': output}, name=model.name)
 
@@ -181,12 +199,13 @@ def contract_model_fn(keras_model_fn: Callable[[], Any]) -> KerasModelFn:
   def model_fn():
     return contract_model(keras_model_fn())
 
-  model_fn._in_contract = True  # pylint: disable=protected-access
+  model_fn._in_contract = True
   return model_fn
 
 
-def check_outputs(keras_model_fn: KerasModelFn,
-                  needed: Mapping[str, Sequence[str]]) -> None:
+def check_outputs(
+  keras_model_fn: KerasModelFn, needed: Mapping[str, Sequence[str]]
+) -> None:
   """Raises if the model lacks an output a method reads.
 
   Args:
@@ -205,9 +224,10 @@ def check_outputs(keras_model_fn: KerasModelFn,
       continue
     meaning, argument = _meaning(name)
     raise ValueError(
-        f'{", ".join(sorted(set(needed[name])))} reads the model\'s {name!r} '
-        f'output ({meaning}); model {model.name!r} outputs {has}. Name it '
-        f'with tff_methods.model_lib.named_outputs(model, {argument}=...).')
+      f'{", ".join(sorted(set(needed[name])))} reads the model\'s {name!r} '
+      f'output ({meaning}); model {model.name!r} outputs {has}. Name it '
+      f'with tff_methods.model_lib.named_outputs(model, {argument}=...).'
+    )
 
 
 def layer_names(model: tf.keras.Model) -> list[str]:
@@ -221,19 +241,22 @@ def logits_only(model: tf.keras.Model) -> tf.keras.Model:
 
   This is the form TFF's `tff.learning.models.from_keras_model` takes.
   """
-  wrapped = tf.keras.Model(model.input, model.output['logits'],
-                           name=model.name + '_logits')
+  wrapped = tf.keras.Model(
+    model.input, model.output['logits'], name=model.name + '_logits'
+  )
   if [v.ref() for v in wrapped.trainable_variables] != [
-      v.ref() for v in model.trainable_variables]:
+    v.ref() for v in model.trainable_variables
+  ]:
     raise ValueError(
-        f'Model {model.name!r} has trainable layers off the path to its '
-        'logits; its weights would not match TFF\'s view of it.')
+      f'Model {model.name!r} has trainable layers off the path to its '
+      "logits; its weights would not match TFF's view of it."
+    )
   return wrapped
 
 
-
-def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
-                 ) -> Callable[[], tff.learning.models.VariableModel]:
+def tff_model_fn(
+  keras_model_fn: KerasModelFn, element_spec: Any
+) -> Callable[[], tff.learning.models.VariableModel]:
   """A no-arg `VariableModel` factory for TFF's own builders.
 
   Args:
@@ -242,17 +265,19 @@ def tff_model_fn(keras_model_fn: KerasModelFn, element_spec: Any
       keys, such as `index`, are not the model's and are left out).
   """
   if isinstance(element_spec, collections.abc.Mapping):
-    element_spec = collections.OrderedDict(x=element_spec['x'],
-                                           y=element_spec['y'])
+    element_spec = collections.OrderedDict(
+      x=element_spec['x'], y=element_spec['y']
+    )
   else:
     element_spec = tuple(element_spec)
 
   def model_fn():
     return tff.learning.models.from_keras_model(
-        logits_only(contract_model(keras_model_fn())),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=element_spec,
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+      logits_only(contract_model(keras_model_fn())),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=element_spec,
+      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+    )
 
   return model_fn
 
@@ -266,21 +291,26 @@ def weights_type(keras_model_fn: KerasModelFn) -> tff.Type:
 def weights_type_of(weights: tff.learning.models.ModelWeights) -> tff.Type:
   """The TFF type of numpy `ModelWeights` (e.g. `zero_weights`'), so a
   builder that needs both builds the model once."""
-  return tff.types.tensorflow_to_type(tf.nest.map_structure(
+  return tff.types.tensorflow_to_type(
+    tf.nest.map_structure(
       lambda w: tf.TensorSpec(np.shape(w), tf.as_dtype(np.asarray(w).dtype)),
-      weights))
+      weights,
+    )
+  )
 
 
-def initial_weights_computation(keras_model_fn: KerasModelFn
-                                ) -> tff.Computation:
+def initial_weights_computation(
+  keras_model_fn: KerasModelFn,
+) -> tff.Computation:
   """A no-arg TFF computation returning a freshly built model's weights."""
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
     model = keras_model_fn()
     return tff.learning.models.ModelWeights(
-        trainable=list(model.trainable_variables),
-        non_trainable=list(model.non_trainable_variables))
+      trainable=list(model.trainable_variables),
+      non_trainable=list(model.non_trainable_variables),
+    )
 
   return initial_model_weights_fn
 
@@ -288,8 +318,9 @@ def initial_weights_computation(keras_model_fn: KerasModelFn
 def get_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
   """The model's current weights as numpy `ModelWeights`."""
   return tff.learning.models.ModelWeights(
-      trainable=[v.numpy() for v in model.trainable_variables],
-      non_trainable=[v.numpy() for v in model.non_trainable_variables])
+    trainable=[v.numpy() for v in model.trainable_variables],
+    non_trainable=[v.numpy() for v in model.non_trainable_variables],
+  )
 
 
 def assign_weights(model: tf.keras.Model, weights) -> None:
@@ -314,8 +345,11 @@ def weights_assigned_before_use():
 
   def zeros_creator(next_creator, **kwargs):
     shape, dtype = kwargs.get('shape'), kwargs.get('dtype')
-    if (shape is not None and dtype is not None
-        and tf.TensorShape(shape).is_fully_defined()):
+    if (
+      shape is not None
+      and dtype is not None
+      and tf.TensorShape(shape).is_fully_defined()
+    ):
       kwargs['initial_value'] = lambda: tf.zeros(shape, dtype)
     return next_creator(**kwargs)
 
@@ -323,35 +357,44 @@ def weights_assigned_before_use():
     yield
 
 
-def initial_weights(keras_model_fn: KerasModelFn, seed: int
-                    ) -> tff.learning.models.ModelWeights:
+def initial_weights(
+  keras_model_fn: KerasModelFn, seed: int
+) -> tff.learning.models.ModelWeights:
   """Seeded initial weights: the same seed gives the same model."""
   tf.keras.utils.set_random_seed(seed)
   return get_weights(keras_model_fn())
 
 
-def zero_weights(keras_model_fn: KerasModelFn
-                 ) -> tff.learning.models.ModelWeights:
+def zero_weights(
+  keras_model_fn: KerasModelFn,
+) -> tff.learning.models.ModelWeights:
   """Numpy zeros shaped like the model's weights (built in a scratch graph)."""
   with tf.Graph().as_default():
     model = keras_model_fn()
     return tff.learning.models.ModelWeights(
-        [np.zeros(v.shape, v.dtype.as_numpy_dtype)
-         for v in model.trainable_variables],
-        [np.zeros(v.shape, v.dtype.as_numpy_dtype)
-         for v in model.non_trainable_variables])
+      [
+        np.zeros(v.shape, v.dtype.as_numpy_dtype)
+        for v in model.trainable_variables
+      ],
+      [
+        np.zeros(v.shape, v.dtype.as_numpy_dtype)
+        for v in model.non_trainable_variables
+      ],
+    )
 
 
 def all_finite(weights) -> bool:
   """Whether every tensor in a (nested) weights structure is finite."""
-  return all(np.all(np.isfinite(np.asarray(w)))
-             for w in tf.nest.flatten(weights))
+  return all(
+    np.all(np.isfinite(np.asarray(w))) for w in tf.nest.flatten(weights)
+  )
 
 
 def flat_trainable(weights) -> np.ndarray:
   """The trainable weights flattened into one vector."""
-  trainable = weights.trainable if hasattr(weights, 'trainable') else (
-      weights[0])
+  trainable = (
+    weights.trainable if hasattr(weights, 'trainable') else (weights[0])
+  )
   return np.concatenate([np.ravel(w) for w in trainable])
 
 
@@ -364,8 +407,9 @@ def weights_to_dict(weights) -> collections.OrderedDict:
   return out
 
 
-def keras_model_with_weights(keras_model_fn: Callable[[], Any],
-                             weights) -> tf.keras.Model:
+def keras_model_with_weights(
+  keras_model_fn: Callable[[], Any], weights
+) -> tf.keras.Model:
   """A new model from `keras_model_fn` holding trained `ModelWeights`.
 
   The export path: the model is the one `keras_model_fn` builds (a user's

@@ -23,8 +23,8 @@ Server rule: FedAvg's example-weighted mean of the updates.
 """
 
 import collections
-import zlib
 from typing import Any, Optional, Sequence
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -49,11 +49,13 @@ def _cosine(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(a * b, axis=1)
 
 
-def contrastive_loss(z: tf.Tensor, z_global: tf.Tensor, z_prev: tf.Tensor,
-                     temperature: float = 0.5) -> tf.Tensor:
+def contrastive_loss(
+  z: tf.Tensor, z_global: tf.Tensor, z_prev: tf.Tensor, temperature: float = 0.5
+) -> tf.Tensor:
   """The batch mean of MOON's model-contrastive loss (no strength)."""
-  logits = tf.stack([_cosine(z, z_global), _cosine(z, z_prev)],
-                    axis=1) / temperature
+  logits = (
+    tf.stack([_cosine(z, z_global), _cosine(z, z_prev)], axis=1) / temperature
+  )
   # -log softmax(logits)[0]: the global model's projection is the positive.
   return tf.reduce_mean(tf.reduce_logsumexp(logits, axis=1) - logits[:, 0])
 
@@ -74,8 +76,12 @@ class ModelContrastiveTerm(regularizers.Regularizer):
     self.temperature = float(temperature)
 
   def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
-    term = contrastive_loss(step.outputs['z'], step.global_outputs['z'],
-                            step.previous_outputs['z'], self.temperature)
+    term = contrastive_loss(
+      step.outputs['z'],
+      step.global_outputs['z'],
+      step.previous_outputs['z'],
+      self.temperature,
+    )
     return self.mu * tf.cast(step.has_previous, tf.float32) * term
 
 
@@ -83,9 +89,11 @@ FIRST_ROUNDS = ('skip', 'initial_model')
 
 
 def write_own_initial_models(
-    client_states: client_states_lib.ClientStateFiles,
-    client_ids: Sequence[str], keras_model_fn: model_lib.KerasModelFn,
-    seed: int) -> None:
+  client_states: client_states_lib.ClientStateFiles,
+  client_ids: Sequence[str],
+  keras_model_fn: model_lib.KerasModelFn,
+  seed: int,
+) -> None:
   """Gives each client its own initial model as its previous model.
 
   The MOON repo's reading: every party has its own randomly initialised net,
@@ -100,27 +108,31 @@ def write_own_initial_models(
     if own_initial in client_states.versions(client_id):
       continue
     client_seed = zlib.crc32(f'{seed}/{client_id}'.encode())
-    client_states.put(client_id, collections.OrderedDict(
+    client_states.put(
+      client_id,
+      collections.OrderedDict(
         has_previous=np.int32(1),
-        model=model_lib.initial_weights(keras_model_fn, client_seed)),
-                      own_initial)
+        model=model_lib.initial_weights(keras_model_fn, client_seed),
+      ),
+      own_initial,
+    )
 
 
 def build_moon(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    dataset_computation: tff.Computation,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    mu: float = DEFAULT_MU,
-    temperature: float = 0.5,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    client_state_dir: Optional[str] = None,
-    base_regularizers: Sequence[regularizers.Regularizer] = (),
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  dataset_computation: tff.Computation,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  mu: float = DEFAULT_MU,
+  temperature: float = 0.5,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  client_state_dir: Optional[str] = None,
+  base_regularizers: Sequence[regularizers.Regularizer] = (),
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds MOON as a stateful-client learning process.
 
@@ -159,10 +171,15 @@ def build_moon(
     reading); `write_own_initial_models` gives the MOON repo's.
   """
   return stateful.build_stateful_local_training_process(
-      keras_model_fn, element_spec, dataset_computation, client_optimizer_fn,
-      server_optimizer_fn,
-      list(base_regularizers) + [ModelContrastiveTerm(mu, temperature)],
-      client_state_dir,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    dataset_computation,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    list(base_regularizers) + [ModelContrastiveTerm(mu, temperature)],
+    client_state_dir,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )

@@ -17,8 +17,9 @@ SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi')
 class _WeightDecay(tff.learning.optimizers.Optimizer):
   """Adds `weight_decay * w` to every gradient, then applies `base`."""
 
-  def __init__(self, base: tff.learning.optimizers.Optimizer,
-               weight_decay: float):
+  def __init__(
+    self, base: tff.learning.optimizers.Optimizer, weight_decay: float
+  ):
     self._base = base
     self._weight_decay = weight_decay
 
@@ -27,8 +28,10 @@ class _WeightDecay(tff.learning.optimizers.Optimizer):
 
   def next(self, state, weights, gradients):
     gradients = tf.nest.map_structure(
-        lambda g, w: g + tf.cast(self._weight_decay, g.dtype) * w,
-        gradients, weights)
+      lambda g, w: g + tf.cast(self._weight_decay, g.dtype) * w,
+      gradients,
+      weights,
+    )
     return self._base.next(state, weights, gradients)
 
   def get_hparams(self, state):
@@ -38,10 +41,9 @@ class _WeightDecay(tff.learning.optimizers.Optimizer):
     return self._base.set_hparams(state, hparams)
 
 
-def build_client_sgd(learning_rate: float,
-                     momentum: float = 0.0,
-                     weight_decay: float = 0.0
-                     ) -> tff.learning.optimizers.Optimizer:
+def build_client_sgd(
+  learning_rate: float, momentum: float = 0.0, weight_decay: float = 0.0
+) -> tff.learning.optimizers.Optimizer:
   """SGD with optional momentum and PyTorch-style L2 weight decay.
 
   With `weight_decay=0` this is exactly TFF's `build_sgdm`.
@@ -56,8 +58,9 @@ def build_client_sgd(learning_rate: float,
     raise ValueError(f'client momentum must be in [0, 1), got {momentum}.')
   if weight_decay < 0:
     raise ValueError(f'weight_decay must be >= 0, got {weight_decay}.')
-  base = tff.learning.optimizers.build_sgdm(learning_rate,
-                                            momentum=momentum or None)
+  base = tff.learning.optimizers.build_sgdm(
+    learning_rate, momentum=momentum or None
+  )
   if weight_decay == 0:
     return base
   return _WeightDecay(base, weight_decay)
@@ -66,14 +69,15 @@ def build_client_sgd(learning_rate: float,
 MOMENTUM_FORMS = ('heavy_ball', 'ema')
 
 
-def build_server_optimizer(name: str,
-                           learning_rate: float = 1.0,
-                           momentum: float = 0.9,
-                           momentum_form: str = 'heavy_ball',
-                           beta_1: float = 0.9,
-                           beta_2: float = 0.99,
-                           epsilon: float = 1e-3
-                           ) -> tff.learning.optimizers.Optimizer:
+def build_server_optimizer(
+  name: str,
+  learning_rate: float = 1.0,
+  momentum: float = 0.9,
+  momentum_form: str = 'heavy_ball',
+  beta_1: float = 0.9,
+  beta_2: float = 0.99,
+  epsilon: float = 1e-3,
+) -> tff.learning.optimizers.Optimizer:
   """The server optimizer applied to the averaged client update.
 
   Args:
@@ -93,17 +97,21 @@ def build_server_optimizer(name: str,
   if name == 'sgd':
     return tff.learning.optimizers.build_sgdm(learning_rate)
   if momentum_form not in MOMENTUM_FORMS:
-    raise ValueError(f'Unknown server momentum form {momentum_form!r}; '
-                     f'choose one of {", ".join(MOMENTUM_FORMS)}.')
+    raise ValueError(
+      f'Unknown server momentum form {momentum_form!r}; '
+      f'choose one of {", ".join(MOMENTUM_FORMS)}.'
+    )
   if name == 'sgdm':
     scale = 1.0 - momentum if momentum_form == 'ema' else 1.0
-    return tff.learning.optimizers.build_sgdm(learning_rate * scale,
-                                              momentum)
+    return tff.learning.optimizers.build_sgdm(learning_rate * scale, momentum)
   if name == 'adam':
-    return tff.learning.optimizers.build_adam(learning_rate, beta_1, beta_2,
-                                              epsilon)
+    return tff.learning.optimizers.build_adam(
+      learning_rate, beta_1, beta_2, epsilon
+    )
   if name == 'yogi':
-    return tff.learning.optimizers.build_yogi(learning_rate, beta_1, beta_2,
-                                              epsilon)
-  raise ValueError(f'Unknown server optimizer {name!r}; choose one of '
-                   f'{SERVER_OPTIMIZERS}.')
+    return tff.learning.optimizers.build_yogi(
+      learning_rate, beta_1, beta_2, epsilon
+    )
+  raise ValueError(
+    f'Unknown server optimizer {name!r}; choose one of ' f'{SERVER_OPTIMIZERS}.'
+  )

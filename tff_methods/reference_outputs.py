@@ -30,8 +30,9 @@ class ReferenceView:
     model: The truncated Keras model, created in the current graph.
   """
 
-  def __init__(self, keras_model_fn: model_lib.KerasModelFn,
-               output_names: Sequence[str]):
+  def __init__(
+    self, keras_model_fn: model_lib.KerasModelFn, output_names: Sequence[str]
+  ):
     # Trace the full model in a scratch graph only to find which of its
     # weights the truncated model keeps, and in which order.
     with tf.Graph().as_default():
@@ -39,14 +40,18 @@ class ReferenceView:
       missing = sorted(set(output_names) - set(full.output))
       if missing:
         raise ValueError(
-            f'A regularizer reads outputs {missing} that model {full.name!r} '
-            f'does not have (it has {sorted(full.output)}).')
-      view = tf.keras.Model(full.input,
-                            {name: full.output[name] for name in output_names})
-      self._trainable_indices = _indices(view.trainable_variables,
-                                         full.trainable_variables)
-      self._non_trainable_indices = _indices(view.non_trainable_variables,
-                                             full.non_trainable_variables)
+          f'A regularizer reads outputs {missing} that model {full.name!r} '
+          f'does not have (it has {sorted(full.output)}).'
+        )
+      view = tf.keras.Model(
+        full.input, {name: full.output[name] for name in output_names}
+      )
+      self._trainable_indices = _indices(
+        view.trainable_variables, full.trainable_variables
+      )
+      self._non_trainable_indices = _indices(
+        view.non_trainable_variables, full.non_trainable_variables
+      )
       config = view.get_config()
     self.model = tf.keras.Model.from_config(config)
 
@@ -56,8 +61,9 @@ class ReferenceView:
 
   def output_shapes(self) -> dict[str, tf.TensorShape]:
     """Each output's shape for one example."""
-    return {name: self.model.output[name].shape[1:]
-            for name in self.model.output}
+    return {
+      name: self.model.output[name].shape[1:] for name in self.model.output
+    }
 
   def static_shapes(self) -> bool:
     """Whether every output's per-example shape is static."""
@@ -70,18 +76,24 @@ class ReferenceView:
   def largest_layer_bytes(self) -> int:
     """Float32 bytes of its largest layer output for one example: roughly
     what a forward pass holds per example at its peak."""
-    sizes = [t.shape[1:].num_elements() or 0
-             for layer in self.model.layers
-             if not isinstance(layer, tf.keras.layers.InputLayer)
-             for t in tf.nest.flatten(layer.output)]
+    sizes = [
+      t.shape[1:].num_elements() or 0
+      for layer in self.model.layers
+      if not isinstance(layer, tf.keras.layers.InputLayer)
+      for t in tf.nest.flatten(layer.output)
+    ]
     return 4 * max(sizes + [1])
 
   def assign(self, weights) -> None:
     """Sets the copy's variables from the FULL model's `ModelWeights`."""
     trainable, non_trainable = weights
-    model_lib.assign_weights(self.model, (
+    model_lib.assign_weights(
+      self.model,
+      (
         [trainable[i] for i in self._trainable_indices],
-        [non_trainable[i] for i in self._non_trainable_indices]))
+        [non_trainable[i] for i in self._non_trainable_indices],
+      ),
+    )
 
 
 def _indices(subset, variables):
@@ -89,8 +101,9 @@ def _indices(subset, variables):
   return [position[v.ref()] for v in subset]
 
 
-def reference_view(keras_model_fn: model_lib.KerasModelFn,
-                    output_names: Sequence[str]) -> Optional[ReferenceView]:
+def reference_view(
+  keras_model_fn: model_lib.KerasModelFn, output_names: Sequence[str]
+) -> Optional[ReferenceView]:
   """A `ReferenceView` up to `output_names`, or None when none are needed."""
   if not output_names:
     return None
@@ -119,12 +132,16 @@ class ReferenceOutputs:
   tables within `max_mb`; otherwise the outputs are computed at every step.
   """
 
-  def __init__(self, views: Mapping[str, ReferenceView], max_mb: float,
-               cache: bool = True):
+  def __init__(
+    self, views: Mapping[str, ReferenceView], max_mb: float, cache: bool = True
+  ):
     self._views = dict(views)
     self.max_mb = max_mb
-    self._cache = cache and bool(self._views) and all(
-        view.static_shapes() for view in self._views.values())
+    self._cache = (
+      cache
+      and bool(self._views)
+      and all(view.static_shapes() for view in self._views.values())
+    )
 
   def compute(self, x: tf.Tensor) -> dict[str, Any]:
     """Every view's outputs on `x`, by view name."""
@@ -144,58 +161,82 @@ class ReferenceOutputs:
     batches, so only the batches up to the one where every example has been
     seen (about one epoch) are read.
     """
-    if (not self._cache or
-        not isinstance(batches.element_spec, collections.abc.Mapping) or
-        'index' not in batches.element_spec):
+    if (
+      not self._cache
+      or not isinstance(batches.element_spec, collections.abc.Mapping)
+      or 'index' not in batches.element_spec
+    ):
       return None
     # Each example's first position in the round's stream of examples.
     index = tf.cast(_concat_kept(batches, 'index'), tf.int32)
     num_examples = tf.reduce_max(tf.concat([index, [-1]], 0)) + 1
-    positions = tf.math.unsorted_segment_min(tf.range(tf.size(index)), index,
-                                             num_examples)
+    positions = tf.math.unsorted_segment_min(
+      tf.range(tf.size(index)), index, num_examples
+    )
     batch_size = tf.cond(
-        batches.kept > 0,
-        lambda: tf.shape(batches.batch(0)['index'])[0],
-        lambda: tf.constant(1))
+      batches.kept > 0,
+      lambda: tf.shape(batches.batch(0)['index'])[0],
+      lambda: tf.constant(1),
+    )
     # (An index missing from the stream has position INT32_MAX: the tables
     # are not used.)
     last = tf.cast(tf.reduce_max(tf.concat([positions, [-1]], 0)), tf.int64)
-    max_examples = int(self.max_mb * 2**20) // max(self.bytes_per_example(),
-                                                   1)
+    max_examples = int(self.max_mb * 2**20) // max(self.bytes_per_example(), 1)
     every_example_seen = last < tf.cast(tf.size(index), tf.int64)
-    use = tf.reduce_all([
-        tf.equal(batches.seen, batches.kept), batches.kept > 0,
+    use = tf.reduce_all(
+      [
+        tf.equal(batches.seen, batches.kept),
+        batches.kept > 0,
         every_example_seen,
-        tf.cast(num_examples, tf.int64) <= max_examples])
+        tf.cast(num_examples, tf.int64) <= max_examples,
+      ]
+    )
 
     def run():
       # Only the batches up to the last first occurrence are read.
       examples = tf.gather(
-          _concat_kept(batches, 'x', rows=tf.cast(last, tf.int32) + 1),
-          positions)
-      chunk = tf.maximum(batch_size, reference_chunk_examples(
-          self._views.values()))
+        _concat_kept(batches, 'x', rows=tf.cast(last, tf.int32) + 1), positions
+      )
+      chunk = tf.maximum(
+        batch_size, reference_chunk_examples(self._views.values())
+      )
       num_chunks = (num_examples + chunk - 1) // chunk
-      arrays = {key: {name: tf.TensorArray(
-          tf.float32, size=num_chunks, infer_shape=False,
-          element_shape=tf.TensorShape([None]).concatenate(shape))
-                          for name, shape in view.output_shapes().items()}
-                for key, view in self._views.items()}
+      arrays = {
+        key: {
+          name: tf.TensorArray(
+            tf.float32,
+            size=num_chunks,
+            infer_shape=False,
+            element_shape=tf.TensorShape([None]).concatenate(shape),
+          )
+          for name, shape in view.output_shapes().items()
+        }
+        for key, view in self._views.items()
+      }
 
       def body(i, arrays):
-        outputs = self.compute(examples[i * chunk:(i + 1) * chunk])
-        return i + 1, {key: {name: arrays[key][name].write(i, value)
-                             for name, value in outputs[key].items()}
-                       for key in arrays}
+        outputs = self.compute(examples[i * chunk : (i + 1) * chunk])
+        return i + 1, {
+          key: {
+            name: arrays[key][name].write(i, value)
+            for name, value in outputs[key].items()
+          }
+          for key in arrays
+        }
 
-      _, arrays = tf.while_loop(lambda i, _: i < num_chunks, body,
-                                (tf.constant(0), arrays))
+      _, arrays = tf.while_loop(
+        lambda i, _: i < num_chunks, body, (tf.constant(0), arrays)
+      )
       return tf.nest.map_structure(lambda a: a.concat(), arrays)
 
     def empty():
-      return {key: {name: tf.zeros([0] + shape.as_list())
-                    for name, shape in view.output_shapes().items()}
-              for key, view in self._views.items()}
+      return {
+        key: {
+          name: tf.zeros([0] + shape.as_list())
+          for name, shape in view.output_shapes().items()
+        }
+        for key, view in self._views.items()
+      }
 
     return use, tf.cond(use, run, empty)
 
@@ -234,13 +275,21 @@ def reference_chunk_examples(views: Iterable[ReferenceView]) -> int:
   return max(1, min(REFERENCE_CHUNK_MAX_EXAMPLES, by_memory))
 
 
-def _concat_kept(batches: batches_in_memory.BatchesInMemory, key: str,
-                 rows: Optional[tf.Tensor] = None) -> tf.Tensor:
+def _concat_kept(
+  batches: batches_in_memory.BatchesInMemory,
+  key: str,
+  rows: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
   """`key` of the kept batches, concatenated: all of them, or the first
   ones that hold at least `rows` rows."""
   spec = batches.element_spec[key]
-  array = tf.TensorArray(spec.dtype, size=0, dynamic_size=True,
-                         infer_shape=False, element_shape=spec.shape)
+  array = tf.TensorArray(
+    spec.dtype,
+    size=0,
+    dynamic_size=True,
+    infer_shape=False,
+    element_shape=spec.shape,
+  )
 
   def more(i, written, _):
     if rows is None:
@@ -251,6 +300,7 @@ def _concat_kept(batches: batches_in_memory.BatchesInMemory, key: str,
     value = batches.batch(i)[key]
     return i + 1, written + tf.shape(value)[0], array.write(i, value)
 
-  _, _, array = tf.while_loop(more, body,
-                              (tf.constant(0), tf.constant(0), array))
+  _, _, array = tf.while_loop(
+    more, body, (tf.constant(0), tf.constant(0), array)
+  )
   return array.concat()

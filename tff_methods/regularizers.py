@@ -44,6 +44,7 @@ class LocalStep:
       regularizer that keeps one (`keeps_client_state`), by regularizer
       name (e.g. SCAFFOLD's control variate under 'scaffold'); else None.
   """
+
   weights: Sequence[tf.Variable]
   global_weights: Sequence[tf.Tensor]
   outputs: Mapping[str, tf.Tensor]
@@ -112,16 +113,18 @@ class Regularizer(abc.ABC):
     del trainable_zeros
     return None
 
-  def server_broadcast(self, server_state: Any,
-                       global_weights: Sequence[tf.Tensor]):
+  def server_broadcast(
+    self, server_state: Any, global_weights: Sequence[tf.Tensor]
+  ):
     """(new server state, value broadcast to clients) for this round.
 
     Runs at the server in TensorFlow, with the round's global weights.
     """
     raise NotImplementedError(f'{self.name} keeps no server state.')
 
-  def record_mean_update(self, server_state: Any,
-                         mean_update: Sequence[tf.Tensor]) -> Any:
+  def record_mean_update(
+    self, server_state: Any, mean_update: Sequence[tf.Tensor]
+  ) -> Any:
     """The server state after the round's mean client update (w_g - w).
 
     Runs at the server in TensorFlow, when `reads_mean_update`.
@@ -132,9 +135,14 @@ class Regularizer(abc.ABC):
     """The state of a client that has not taken part yet (arrays)."""
     raise NotImplementedError(f'{self.name} keeps no client state.')
 
-  def next_client_state(self, client_state: Any, *,
-                        update: Sequence[tf.Tensor], num_steps: tf.Tensor,
-                        broadcast: Any) -> tuple[Any, Any]:
+  def next_client_state(
+    self,
+    client_state: Any,
+    *,
+    update: Sequence[tf.Tensor],
+    num_steps: tf.Tensor,
+    broadcast: Any,
+  ) -> tuple[Any, Any]:
     """(the client's new state, its report) after its local training.
 
     Runs on the client in TensorFlow, when `keeps_client_state`; the
@@ -149,8 +157,9 @@ class Regularizer(abc.ABC):
     """
     raise NotImplementedError(f'{self.name} keeps no client state.')
 
-  def record_client_reports(self, server_state: Any, mean_report: Any,
-                            num_reports: tf.Tensor) -> Any:
+  def record_client_reports(
+    self, server_state: Any, mean_report: Any, num_reports: tf.Tensor
+  ) -> Any:
     """The server state after the mean of `num_reports` clients' reports.
 
     Runs at the server in TensorFlow, when `reads_client_reports`.
@@ -164,8 +173,7 @@ class Regularizer(abc.ABC):
     raise NotImplementedError(f'{self.name} does not correct the weights.')
 
   @abc.abstractmethod
-  def __call__(self, step: LocalStep) -> tf.Tensor:
-    ...
+  def __call__(self, step: LocalStep) -> tf.Tensor: ...
 
 
 def check_strength(name: str, value: float) -> float:
@@ -184,19 +192,23 @@ def needs_client_state(regularizers: Sequence[Regularizer]) -> bool:
   """Whether the regularizers make each client keep state between rounds:
   its previous model, or state of their own."""
   return needs_previous_model(regularizers) or any(
-      r.keeps_client_state for r in regularizers)
+    r.keeps_client_state for r in regularizers
+  )
 
 
-def with_server_state(regularizers: Sequence[Regularizer],
-                      trainable_zeros: Sequence[Any]) -> dict[str, Any]:
+def with_server_state(
+  regularizers: Sequence[Regularizer], trainable_zeros: Sequence[Any]
+) -> dict[str, Any]:
   """The initial server state of each regularizer that keeps one, by name."""
   states = {}
   for r in regularizers:
     if r.keeps_server_state:
       state = r.initial_server_state(trainable_zeros)
       if r.name in states:
-        raise ValueError(f'Two regularizers named {r.name!r} keep server '
-                         'state; names must be unique.')
+        raise ValueError(
+          f'Two regularizers named {r.name!r} keep server '
+          'state; names must be unique.'
+        )
       states[r.name] = state
   return states
 

@@ -39,19 +39,24 @@ def discard_default_context() -> None:
   interpreter shutdown; a program that exits without running computations
   (e.g. on a bad flag) calls this first.
   """
-  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
-  # pylint: enable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )
+  from tensorflow_federated.python.core.impl.context_stack import (
+    runtime_error_context,
+  )
+
   context_stack_impl.context_stack.set_default_context(
-      runtime_error_context.RuntimeErrorContext())
+    runtime_error_context.RuntimeErrorContext()
+  )
 
 
-def set_local_execution_context(max_concurrent_clients: int = -1,
-                                worker_binary: Optional[str] = None,
-                                log_path: Optional[str] = None,
-                                model_parameters: Optional[int] = None
-                                ) -> None:
+def set_local_execution_context(
+  max_concurrent_clients: int = -1,
+  worker_binary: Optional[str] = None,
+  log_path: Optional[str] = None,
+  model_parameters: Optional[int] = None,
+) -> None:
   """Makes TFF run computations on a local C++ worker that this module ends.
 
   The same runtime as `tff.backends.native.set_sync_local_cpp_execution_context`
@@ -67,26 +72,39 @@ def set_local_execution_context(max_concurrent_clients: int = -1,
       `workers.LARGE_MODEL_PARAMETERS` or more get every core for each client,
       smaller ones (and None) the cores split (`workers.threads_per_client`).
   """
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )
+
   context_stack_impl.context_stack.set_default_context(
-      create_local_execution_context(max_concurrent_clients, worker_binary,
-                                     log_path, model_parameters))
+    create_local_execution_context(
+      max_concurrent_clients, worker_binary, log_path, model_parameters
+    )
+  )
 
 
-def create_local_execution_context(max_concurrent_clients: int = -1,
-                                   worker_binary: Optional[str] = None,
-                                   log_path: Optional[str] = None,
-                                   model_parameters: Optional[int] = None):
+def create_local_execution_context(
+  max_concurrent_clients: int = -1,
+  worker_binary: Optional[str] = None,
+  log_path: Optional[str] = None,
+  model_parameters: Optional[int] = None,
+):
   """The context `set_local_execution_context` sets, to install yourself."""
-  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-  from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
-  from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+  from tensorflow_federated.python.core.environments.tensorflow_frontend import (  # noqa: E501
+    tensorflow_computation,
+  )
+  from tensorflow_federated.python.core.impl.execution_contexts import (
+    sync_execution_context,
+  )
+  from tensorflow_federated.python.core.impl.executor_stacks import (
+    python_executor_stacks,
+  )
   from tensorflow_federated.python.core.impl.executors import remote_executor
   from tensorflow_federated.python.core.impl.types import placements
-  # pylint: enable=g-import-not-at-top
-  service = workers.LocalWorker(worker_binary, max_concurrent_clients,
-                                log_path, model_parameters)
+
+  service = workers.LocalWorker(
+    worker_binary, max_concurrent_clients, log_path, model_parameters
+  )
   service.get_stub()  # Start the worker now, from this thread.
 
   def executor_stack_fn(cardinalities):
@@ -97,12 +115,14 @@ def create_local_execution_context(max_concurrent_clients: int = -1,
     return executor
 
   factory = python_executor_stacks.ResourceManagingExecutorFactory(
-      executor_stack_fn=executor_stack_fn)
+    executor_stack_fn=executor_stack_fn
+  )
   return sync_execution_context.SyncExecutionContext(
-      executor_fn=factory,
-      compiler_fn=compile_for_simulation,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
+    executor_fn=factory,
+    compiler_fn=compile_for_simulation,
+    transform_args=tensorflow_computation.transform_args,
+    transform_result=tensorflow_computation.transform_result,
+  )
 
 
 def compile_for_simulation(computation):
@@ -114,23 +134,29 @@ def compile_for_simulation(computation):
   aggregator's quantization and bounds (`tff.learning.secure_aggregator()`
   then runs under this runtime's contexts, as under TFF's test context).
   """
-  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.backends.native import compiler
-  from tensorflow_federated.python.core.backends.test import compiler as test_compiler
-  # pylint: enable=g-import-not-at-top
+  from tensorflow_federated.python.core.backends.test import (
+    compiler as test_compiler,
+  )
+
   return compiler.desugar_and_transform_to_native(
-      test_compiler.replace_secure_intrinsics_with_bodies(computation))
+    test_compiler.replace_secure_intrinsics_with_bodies(computation)
+  )
 
 
 def _async_remote_context(get_stub):
   """A TFF async context running every computation on one worker's stub."""
-  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-  from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
-  from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+  from tensorflow_federated.python.core.environments.tensorflow_frontend import (  # noqa: E501
+    tensorflow_computation,
+  )
+  from tensorflow_federated.python.core.impl.execution_contexts import (
+    async_execution_context,
+  )
+  from tensorflow_federated.python.core.impl.executor_stacks import (
+    python_executor_stacks,
+  )
   from tensorflow_federated.python.core.impl.executors import remote_executor
   from tensorflow_federated.python.core.impl.types import placements
-  # pylint: enable=g-import-not-at-top
 
   def executor_stack_fn(cardinalities):
     if cardinalities.get(placements.CLIENTS) is None:
@@ -140,11 +166,13 @@ def _async_remote_context(get_stub):
     return executor
 
   return async_execution_context.AsyncExecutionContext(
-      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-          executor_stack_fn=executor_stack_fn),
-      compiler_fn=compile_for_simulation,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
+    executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=executor_stack_fn
+    ),
+    compiler_fn=compile_for_simulation,
+    transform_args=tensorflow_computation.transform_args,
+    transform_result=tensorflow_computation.transform_result,
+  )
 
 
 class NotMergeableError(ValueError):
@@ -153,26 +181,28 @@ class NotMergeableError(ValueError):
 
 def _mergeable_context(async_contexts, addresses):
   """TFF's mergeable-computation context, fixed, with a clear compile error."""
-  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
-  from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mergeable
+  from tensorflow_federated.python.core.backends.native import (
+    mergeable_comp_compiler,
+  )
+  from tensorflow_federated.python.core.impl.execution_contexts import (
+    mergeable_comp_execution_context as mergeable,
+  )
   from tensorflow_federated.python.core.impl.types import computation_types
   from tensorflow_federated.python.core.impl.types import type_analysis
   from tensorflow_federated.python.core.impl.types import type_conversions
-  # pylint: enable=g-import-not-at-top
 
   def compile_or_explain(computation):
     try:
-      return mergeable_comp_compiler.compile_to_mergeable_comp_form(
-          computation)
-    except Exception as e:  # pylint: disable=broad-except
+      return mergeable_comp_compiler.compile_to_mergeable_comp_form(computation)
+    except Exception as e:
       raise NotMergeableError(
-          f'This computation ({computation.type_signature}) does not compile '
-          "to TFF's mergeable form (one aggregation of client values per "
-          'call), so it can not be split across the workers at '
-          f'{",".join(addresses)}. Run it on one worker '
-          f'(`set_local_execution_context`). TFF said: {type(e).__name__}: '
-          f'{e}') from e
+        f'This computation ({computation.type_signature}) does not compile '
+        "to TFF's mergeable form (one aggregation of client values per "
+        'call), so it can not be split across the workers at '
+        f'{",".join(addresses)}. Run it on one worker '
+        f'(`set_local_execution_context`). TFF said: {type(e).__name__}: '
+        f'{e}'
+      ) from e
 
   async def after_merge_in_order(comp, merge_result, arg_list, contexts):
     # TFF 0.87 concatenates the subrounds' CLIENTS-placed results in the
@@ -181,50 +211,63 @@ def _mergeable_context(async_contexts, addresses):
     results = [None] * len(arg_list)
 
     async def run(index, context):
-      results[index] = await mergeable._compute_after_merged(  # pylint: disable=protected-access
-          comp, arg_list[index], merge_result, context)
+      results[index] = await mergeable._compute_after_merged(
+        comp, arg_list[index], merge_result, context
+      )
 
     for start in range(0, len(arg_list), len(contexts)):
-      await asyncio.gather(*(run(start + k, context)
-                             for k, context in enumerate(contexts)
-                             if start + k < len(arg_list)))
+      await asyncio.gather(
+        *(
+          run(start + k, context)
+          for k, context in enumerate(contexts)
+          if start + k < len(arg_list)
+        )
+      )
     return results
 
   async def invoke_in_order(comp, arg, contexts):
     # TFF's `_invoke_mergeable_comp_form`, with the after-merge step above.
     arg_list = arg.value() if arg is not None else [None] * len(contexts)
-    merge_result, merge_context = await mergeable._invoke_merge_in_async_pool(  # pylint: disable=protected-access
-        comp, arg_list, contexts)
+    merge_result, merge_context = await mergeable._invoke_merge_in_async_pool(
+      comp, arg_list, contexts
+    )
     result_type = comp.after_merge.type_signature.result
     if type_analysis.contains_only(
-        result_type, lambda t: not isinstance(t, computation_types.FederatedType) or
-        t.all_equal):
-      return await mergeable._compute_after_merged(  # pylint: disable=protected-access
-          comp, arg_list[0], merge_result, merge_context)
-    return mergeable._repackage_partitioned_values(  # pylint: disable=protected-access
-        await after_merge_in_order(comp, merge_result, arg_list, contexts),
-        result_type_spec=result_type)
+      result_type,
+      lambda t: not isinstance(t, computation_types.FederatedType)
+      or t.all_equal,
+    ):
+      return await mergeable._compute_after_merged(
+        comp, arg_list[0], merge_result, merge_context
+      )
+    return mergeable._repackage_partitioned_values(
+      await after_merge_in_order(comp, merge_result, arg_list, contexts),
+      result_type_spec=result_type,
+    )
 
   class OrderedMergeableContext(mergeable.MergeableCompExecutionContext):
-
     def invoke(self, comp, arg=None):
-      comp = self._compiler_pipeline.compile(comp)  # pylint: disable=protected-access
+      comp = self._compiler_pipeline.compile(comp)
       if arg is not None:
         arg = mergeable.MergeableCompExecutionContextValue(
-            arg, comp.up_to_merge.type_signature.parameter,
-            self._num_subrounds)  # pylint: disable=protected-access
+          arg, comp.up_to_merge.type_signature.parameter, self._num_subrounds
+        )
       return type_conversions.type_to_py_container(
-          self._async_runner.run_coro_and_return_result(  # pylint: disable=protected-access
-              invoke_in_order(comp, arg, self._async_execution_contexts)),  # pylint: disable=protected-access
-          comp.after_merge.type_signature.result)
+        self._async_runner.run_coro_and_return_result(
+          invoke_in_order(comp, arg, self._async_execution_contexts)
+        ),
+        comp.after_merge.type_signature.result,
+      )
 
-  return OrderedMergeableContext(async_contexts=async_contexts,
-                                 compiler_fn=compile_or_explain)
+  return OrderedMergeableContext(
+    async_contexts=async_contexts, compiler_fn=compile_or_explain
+  )
 
 
 def set_remote_execution_context(
-    addresses: Sequence[str],
-    timeout_seconds: float = REMOTE_WORKER_TIMEOUT_SECONDS) -> None:
+  addresses: Sequence[str],
+  timeout_seconds: float = REMOTE_WORKER_TIMEOUT_SECONDS,
+) -> None:
   """Makes TFF split every round's clients across the workers at `addresses`.
 
   Each address is a `host:port` where a TFF worker serves (started with
@@ -244,14 +287,19 @@ def set_remote_execution_context(
     workers.WorkerUnreachableError: A worker doesn't serve (at once for a
       port nobody listens on, else after `REMOTE_WORKER_CONNECT_SECONDS`).
   """
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )
+
   context_stack_impl.context_stack.set_default_context(
-      create_remote_execution_context(addresses, timeout_seconds))
+    create_remote_execution_context(addresses, timeout_seconds)
+  )
 
 
 def create_remote_execution_context(
-    addresses: Sequence[str],
-    timeout_seconds: float = REMOTE_WORKER_TIMEOUT_SECONDS):
+  addresses: Sequence[str],
+  timeout_seconds: float = REMOTE_WORKER_TIMEOUT_SECONDS,
+):
   """The context `set_remote_execution_context` sets, to install yourself.
 
   E.g. `with tff.framework.get_context_stack().install(context): ...`.
@@ -261,7 +309,8 @@ def create_remote_execution_context(
   for worker in remote:  # Fail now, naming the worker, not in round 1.
     worker.connect(min(timeout_seconds, REMOTE_WORKER_CONNECT_SECONDS))
   return _mergeable_context(
-      [_async_remote_context(w.get_stub) for w in remote], addresses)
+    [_async_remote_context(w.get_stub) for w in remote], addresses
+  )
 
 
 class _SyncContextAsAsync:
@@ -291,9 +340,8 @@ def create_program_context(sync_context=None):
       current one by default (`set_local_execution_context`,
       `set_remote_execution_context`).
   """
-  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff
-  # pylint: enable=g-import-not-at-top
+
   if sync_context is None:
     sync_context = tff.framework.get_context_stack().current
   return tff.program.NativeFederatedContext(_SyncContextAsAsync(sync_context))

@@ -60,8 +60,9 @@ class ControlVariateCorrection(regularizers.Regularizer):
 
   def __init__(self, client_learning_rate: float, num_clients: int):
     if not isinstance(num_clients, int) or num_clients < 1:
-      raise ValueError(f'SCAFFOLD num_clients must be >= 1, got '
-                       f'{num_clients!r}.')
+      raise ValueError(
+        f'SCAFFOLD num_clients must be >= 1, got ' f'{num_clients!r}.'
+      )
     self.client_learning_rate = client_learning_rate
     self.num_clients = num_clients
 
@@ -82,36 +83,42 @@ class ControlVariateCorrection(regularizers.Regularizer):
     return tf.constant(0.0)
 
   def weight_correction(self, step: regularizers.LocalStep):
-    return [self.client_learning_rate * (c - ci) for c, ci in zip(
-        step.broadcast[self.name], step.client_state[self.name])]
+    return [
+      self.client_learning_rate * (c - ci)
+      for c, ci in zip(step.broadcast[self.name], step.client_state[self.name])
+    ]
 
   def next_client_state(self, client_state, *, update, num_steps, broadcast):
     steps = tf.maximum(num_steps, 1.0)
-    new_control = [ci - c + u / (steps * self.client_learning_rate)
-                   for ci, c, u in zip(client_state, broadcast, update)]
+    new_control = [
+      ci - c + u / (steps * self.client_learning_rate)
+      for ci, c, u in zip(client_state, broadcast, update)
+    ]
     return new_control, [n - o for n, o in zip(new_control, client_state)]
 
   def record_client_reports(self, server_state, mean_report, num_reports):
     share = num_reports / float(self.num_clients)
-    return [c + share * tf.where(tf.math.is_finite(d), d, tf.zeros_like(d))
-            for c, d in zip(server_state, mean_report)]
+    return [
+      c + share * tf.where(tf.math.is_finite(d), d, tf.zeros_like(d))
+      for c, d in zip(server_state, mean_report)
+    ]
 
 
 def build_scaffold(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    *,
-    dataset_computation: tff.Computation,
-    client_learning_rate: float,
-    num_clients: int,
-    server_learning_rate: float = 1.0,
-    weight_decay: float = 0.0,
-    client_state_dir: Optional[str] = None,
-    client_momentum: float = 0.0,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  *,
+  dataset_computation: tff.Computation,
+  client_learning_rate: float,
+  num_clients: int,
+  server_learning_rate: float = 1.0,
+  weight_decay: float = 0.0,
+  client_state_dir: Optional[str] = None,
+  client_momentum: float = 0.0,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
@@ -152,13 +159,19 @@ def build_scaffold(
   if client_weighting is None:
     client_weighting = tff.learning.ClientWeighting.UNIFORM
   return stateful.build_stateful_local_training_process(
-      keras_model_fn, element_spec, dataset_computation,
-      client_optimizer=optimizers.build_client_sgd(
-          client_learning_rate, momentum=client_momentum,
-          weight_decay=weight_decay),
-      server_optimizer=optimizers.build_server_optimizer(
-          'sgd', server_learning_rate),
-      regularizers=[correction], client_state_dir=client_state_dir,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      client_weighting=client_weighting, loss_fn=loss_fn)
+    keras_model_fn,
+    element_spec,
+    dataset_computation,
+    client_optimizer=optimizers.build_client_sgd(
+      client_learning_rate, momentum=client_momentum, weight_decay=weight_decay
+    ),
+    server_optimizer=optimizers.build_server_optimizer(
+      'sgd', server_learning_rate
+    ),
+    regularizers=[correction],
+    client_state_dir=client_state_dir,
+    model_aggregator=model_aggregator,
+    metrics_aggregator=metrics_aggregator,
+    client_weighting=client_weighting,
+    loss_fn=loss_fn,
+  )

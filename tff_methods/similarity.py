@@ -61,8 +61,7 @@ def _gram(x: tf.Tensor) -> tf.Tensor:
   return tf.matmul(x, x, transpose_b=True), gradient
 
 
-def _cka_from_centered_grams(gram_x: tf.Tensor, gram_y: tf.Tensor
-                             ) -> tf.Tensor:
+def _cka_from_centered_grams(gram_x: tf.Tensor, gram_y: tf.Tensor) -> tf.Tensor:
   hsic = tf.reduce_sum(gram_x * gram_y)
   norms = tf.norm(gram_x) * tf.norm(gram_y)
   return hsic / (norms + _EPSILON)
@@ -77,8 +76,9 @@ def linear_cka(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   return _cka_from_grams(_gram(_flatten(x)), _gram(_flatten(y)))
 
 
-def linear_cka_to_each(x: tf.Tensor, ys: Sequence[tf.Tensor]
-                       ) -> list[tf.Tensor]:
+def linear_cka_to_each(
+  x: tf.Tensor, ys: Sequence[tf.Tensor]
+) -> list[tf.Tensor]:
   """`[linear_cka(x, y) for y in ys]`, x's Gram matrix computed once.
 
   FedCKA takes this, and its gradient, at every local step: the gradient
@@ -121,11 +121,14 @@ def _linear_cka_to_each_flat(x: tf.Tensor, *grams_and_norms: tf.Tensor):
   def gradient(*upstream):
     # n_K is 0 only when Kc is 0, and the term it divides is then 0 too.
     coefficient_x = tf.add_n(
-        [u * h * n / d**2 for u, h, n, d in
-         zip(upstream, hsics, norms, denominators)]) / tf.maximum(
-             norm_x, _EPSILON)
-    grad_gram_x = tf.add_n([(u / d) * gram_y for u, d, gram_y in
-                            zip(upstream, denominators, grams)])
+      [
+        u * h * n / d**2
+        for u, h, n, d in zip(upstream, hsics, norms, denominators)
+      ]
+    ) / tf.maximum(norm_x, _EPSILON)
+    grad_gram_x = tf.add_n(
+      [(u / d) * gram_y for u, d, gram_y in zip(upstream, denominators, grams)]
+    )
     grad_x = 2.0 * tf.matmul(grad_gram_x - coefficient_x * gram_x, x)
     grad_others = []
     for u, h, d in zip(upstream, hsics, denominators):
@@ -148,25 +151,31 @@ def _rbf_gram(x: tf.Tensor, threshold: float) -> tf.Tensor:
   dots = tf.matmul(x, x, transpose_b=True)
   squared_norms = tf.linalg.diag_part(dots)
   squared_distances = tf.maximum(
-      squared_norms[:, None] + squared_norms[None, :] - 2.0 * dots, 0.0)
+    squared_norms[:, None] + squared_norms[None, :] - 2.0 * dots, 0.0
+  )
   squared_median = _median(squared_distances)
-  return tf.exp(-squared_distances /
-                (2.0 * threshold**2 * squared_median + _EPSILON))
+  return tf.exp(
+    -squared_distances / (2.0 * threshold**2 * squared_median + _EPSILON)
+  )
 
 
-def kernel_cka(x: tf.Tensor, y: tf.Tensor, threshold: float = 0.5
-               ) -> tf.Tensor:
+def kernel_cka(x: tf.Tensor, y: tf.Tensor, threshold: float = 0.5) -> tf.Tensor:
   """RBF-kernel CKA; bandwidth `threshold` x the median distance."""
   x, y = _flatten(x), _flatten(y)
   return _cka_from_grams(_rbf_gram(x, threshold), _rbf_gram(y, threshold))
 
 
-def kernel_cka_to_each(x: tf.Tensor, ys: Sequence[tf.Tensor],
-                       threshold: float = 0.5) -> list[tf.Tensor]:
+def kernel_cka_to_each(
+  x: tf.Tensor, ys: Sequence[tf.Tensor], threshold: float = 0.5
+) -> list[tf.Tensor]:
   """`[kernel_cka(x, y) for y in ys]`, with x's kernel computed once."""
   gram_x = _center_gram(_rbf_gram(_flatten(x), threshold))
-  return [_cka_from_centered_grams(
-      gram_x, _center_gram(_rbf_gram(_flatten(y), threshold))) for y in ys]
+  return [
+    _cka_from_centered_grams(
+      gram_x, _center_gram(_rbf_gram(_flatten(y), threshold))
+    )
+    for y in ys
+  ]
 
 
 def cosine_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
@@ -191,18 +200,19 @@ def frobenius_similarity(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
   """`||Y^T X||_F^2 / (||X||_F^2 ||Y||_F^2)`, uncentred, in [0, 1]."""
   x, y = _flatten(x), _flatten(y)
   # ||Y^T X||_F^2 = tr(X X^T Y Y^T): the B x B form again.
-  cross = tf.reduce_sum(tf.matmul(x, x, transpose_b=True) *
-                        tf.matmul(y, y, transpose_b=True))
+  cross = tf.reduce_sum(
+    tf.matmul(x, x, transpose_b=True) * tf.matmul(y, y, transpose_b=True)
+  )
   return cross / (tf.reduce_sum(x * x) * tf.reduce_sum(y * y) + _EPSILON)
 
 
 SIMILARITIES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
-    'linear_cka': linear_cka,
-    'kernel_cka': kernel_cka,
-    'frobenius': negated_squared_frobenius,
-    'cosine': vectorized_inner_product,
-    'normalized_cosine': cosine_similarity,
-    'normalized_frobenius': frobenius_similarity,
+  'linear_cka': linear_cka,
+  'kernel_cka': kernel_cka,
+  'frobenius': negated_squared_frobenius,
+  'cosine': vectorized_inner_product,
+  'normalized_cosine': cosine_similarity,
+  'normalized_frobenius': frobenius_similarity,
 }
 
 
@@ -215,8 +225,10 @@ SimilarityToEach = Callable[[tf.Tensor, Sequence[tf.Tensor]], list[tf.Tensor]]
 
 def get_similarity(name: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   if name not in SIMILARITIES:
-    raise ValueError(f'Unknown similarity {name!r}; choose one of '
-                     f'{", ".join(SIMILARITIES)}.')
+    raise ValueError(
+      f'Unknown similarity {name!r}; choose one of '
+      f'{", ".join(SIMILARITIES)}.'
+    )
   return SIMILARITIES[name]
 
 

@@ -18,8 +18,8 @@ processes like any other. `next` checks the keys before a round runs
 """
 
 import collections
-import warnings
 from typing import Any, Optional, Sequence
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -32,6 +32,7 @@ from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
 
+
 class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
   """A `LearningProcess` whose clients keep state in `client_states`.
 
@@ -40,11 +41,17 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
   checks the keys it is given (`check_keys`).
   """
 
-  def __init__(self, initialize_fn, next_fn, get_model_weights,
-               set_model_weights,
-               client_states: client_states_lib.ClientStateFiles):
-    super().__init__(initialize_fn, next_fn, get_model_weights,
-                     set_model_weights)
+  def __init__(
+    self,
+    initialize_fn,
+    next_fn,
+    get_model_weights,
+    set_model_weights,
+    client_states: client_states_lib.ClientStateFiles,
+  ):
+    super().__init__(
+      initialize_fn, next_fn, get_model_weights, set_model_weights
+    )
     self.client_states = client_states
     self._last_round = None
     self._repeats = 0
@@ -75,28 +82,35 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     if not rounds:
       return
     if min(rounds) < 1:
-      raise ValueError(f'Client keys name rounds from 1 on; got round '
-                       f'{min(rounds)}.')
-    if (self._last_round is None and self.client_states.temporary and
-        max(rounds) > 1):
       raise ValueError(
-          f'This process starts at round {max(rounds)} but keeps its '
-          'clients\' states in a temporary directory, so a resumed run '
-          'has lost them (MOON and FedCKA would train without previous '
-          'models, SCAFFOLD with zero control variates). Pass '
-          'client_state_dir=<a directory kept with the program state> to '
-          'the builder.')
-    repeats = (self._repeats + 1 if max(rounds) == self._last_round else 0)
-    if self._last_round is not None and (max(rounds) < self._last_round or
-                                         repeats > 1):
+        f'Client keys name rounds from 1 on; got round ' f'{min(rounds)}.'
+      )
+    if (
+      self._last_round is None
+      and self.client_states.temporary
+      and max(rounds) > 1
+    ):
+      raise ValueError(
+        f'This process starts at round {max(rounds)} but keeps its '
+        "clients' states in a temporary directory, so a resumed run "
+        'has lost them (MOON and FedCKA would train without previous '
+        'models, SCAFFOLD with zero control variates). Pass '
+        'client_state_dir=<a directory kept with the program state> to '
+        'the builder.'
+      )
+    repeats = self._repeats + 1 if max(rounds) == self._last_round else 0
+    if self._last_round is not None and (
+      max(rounds) < self._last_round or repeats > 1
+    ):
       warnings.warn(
-          f'Client keys name round {max(rounds)}, but this process last ran '
-          f'round {self._last_round}' + (f' ({repeats + 1} times)' if repeats
-                                         else '') +
-          f': its clients read the states written before round '
-          f'{max(rounds)}, not the last round\'s. Give each round its own '
-          'number (tff_methods.stateful.client_key(client_id, round_num)).',
-          stacklevel=3)
+        f'Client keys name round {max(rounds)}, but this process last ran '
+        f'round {self._last_round}'
+        + (f' ({repeats + 1} times)' if repeats else '')
+        + f': its clients read the states written before round '
+        f"{max(rounds)}, not the last round's. Give each round its own "
+        'number (tff_methods.stateful.client_key(client_id, round_num)).',
+        stacklevel=3,
+      )
     self._last_round, self._repeats = max(rounds), repeats
 
 
@@ -104,10 +118,11 @@ def _key_round(key: Any) -> int:
   """The round of one `[client id, round]` key; names a bad one."""
   if isinstance(key, tf.data.Dataset):
     raise TypeError(
-        'A process with per-client state takes client keys, [client id, '
-        'round] (tff_methods.stateful.client_key(client_id, round_num)), and '
-        'makes each client\'s batches from its dataset_computation; it was '
-        'given data sets.')
+      'A process with per-client state takes client keys, [client id, '
+      'round] (tff_methods.stateful.client_key(client_id, round_num)), and '
+      "makes each client's batches from its dataset_computation; it was "
+      'given data sets.'
+    )
   try:
     parts = np.asarray(key)
     if parts.shape != (2,):
@@ -115,8 +130,9 @@ def _key_round(key: Any) -> int:
     return int(parts[1])
   except (ValueError, TypeError):
     raise TypeError(
-        f'A client key is [client id, round] (two strings, tff_methods.'
-        f'stateful.client_key(client_id, round_num)); got {key!r}.') from None
+      f'A client key is [client id, round] (two strings, tff_methods.'
+      f'stateful.client_key(client_id, round_num)); got {key!r}.'
+    ) from None
 
 
 class _KeyCheckingNext:
@@ -135,9 +151,11 @@ class _KeyCheckingNext:
     return self._computation(state, keys, *args, **kwargs)
 
 
-def build_process(initialize_fn: tff.Computation, next_fn: tff.Computation,
-                  client_states: client_states_lib.ClientStateFiles
-                  ) -> StatefulClientsLearningProcess:
+def build_process(
+  initialize_fn: tff.Computation,
+  next_fn: tff.Computation,
+  client_states: client_states_lib.ClientStateFiles,
+) -> StatefulClientsLearningProcess:
   """The learning process of a round's computations.
 
   Args:
@@ -147,8 +165,13 @@ def build_process(initialize_fn: tff.Computation, next_fn: tff.Computation,
     client_states: The clients' state files.
   """
   return StatefulClientsLearningProcess(
-      initialize_fn, next_fn, *composers.model_weights_computations(
-          initialize_fn.type_signature.result.member), client_states)
+    initialize_fn,
+    next_fn,
+    *composers.model_weights_computations(
+      initialize_fn.type_signature.result.member
+    ),
+    client_states,
+  )
 
 
 # A client's key: two strings, [client id, round in decimal]
@@ -177,10 +200,11 @@ def key_dataset_computation(data: Any) -> tff.Computation:
   computation = local_training.as_dataset_computation(data)
   if computation is None:
     raise TypeError(
-        'A process with per-client state needs dataset_computation: a '
-        'batched tff.simulation.datasets.ClientData, its '
-        'dataset_computation, or a [client id, round] key -> batches '
-        'computation (tasks.datasets.round_dataset_computation).')
+      'A process with per-client state needs dataset_computation: a '
+      'batched tff.simulation.datasets.ClientData, its '
+      'dataset_computation, or a [client id, round] key -> batches '
+      'computation (tasks.datasets.round_dataset_computation).'
+    )
   key_type = computation.type_signature.parameter
   if key_type == CLIENT_KEY_TYPE:
     return computation
@@ -192,10 +216,11 @@ def key_dataset_computation(data: Any) -> tff.Computation:
 
     return dataset_for_key
   raise TypeError(
-      'A process with per-client state needs a dataset computation that '
-      'takes a client id (ClientData.dataset_computation) or [client id, '
-      'round] keys (a string tensor of shape [2], e.g. tasks.datasets.'
-      f'round_dataset_computation); this one takes {key_type}.')
+    'A process with per-client state needs a dataset computation that '
+    'takes a client id (ClientData.dataset_computation) or [client id, '
+    'round] keys (a string tensor of shape [2], e.g. tasks.datasets.'
+    f'round_dataset_computation); this one takes {key_type}.'
+  )
 
 
 def split_client_key(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -210,19 +235,23 @@ def client_states_metrics(written, read_versions):
   stale read (a shared file system's cached listing) does not go
   unnoticed."""
   return collections.OrderedDict(
-      written=tff.federated_sum(written),
-      read_version_sum=tff.federated_sum(read_versions))
+    written=tff.federated_sum(written),
+    read_version_sum=tff.federated_sum(read_versions),
+  )
 
 
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
   """The initial state of a client that keeps its previous model."""
   return collections.OrderedDict(
-      has_previous=np.int32(0),
-      model=tf.nest.map_structure(np.zeros_like, weights))
+    has_previous=np.int32(0),
+    model=tf.nest.map_structure(np.zeros_like, weights),
+  )
 
 
-def initial_client_state(regularizers: Sequence[regularizers_lib.Regularizer],
-                         zero_weights: tff.learning.models.ModelWeights):
+def initial_client_state(
+  regularizers: Sequence[regularizers_lib.Regularizer],
+  zero_weights: tff.learning.models.ModelWeights,
+):
   """A new client's state: what `regularizers` keep on each client.
 
   `has_previous` and `model` (its local model at the end of the last round
@@ -235,25 +264,28 @@ def initial_client_state(regularizers: Sequence[regularizers_lib.Regularizer],
   for r in regularizers:
     if r.keeps_client_state:
       if r.name in state:
-        raise ValueError(f'Two regularizers named {r.name!r} keep client '
-                         'state; names must be unique.')
+        raise ValueError(
+          f'Two regularizers named {r.name!r} keep client '
+          'state; names must be unique.'
+        )
       state[r.name] = tf.nest.map_structure(
-          np.asarray, r.initial_client_state(zero_weights.trainable))
+        np.asarray, r.initial_client_state(zero_weights.trainable)
+      )
   return state
 
 
 def build_stateful_local_training_process(
-    keras_model_fn: model_lib.KerasModelFn,
-    element_spec: Any,
-    dataset_computation: tff.Computation,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
-    regularizers: Sequence[regularizers_lib.Regularizer] = (),
-    client_state_dir: Optional[str] = None,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
-    loss_fn: Optional[local_training.LossFn] = None,
-    model_aggregator: Optional[aggregation.ModelAggregator] = None,
-    metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  dataset_computation: tff.Computation,
+  client_optimizer: tff.learning.optimizers.Optimizer,
+  server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+  regularizers: Sequence[regularizers_lib.Regularizer] = (),
+  client_state_dir: Optional[str] = None,
+  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
+  model_aggregator: Optional[aggregation.ModelAggregator] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> StatefulClientsLearningProcess:
   """Local training whose clients keep state between rounds.
 
@@ -299,70 +331,85 @@ def build_stateful_local_training_process(
   regularizers = tuple(regularizers)
   if not regularizers_lib.needs_client_state(regularizers):
     raise ValueError(
-        'No regularizer keeps client state (reads the previous model or '
-        'keeps_client_state); use local_training.'
-        'build_local_training_process.')
+      'No regularizer keeps client state (reads the previous model or '
+      'keeps_client_state); use local_training.'
+      'build_local_training_process.'
+    )
   for r in regularizers:
-    if r.reads_client_reports and not (r.keeps_client_state and
-                                       r.keeps_server_state):
-      raise ValueError(f'{r.name} reads client reports, so it must keep '
-                       'client and server state.')
+    if r.reads_client_reports and not (
+      r.keeps_client_state and r.keeps_server_state
+    ):
+      raise ValueError(
+        f'{r.name} reads client reports, so it must keep '
+        'client and server state.'
+      )
   factory, client_weighting = aggregation.model_aggregation(
-      model_aggregator, client_weighting)
-  keras_model_fn = local_training.checked_model_fn(keras_model_fn,
-                                                   regularizers)
+    model_aggregator, client_weighting
+  )
+  keras_model_fn = local_training.checked_model_fn(keras_model_fn, regularizers)
   local_training.check_element_spec(element_spec)
   dataset_computation = key_dataset_computation(dataset_computation)
   key_type = CLIENT_KEY_TYPE
-  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(
-      1.0)
+  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
   weights_type = model_lib.weights_type_of(zero_weights)
   # Each client makes its batches from its key in its own computation
   # (`ClientBatches`); checked here, before any state file is written.
   client_batches = local_training.ClientBatches(
-      dataset_computation,
-      tff.SequenceType(tff.types.tensorflow_to_type(element_spec)))
-  distributor = composers.build_distributor(weights_type, regularizers,
-                                                 zero_weights.trainable)
+    dataset_computation,
+    tff.SequenceType(tff.types.tensorflow_to_type(element_spec)),
+  )
+  distributor = composers.build_distributor(
+    weights_type, regularizers, zero_weights.trainable
+  )
   received_type = distributor.next.type_signature.result.result.member
   mean_update_recorder = composers.build_mean_update_recorder(
-      distributor, regularizers, weights_type.trainable)
+    distributor, regularizers, weights_type.trainable
+  )
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   reads_previous = regularizers_lib.needs_previous_model(regularizers)
   state_keepers = [r for r in regularizers if r.keeps_client_state]
   reporters = [r for r in state_keepers if r.reads_client_reports]
   initial_model_weights_fn = model_lib.initial_weights_computation(
-      keras_model_fn)
+    keras_model_fn
+  )
   client_states = client_states_lib.ClientStateFiles(
-      initial_client_state(regularizers, zero_weights), client_state_dir)
+    initial_client_state(regularizers, zero_weights), client_state_dir
+  )
 
   @tff.tensorflow.computation(received_type, key_type)
   def client_update_computation(received, key):
     dataset = client_batches(key)
     client_id, round_num = split_client_key(key)
     client_state, read_version = client_states.read_with_version(
-        client_id, round_num)
+      client_id, round_num
+    )
     initial_weights, broadcast = composers.split_received(
-        received, has_broadcast)
+      received, has_broadcast
+    )
     client_update = local_training.build_client_update_fn(
-        keras_model_fn, client_optimizer, regularizers, client_weighting,
-        loss_fn)
+      keras_model_fn, client_optimizer, regularizers, client_weighting, loss_fn
+    )
     own_states = {r.name: client_state[r.name] for r in state_keepers}
     result, sums, final_weights = client_update(
-        initial_weights, dataset,
-        client_state['model'] if reads_previous else None,
-        client_state['has_previous'] > 0 if reads_previous else False,
-        broadcast, own_states or None)
+      initial_weights,
+      dataset,
+      client_state['model'] if reads_previous else None,
+      client_state['has_previous'] > 0 if reads_previous else False,
+      broadcast,
+      own_states or None,
+    )
     trained = collections.OrderedDict()
     if reads_previous:
       trained.update(has_previous=tf.constant(1), model=final_weights)
     reports = collections.OrderedDict()
     for r in state_keepers:
       trained[r.name], report = r.next_client_state(
-          client_state[r.name], update=result.update,
-          num_steps=sums['num_batches'],
-          broadcast=broadcast[r.name] if r.keeps_server_state else None)
+        client_state[r.name],
+        update=result.update,
+        num_steps=sums['num_batches'],
+        broadcast=broadcast[r.name] if r.keeps_server_state else None,
+      )
       if r.reads_client_reports:
         reports[r.name] = report
     # A diverged client (weight 0) keeps its old state, reports zeros and
@@ -371,60 +418,95 @@ def build_stateful_local_training_process(
     new_state = tf.cond(finite, lambda: trained, lambda: client_state)
     if reports:
       reports = tf.cond(
-          finite, lambda: reports,
-          lambda: tf.nest.map_structure(tf.zeros_like, reports))
+        finite,
+        lambda: reports,
+        lambda: tf.nest.map_structure(tf.zeros_like, reports),
+      )
     written = client_states.write(client_id, round_num, new_state)
-    return (result, aggregation.unfinalized_train_metrics(sums), written,
-            reports, tf.cast(finite, tf.float32), read_version)
+    return (
+      result,
+      aggregation.unfinalized_train_metrics(sums),
+      written,
+      reports,
+      tf.cast(finite, tf.float32),
+      read_version,
+    )
 
   aggregate_metrics = aggregation.build_metrics_aggregation(
-      metrics_aggregator, client_update_computation.type_signature.result[1])
-  aggregator = factory.create(weights_type.trainable,
-                              tff.TensorType(np.float32))
+    metrics_aggregator, client_update_computation.type_signature.result[1]
+  )
+  aggregator = factory.create(
+    weights_type.trainable, tff.TensorType(np.float32)
+  )
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
+    server_optimizer, weights_type
+  )
   report_recorder = _build_report_recorder(
-      distributor, reporters,
-      client_update_computation.type_signature.result[3])
+    distributor, reporters, client_update_computation.type_signature.result[3]
+  )
 
   @tff.federated_computation
   def initialize_fn():
-    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+    return tff.federated_zip(
+      tff.learning.templates.LearningAlgorithmState(
         tff.federated_eval(initial_model_weights_fn, tff.SERVER),
-        distributor.initialize(), tff.federated_value((), tff.SERVER),
-        aggregator.initialize(), finalizer.initialize()))
+        distributor.initialize(),
+        tff.federated_value((), tff.SERVER),
+        aggregator.initialize(),
+        finalizer.initialize(),
+      )
+    )
 
   state_type = initialize_fn.type_signature.result
 
-  @tff.federated_computation(state_type, tff.FederatedType(key_type,
-                                                           tff.CLIENTS))
+  @tff.federated_computation(
+    state_type, tff.FederatedType(key_type, tff.CLIENTS)
+  )
   def next_fn(state, keys):
-    distributed = distributor.next(state.distributor,
-                                   state.global_model_weights)
-    (client_result, unfinalized, written, reports, reported,
-     read_versions) = tff.federated_map(client_update_computation,
-                                        (distributed.result, keys))
-    aggregated = aggregator.next(state.aggregator, client_result.update,
-                                 client_result.update_weight)
-    finalized = finalizer.next(state.finalizer, state.global_model_weights,
-                               aggregated.result)
+    distributed = distributor.next(
+      state.distributor, state.global_model_weights
+    )
+    (client_result, unfinalized, written, reports, reported, read_versions) = (
+      tff.federated_map(client_update_computation, (distributed.result, keys))
+    )
+    aggregated = aggregator.next(
+      state.aggregator, client_result.update, client_result.update_weight
+    )
+    finalized = finalizer.next(
+      state.finalizer, state.global_model_weights, aggregated.result
+    )
     distributor_state = distributed.state
     if mean_update_recorder is not None:
       distributor_state = tff.federated_map(
-          mean_update_recorder, (distributor_state, aggregated.result))
+        mean_update_recorder, (distributor_state, aggregated.result)
+      )
     if report_recorder is not None:
-      distributor_state = tff.federated_map(report_recorder, (
-          distributor_state, tff.federated_mean(reports, weight=reported),
-          tff.federated_sum(reported)))
-    new_state = tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
-        finalized.result, distributor_state, state.client_work,
-        aggregated.state, finalized.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
+      distributor_state = tff.federated_map(
+        report_recorder,
+        (
+          distributor_state,
+          tff.federated_mean(reports, weight=reported),
+          tff.federated_sum(reported),
+        ),
+      )
+    new_state = tff.federated_zip(
+      tff.learning.templates.LearningAlgorithmState(
+        finalized.result,
+        distributor_state,
+        state.client_work,
+        aggregated.state,
+        finalized.state,
+      )
+    )
+    metrics = tff.federated_zip(
+      collections.OrderedDict(
         distributor=distributed.measurements,
         client_work=aggregate_metrics(unfinalized),
         aggregator=aggregated.measurements,
         finalizer=finalized.measurements,
-        client_states=client_states_metrics(written, read_versions)))
+        client_states=client_states_metrics(written, read_versions),
+      )
+    )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   return build_process(initialize_fn, next_fn, client_states)
@@ -440,11 +522,13 @@ def _build_report_recorder(distributor, reporters, reports_type):
   @tff.tensorflow.computation(state_type, reports_type, np.float32)
   def record_client_reports(state, mean_reports, num_reports):
     new_state = collections.OrderedDict(
-        (name, tf.nest.map_structure(tf.identity, value))
-        for name, value in state.items())
+      (name, tf.nest.map_structure(tf.identity, value))
+      for name, value in state.items()
+    )
     for r in reporters:
       new_state[r.name] = r.record_client_reports(
-          state[r.name], mean_reports[r.name], num_reports)
+        state[r.name], mean_reports[r.name], num_reports
+      )
     return new_state
 
   return record_client_reports

@@ -48,9 +48,9 @@ _INTRA_OP_THREADS = 'TF_NUM_INTRAOP_THREADS'
 _WORKER_START_TIMEOUT_SECONDS = 60.0
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 GRPC_CHANNEL_OPTIONS = [
-    ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
-    ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
-    ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
+  ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
+  ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
+  ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
 ]
 _PR_SET_PDEATHSIG = 1
 
@@ -81,25 +81,31 @@ _workers_lock = threading.Lock()
 _atexit_registered = False
 _signal_handlers_installed = False
 
+
 def packaged_worker_binary() -> str:
-  """The path of the `worker_binary` shipped in the tensorflow-federated wheel."""
+  """The path of the `worker_binary` in the tensorflow-federated wheel."""
   # Found without importing TFF (and TensorFlow): `binaries.worker` starts fast.
   spec = importlib.util.find_spec('tensorflow_federated')
   if spec is None or not spec.submodule_search_locations:
     raise RuntimeError('tensorflow-federated is not installed.')
-  path = os.path.join(list(spec.submodule_search_locations)[0], 'data',
-                      'worker_binary')
+  path = os.path.join(
+    list(spec.submodule_search_locations)[0], 'data', 'worker_binary'
+  )
   if not os.path.isfile(path):
-    raise RuntimeError(f'No TFF worker binary at {path}: is tensorflow-'
-                       'federated 0.87.0 installed?')
+    raise RuntimeError(
+      f'No TFF worker binary at {path}: is tensorflow-'
+      'federated 0.87.0 installed?'
+    )
   return path
 
 
 def check_worker_binary(path: str) -> str:
   """`path` if it is an executable file, else a ValueError naming it."""
   if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-    raise ValueError(f'{path!r} is not an executable file (a TFF '
-                     'worker_binary, e.g. one built with CUDA)')
+    raise ValueError(
+      f'{path!r} is not an executable file (a TFF '
+      'worker_binary, e.g. one built with CUDA)'
+    )
   return path
 
 
@@ -125,8 +131,9 @@ def usable_cores() -> int:
 LARGE_MODEL_PARAMETERS = 1_000_000
 
 
-def threads_per_client(model_parameters: Optional[int] = None,
-                       max_concurrent_clients: int = -1) -> Optional[int]:
+def threads_per_client(
+  model_parameters: Optional[int] = None, max_concurrent_clients: int = -1
+) -> Optional[int]:
   """TensorFlow's threads per op for a local worker's clients.
 
   With at most k clients at once, small models get the cores split between
@@ -150,14 +157,16 @@ def threads_per_client(model_parameters: Optional[int] = None,
   if max_concurrent_clients <= 0:
     return None
   if model_parameters is not None and (
-      model_parameters >= LARGE_MODEL_PARAMETERS):
+    model_parameters >= LARGE_MODEL_PARAMETERS
+  ):
     return usable_cores()
   return max(1, usable_cores() // max_concurrent_clients)
 
 
-def worker_environment(max_concurrent_computation_calls: int = -1,
-                       model_parameters: Optional[int] = None
-                       ) -> dict[str, str]:
+def worker_environment(
+  max_concurrent_computation_calls: int = -1,
+  model_parameters: Optional[int] = None,
+) -> dict[str, str]:
   """The environment to start a TFF worker with.
 
   This process's environment, plus oneDNN on and TensorFlow's threads per op
@@ -168,19 +177,21 @@ def worker_environment(max_concurrent_computation_calls: int = -1,
   """
   env = dict(os.environ)
   env.setdefault(*ONEDNN)
-  threads = threads_per_client(model_parameters,
-                               max_concurrent_computation_calls)
+  threads = threads_per_client(
+    model_parameters, max_concurrent_computation_calls
+  )
   if threads is not None:
     env.setdefault(_INTRA_OP_THREADS, str(threads))
   return env
 
 
-def start_worker(binary: Optional[str] = None,
-                 max_concurrent_computation_calls: int = -1,
-                 port: Optional[int] = None,
-                 log_path: Optional[str] = None,
-                 model_parameters: Optional[int] = None
-                 ) -> tuple[subprocess.Popen, int]:
+def start_worker(
+  binary: Optional[str] = None,
+  max_concurrent_computation_calls: int = -1,
+  port: Optional[int] = None,
+  log_path: Optional[str] = None,
+  model_parameters: Optional[int] = None,
+) -> tuple[subprocess.Popen, int]:
   """Starts a TFF worker on localhost and registers it for clean-up.
 
   Args:
@@ -199,15 +210,21 @@ def start_worker(binary: Optional[str] = None,
   """
   binary = binary or packaged_worker_binary()
   port = port or portpicker.pick_unused_port()
-  args = [binary, f'--port={port}',
-          f'--max_concurrent_computation_calls='
-          f'{max_concurrent_computation_calls}']
-  out = open(log_path, 'ab') if log_path else subprocess.DEVNULL  # pylint: disable=consider-using-with
-  process = subprocess.Popen(  # pylint: disable=consider-using-with
-      args, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-      env=worker_environment(max_concurrent_computation_calls,
-                             model_parameters),
-      preexec_fn=_die_with_parent if sys.platform == 'linux' else None)
+  args = [
+    binary,
+    f'--port={port}',
+    f'--max_concurrent_computation_calls='
+    f'{max_concurrent_computation_calls}',
+  ]
+  out = open(log_path, 'ab') if log_path else subprocess.DEVNULL
+  process = subprocess.Popen(
+    args,
+    stdin=subprocess.DEVNULL,
+    stdout=out,
+    stderr=out,
+    env=worker_environment(max_concurrent_computation_calls, model_parameters),
+    preexec_fn=_die_with_parent if sys.platform == 'linux' else None,
+  )
   with _workers_lock:
     _workers.append(process)
   _register_atexit()
@@ -265,8 +282,9 @@ def install_signal_handlers() -> None:
   if _signal_handlers_installed:
     return
   if threading.current_thread() is not threading.main_thread():
-    raise RuntimeError('install_signal_handlers must be called from the '
-                       'main thread.')
+    raise RuntimeError(
+      'install_signal_handlers must be called from the ' 'main thread.'
+    )
   _signal_handlers_installed = True
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, _signal_handler)
@@ -276,8 +294,13 @@ class LocalWorker:
   """Keeps one local worker serving (started on first use), or says that it
   died."""
 
-  def __init__(self, binary, max_concurrent_computation_calls, log_path,
-               model_parameters=None):
+  def __init__(
+    self,
+    binary,
+    max_concurrent_computation_calls,
+    log_path,
+    model_parameters=None,
+  ):
     self._binary = binary
     self._max_calls = max_concurrent_computation_calls
     self._log_path = log_path
@@ -287,31 +310,43 @@ class LocalWorker:
     self._lock = threading.Lock()
 
   def get_stub(self):
-    from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.impl.executors import (
+      remote_executor_grpc_stub,
+    )
+
     with self._lock:
       if self._stub is not None and self._stub.is_ready:
         return self._stub
       if self._process is not None and self._process.poll() is not None:
         raise WorkerExitedError(
-            f'The TFF worker (pid {self._process.pid}) exited with code '
-            f'{self._process.returncode} during the run.')
+          f'The TFF worker (pid {self._process.pid}) exited with code '
+          f'{self._process.returncode} during the run.'
+        )
       if self._process is None:
         self._process, port = start_worker(
-            self._binary, self._max_calls, log_path=self._log_path,
-            model_parameters=self._model_parameters)
-        import grpc  # pylint: disable=g-import-not-at-top
-        channel = grpc.insecure_channel(f'localhost:{port}',
-                                        GRPC_CHANNEL_OPTIONS)
+          self._binary,
+          self._max_calls,
+          log_path=self._log_path,
+          model_parameters=self._model_parameters,
+        )
+        import grpc
+
+        channel = grpc.insecure_channel(
+          f'localhost:{port}', GRPC_CHANNEL_OPTIONS
+        )
         self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
       deadline = time.monotonic() + _WORKER_START_TIMEOUT_SECONDS
       while not self._stub.is_ready:
         if self._process.poll() is not None:
           raise RuntimeError(
-              f'The TFF worker {self._binary} exited with code '
-              f'{self._process.returncode} before it served.')
+            f'The TFF worker {self._binary} exited with code '
+            f'{self._process.returncode} before it served.'
+          )
         if time.monotonic() > deadline:
-          raise RuntimeError('The TFF worker did not start serving within '
-                             f'{_WORKER_START_TIMEOUT_SECONDS} s.')
+          raise RuntimeError(
+            'The TFF worker did not start serving within '
+            f'{_WORKER_START_TIMEOUT_SECONDS} s.'
+          )
         time.sleep(0.05)
       return self._stub
 
@@ -327,7 +362,8 @@ class RemoteWorker:
   def __init__(self, address: str, timeout_seconds: float):
     self.address = address
     self._timeout = timeout_seconds
-    import grpc  # pylint: disable=g-import-not-at-top
+    import grpc
+
     self._channel = grpc.insecure_channel(address, GRPC_CHANNEL_OPTIONS)
     self._stub = None
     self._lock = threading.Lock()
@@ -343,43 +379,55 @@ class RemoteWorker:
     while True:
       try:
         socket.create_connection(
-            (host.strip('[]'), int(port)),
-            timeout=max(0.1, deadline - time.monotonic())).close()
+          (host.strip('[]'), int(port)),
+          timeout=max(0.1, deadline - time.monotonic()),
+        ).close()
         break
       except OSError as e:
         if time.monotonic() >= deadline:
           raise WorkerUnreachableError(
-              f'No TFF worker serves at {self.address} (for '
-              f'{timeout_seconds:.0f} s: {e.strerror or type(e).__name__}). '
-              'Start one there, then run again; nothing has run yet.',
-              self.address) from None
+            f'No TFF worker serves at {self.address} (for '
+            f'{timeout_seconds:.0f} s: {e.strerror or type(e).__name__}). '
+            'Start one there, then run again; nothing has run yet.',
+            self.address,
+          ) from None
         time.sleep(0.1)
-    self._wait(max(0.1, deadline - time.monotonic()),
-               'accepts connections but did not serve TFF within the '
-               f'{timeout_seconds:.0f} s (is it a TFF worker?). Nothing has '
-               'run yet.')
+    self._wait(
+      max(0.1, deadline - time.monotonic()),
+      'accepts connections but did not serve TFF within the '
+      f'{timeout_seconds:.0f} s (is it a TFF worker?). Nothing has '
+      'run yet.',
+    )
 
   def _wait(self, timeout, reason):
-    import grpc  # pylint: disable=g-import-not-at-top
+    import grpc
+
     try:
       grpc.channel_ready_future(self._channel).result(timeout=timeout)
     except grpc.FutureTimeoutError:
       # Not TFF's retryable error: a lost worker must end the call, not
       # make TFF retry it forever.
       raise WorkerUnreachableError(
-          f'The TFF worker at {self.address} ' + reason.format(
-              timeout=timeout), self.address) from None
+        f'The TFF worker at {self.address} ' + reason.format(timeout=timeout),
+        self.address,
+      ) from None
 
   def get_stub(self):
     """The worker's stub once it serves; a WorkerUnreachableError if not."""
-    from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.impl.executors import (
+      remote_executor_grpc_stub,
+    )
+
     with self._lock:
-      self._wait(self._timeout,
-                 'is not reachable (it stopped, or its host did) after '
-                 '{timeout:.0f} s, so this computation did not complete. The '
-                 'program state saved before it is intact: start the worker '
-                 'again and rerun to resume.')
+      self._wait(
+        self._timeout,
+        'is not reachable (it stopped, or its host did) after '
+        '{timeout:.0f} s, so this computation did not complete. The '
+        'program state saved before it is intact: start the worker '
+        'again and rerun to resume.',
+      )
       if self._stub is None:
         self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
-            self._channel)
+          self._channel
+        )
       return self._stub

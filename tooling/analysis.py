@@ -51,13 +51,18 @@ def angle_degrees(a: np.ndarray, b: np.ndarray) -> float:
   return float(np.degrees(np.arccos(np.clip(a @ b / norms, -1.0, 1.0))))
 
 
-def activation_kl(local_features: np.ndarray,
-                  global_features: np.ndarray) -> float:
+def activation_kl(
+  local_features: np.ndarray, global_features: np.ndarray
+) -> float:
   """KL(p_local || p_global) of the mean activations, each normalized."""
 
   def distribution(features):
-    mean = np.abs(np.asarray(features, np.float64).reshape(
-        -1, features.shape[-1])).mean(0) + 1e-12
+    mean = (
+      np.abs(
+        np.asarray(features, np.float64).reshape(-1, features.shape[-1])
+      ).mean(0)
+      + 1e-12
+    )
     return mean / mean.sum()
 
   p, q = distribution(local_features), distribution(global_features)
@@ -72,9 +77,11 @@ def _write_csv(path, header, rows):
 
 
 def _plot(path, title, xlabel, ylabel, series, xticks=None):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
+
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
+
   fig, ax = plt.subplots(figsize=(6, 3.8))
   for label, (xs, ys) in series.items():
     ax.plot(xs, ys, 'o-', label=label)
@@ -105,8 +112,12 @@ def _local_regularizers(config, hparams):
   return regs
 
 
-def analyze(config: experiment.ExperimentConfig, output_dir: str,
-            max_clients: int = 5, test_examples: int = 256) -> dict:
+def analyze(
+  config: experiment.ExperimentConfig,
+  output_dir: str,
+  max_clients: int = 5,
+  test_examples: int = 256,
+) -> dict:
   """Runs the analysis; writes the figures and CSVs to `output_dir`.
 
   Needs a TFF execution context (`tff_methods.runtime`).
@@ -122,9 +133,11 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
   batches = config.local_batches()
   probed = list(data.client_data.client_ids[:max_clients])
   local_update = local_training.build_client_update_fn(
-      keras_model_fn, hparams.client_optimizer(),
-      _local_regularizers(config, hparams),
-      local_training.tff.learning.ClientWeighting.NUM_EXAMPLES)
+    keras_model_fn,
+    hparams.client_optimizer(),
+    _local_regularizers(config, hparams),
+    local_training.tff.learning.ClientWeighting.NUM_EXAMPLES,
+  )
   probe_model = keras_model_fn()
   x_test = data.test_x[:test_examples]
   layers = model_lib.layer_names(probe_model)
@@ -136,88 +149,157 @@ def analyze(config: experiment.ExperimentConfig, output_dir: str,
 
   state = process.initialize()
   state = process.set_model_weights(
-      state, model_lib.initial_weights(keras_model_fn, config.seed))
+    state, model_lib.initial_weights(keras_model_fn, config.seed)
+  )
   previous_global = None
   kl_rows, angle_rows, cka_rows = [], [], []
   for round_num in range(1, config.rounds + 1):
     global_weights = process.get_model_weights(state)
     global_flat = _flat(global_weights)
     tensors = tf.nest.map_structure(tf.constant, global_weights)
-    local_weights = [local_update(tensors, batches(
-        data.client_data.create_tf_dataset_for_client(c), c, round_num))[2]
-                     for c in probed]
+    local_weights = [
+      local_update(
+        tensors,
+        batches(data.client_data.create_tf_dataset_for_client(c), c, round_num),
+      )[2]
+      for c in probed
+    ]
     updates = [_flat(w) - global_flat for w in local_weights]
     global_out = outputs_of(global_weights)
     local_out = [outputs_of(w) for w in local_weights]
-    kl_rows.append([round_num, float(np.mean([
-        activation_kl(o['features'], global_out['features'])
-        for o in local_out]))])
-    pairwise = [angle_degrees(a, b)
-                for a, b in itertools.combinations(updates, 2)]
-    to_global = ([angle_degrees(u, global_flat - previous_global)
-                  for u in updates] if previous_global is not None else [])
-    angle_rows.append([round_num,
-                       float(np.nanmean(pairwise)) if pairwise else np.nan,
-                       float(np.nanmean(to_global)) if to_global else np.nan])
+    kl_rows.append(
+      [
+        round_num,
+        float(
+          np.mean(
+            [
+              activation_kl(o['features'], global_out['features'])
+              for o in local_out
+            ]
+          )
+        ),
+      ]
+    )
+    pairwise = [
+      angle_degrees(a, b) for a, b in itertools.combinations(updates, 2)
+    ]
+    to_global = (
+      [angle_degrees(u, global_flat - previous_global) for u in updates]
+      if previous_global is not None
+      else []
+    )
+    angle_rows.append(
+      [
+        round_num,
+        float(np.nanmean(pairwise)) if pairwise else np.nan,
+        float(np.nanmean(to_global)) if to_global else np.nan,
+      ]
+    )
     for layer in layers:
-      with_global = np.mean([similarity.linear_cka(
-          o[layer], global_out[layer]).numpy() for o in local_out])
-      between = [similarity.linear_cka(a[layer], b[layer]).numpy()
-                 for a, b in itertools.combinations(local_out, 2)]
-      cka_rows.append([round_num, layer, float(with_global),
-                       float(np.mean(between)) if between else np.nan])
+      with_global = np.mean(
+        [
+          similarity.linear_cka(o[layer], global_out[layer]).numpy()
+          for o in local_out
+        ]
+      )
+      between = [
+        similarity.linear_cka(a[layer], b[layer]).numpy()
+        for a, b in itertools.combinations(local_out, 2)
+      ]
+      cka_rows.append(
+        [
+          round_num,
+          layer,
+          float(with_global),
+          float(np.mean(between)) if between else np.nan,
+        ]
+      )
     previous_global = global_flat
-    state = process.next(state, [datasets.client_round(c, round_num) for c in
-                                 datasets.sample_clients(
-                                     data.client_data.client_ids,
-                                     config.clients_per_round, round_num,
-                                     config.seed)]).state
+    state = process.next(
+      state,
+      [
+        datasets.client_round(c, round_num)
+        for c in datasets.sample_clients(
+          data.client_data.client_ids,
+          config.clients_per_round,
+          round_num,
+          config.seed,
+        )
+      ],
+    ).state
 
   paths = {}
   path = os.path.join(output_dir, 'activation_divergence')
   _write_csv(path + '.csv', ['round', 'mean_kl_local_global'], kl_rows)
   paths['activation_divergence'] = _plot(
-      path + '.png', f'{config.method}: activation divergence', 'round',
-      'KL(local || global)',
-      {'mean over clients': ([r[0] for r in kl_rows],
-                             [r[1] for r in kl_rows])})
+    path + '.png',
+    f'{config.method}: activation divergence',
+    'round',
+    'KL(local || global)',
+    {'mean over clients': ([r[0] for r in kl_rows], [r[1] for r in kl_rows])},
+  )
   path = os.path.join(output_dir, 'update_angles')
-  _write_csv(path + '.csv', ['round', 'between_clients_deg',
-                             'to_global_direction_deg'], angle_rows)
+  _write_csv(
+    path + '.csv',
+    ['round', 'between_clients_deg', 'to_global_direction_deg'],
+    angle_rows,
+  )
   paths['update_angles'] = _plot(
-      path + '.png', f'{config.method}: angles of client updates', 'round',
-      'degrees',
-      {'between clients': ([r[0] for r in angle_rows],
-                           [r[1] for r in angle_rows]),
-       'to the global move': ([r[0] for r in angle_rows],
-                              [r[2] for r in angle_rows])})
+    path + '.png',
+    f'{config.method}: angles of client updates',
+    'round',
+    'degrees',
+    {
+      'between clients': (
+        [r[0] for r in angle_rows],
+        [r[1] for r in angle_rows],
+      ),
+      'to the global move': (
+        [r[0] for r in angle_rows],
+        [r[2] for r in angle_rows],
+      ),
+    },
+  )
   path = os.path.join(output_dir, 'cka_layers')
-  _write_csv(path + '.csv', ['round', 'layer', 'cka_local_global',
-                             'cka_between_locals'], cka_rows)
+  _write_csv(
+    path + '.csv',
+    ['round', 'layer', 'cka_local_global', 'cka_between_locals'],
+    cka_rows,
+  )
   last = [r for r in cka_rows if r[0] == config.rounds]
   positions = list(range(1, len(last) + 1))
   paths['cka_layers'] = _plot(
-      path + '.png', f'{config.method}: layer-wise CKA (round '
-      f'{config.rounds})', 'layer (from the input)', 'linear CKA',
-      {'local vs global': (positions, [r[2] for r in last]),
-       'local vs local': (positions, [r[3] for r in last])},
-      xticks=[str(p) for p in positions])
+    path + '.png',
+    f'{config.method}: layer-wise CKA (round ' f'{config.rounds})',
+    'layer (from the input)',
+    'linear CKA',
+    {
+      'local vs global': (positions, [r[2] for r in last]),
+      'local vs local': (positions, [r[3] for r in last]),
+    },
+    xticks=[str(p) for p in positions],
+  )
   if data.train_labels is not None:
     paths['partition'] = report.write_partition_report(
-        data.class_counts(), output_dir)[1]
+      data.class_counts(), output_dir
+    )[1]
   model_lib.assign_weights(probe_model, process.get_model_weights(state))
   variances = fed2.total_variance_by_layer(probe_model, x_test[:64])
-  paths['total_variance'] = write_total_variance_report(
-      variances, output_dir)[1]
+  paths['total_variance'] = write_total_variance_report(variances, output_dir)[
+    1
+  ]
   return paths
 
 
-def write_total_variance_report(variances: Mapping[str, float],
-                                output_dir: str) -> tuple[str, str]:
+def write_total_variance_report(
+  variances: Mapping[str, float], output_dir: str
+) -> tuple[str, str]:
   """Writes `total_variance.csv` and `total_variance.png` (per layer)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
+
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
+
   os.makedirs(output_dir, exist_ok=True)
   csv_path = os.path.join(output_dir, 'total_variance.csv')
   with open(csv_path, 'w') as f:

@@ -42,19 +42,29 @@ from tooling import pytorch_loop
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
 TARGET_RATIO = {
-    'fedcka_cnn': {'fedcka': 1.2, 'moon': 1.2, 'fedprox': 1.1,
-                   'scaffold': 1.1, 'fedcos': 1.1, 'fedmax': 1.05,
-                   'fed2': 1.1},
-    'resnet18': dict.fromkeys(('fedprox', 'scaffold', 'moon', 'fedcka',
-                               'fedmax', 'fedcos', 'fed2'), 1.3),
+  'fedcka_cnn': {
+    'fedcka': 1.2,
+    'moon': 1.2,
+    'fedprox': 1.1,
+    'scaffold': 1.1,
+    'fedcos': 1.1,
+    'fedmax': 1.05,
+    'fed2': 1.1,
+  },
+  'resnet18': dict.fromkeys(
+    ('fedprox', 'scaffold', 'moon', 'fedcka', 'fedmax', 'fedcos', 'fed2'), 1.3
+  ),
 }
 # FedCKA paper, Table 4: local training time relative to FedAvg (the 7-layer
 # CNN, and ResNet-50).
 PAPER_RATIO = {
-    'fedcka_cnn': {'fedcka': 1.90, 'moon': 1.78, 'fedprox': 1.04,
-                   'scaffold': 1.04},
-    'resnet50': {'fedcka': 1.18, 'moon': 2.64, 'fedprox': 1.35,
-                 'scaffold': 1.51},
+  'fedcka_cnn': {
+    'fedcka': 1.90,
+    'moon': 1.78,
+    'fedprox': 1.04,
+    'scaffold': 1.04,
+  },
+  'resnet50': {'fedcka': 1.18, 'moon': 2.64, 'fedprox': 1.35, 'scaffold': 1.51},
 }
 # The project's FedAvg through TFF against the plain TF loop at 5 local
 # epochs; memory growth.
@@ -65,18 +75,29 @@ TARGET_ABOVE_FLOOR = 0.07
 # What TFF adds per client beyond the plain loop's arithmetic.
 TARGET_OVERHEAD_MS_PER_CLIENT = 3.0
 
-BENCHMARK_METHODS = ('fedavg', 'tff_fedavg', 'fedprox', 'scaffold', 'moon',
-                     'fedcka', 'fedmax', 'fedcos', 'fed2')
+BENCHMARK_METHODS = (
+  'fedavg',
+  'tff_fedavg',
+  'fedprox',
+  'scaffold',
+  'moon',
+  'fedcka',
+  'fedmax',
+  'fedcos',
+  'fed2',
+)
 # TFF's own `build_weighted_fed_avg`: the same weights as the project's
 # `fedavg` (tests/fedavg_test.py), timed beside it for reference.
 TFF_FEDAVG = 'tff_fedavg'
 
 
-def applicable_methods(model_name: str,
-                       names: Sequence[str] = BENCHMARK_METHODS) -> list[str]:
+def applicable_methods(
+  model_name: str, names: Sequence[str] = BENCHMARK_METHODS
+) -> list[str]:
   """The methods that run on `model_name` (Fed2 needs a groupable model)."""
-  return [m for m in names
-          if m != 'fed2' or model_name in task_models.FED2_MODELS]
+  return [
+    m for m in names if m != 'fed2' or model_name in task_models.FED2_MODELS
+  ]
 
 
 # Models with MOON's projection head `z` (ResNets through `model_kwargs`).
@@ -92,16 +113,17 @@ def _median(values):
   return float(statistics.median(values))
 
 
-def time_methods(model_name: str,
-                 method_names: Sequence[str],
-                 data: datasets.FederatedData,
-                 hparams: methods_lib.Hyperparameters,
-                 local_epochs: int,
-                 batch_size: int,
-                 repeats: int = 3,
-                 seed: int = 0,
-                 on_round: Optional[Callable[[str, float], None]] = None
-                 ) -> dict[str, dict[str, Any]]:
+def time_methods(
+  model_name: str,
+  method_names: Sequence[str],
+  data: datasets.FederatedData,
+  hparams: methods_lib.Hyperparameters,
+  local_epochs: int,
+  batch_size: int,
+  repeats: int = 3,
+  seed: int = 0,
+  on_round: Optional[Callable[[str, float], None]] = None,
+) -> dict[str, dict[str, Any]]:
   """Seconds per round of each method, interleaved; ratios to FedAvg.
 
   FedAvg is the project's (`fedavg`), the local-training loop every method
@@ -131,40 +153,60 @@ def time_methods(model_name: str,
   for name in method_names:
     start = time.perf_counter()
     batches = datasets.LocalBatches(
-        batch_size, local_epochs, seed=seed,
-        with_index=methods_lib.wants_example_index(name, local_epochs))
-    model_fn = experiment.model_fn_for(name, model_name, data.num_classes,
-                                       data.input_shape, hparams,
-                                       **model_kwargs(model_name))
+      batch_size,
+      local_epochs,
+      seed=seed,
+      with_index=methods_lib.wants_example_index(name, local_epochs),
+    )
+    model_fn = experiment.model_fn_for(
+      name,
+      model_name,
+      data.num_classes,
+      data.input_shape,
+      hparams,
+      **model_kwargs(model_name),
+    )
     process = methods_lib.build_method_for_client_ids(
-        name, model_fn, *_round_datasets(data, batches), hparams)
+      name, model_fn, *_round_datasets(data, batches), hparams
+    )
     state = process.initialize()
     state = process.set_model_weights(
-        state, model_lib.initial_weights(model_fn, seed))
+      state, model_lib.initial_weights(model_fn, seed)
+    )
     build = time.perf_counter() - start
     start = time.perf_counter()
     # Warm-up, round 1: not timed.
     state = process.next(state, _keys(client_ids, 1)).state
     first = time.perf_counter() - start
-    runs[name] = dict(process=process, state=state, seconds=[],
-                      build_seconds=build, first_round_seconds=first)
+    runs[name] = dict(
+      process=process,
+      state=state,
+      seconds=[],
+      build_seconds=build,
+      first_round_seconds=first,
+    )
   for round_num in range(2, repeats + 2):
     for name in method_names:
       run = runs[name]
       start = time.perf_counter()
-      run['state'] = run['process'].next(
-          run['state'], _keys(client_ids, round_num)).state
+      run['state'] = (
+        run['process'].next(run['state'], _keys(client_ids, round_num)).state
+      )
       seconds = time.perf_counter() - start
       run['seconds'].append(seconds)
       if on_round:
         on_round(name, seconds)
   reference = _median(runs['fedavg']['seconds'])
-  timings = {name: dict(seconds=run['seconds'],
-                        median=_median(run['seconds']),
-                        ratio=_median(run['seconds']) / reference,
-                        build_seconds=run['build_seconds'],
-                        first_round_seconds=run['first_round_seconds'])
-             for name, run in runs.items()}
+  timings = {
+    name: dict(
+      seconds=run['seconds'],
+      median=_median(run['seconds']),
+      ratio=_median(run['seconds']) / reference,
+      build_seconds=run['build_seconds'],
+      first_round_seconds=run['first_round_seconds'],
+    )
+    for name, run in runs.items()
+  }
   if TFF_FEDAVG in timings:
     tff_fedavg = timings[TFF_FEDAVG]['median']
     for timing in timings.values():
@@ -172,18 +214,20 @@ def time_methods(model_name: str,
   return timings
 
 
-def _share_of_one_call(fn: Callable[[], tf.Tensor], repeats: int,
-                       concurrent_clients: int) -> float:
+def _share_of_one_call(
+  fn: Callable[[], tf.Tensor], repeats: int, concurrent_clients: int
+) -> float:
   """Seconds of one call when `concurrent_clients` threads call at once.
 
   As the TFF worker runs clients: several at a time, so a client's share of
   the machine is the wall time over the calls.
   """
+
   def calls():
     for _ in range(repeats):
       fn().numpy()
-  threads = [threading.Thread(target=calls)
-             for _ in range(concurrent_clients)]
+
+  threads = [threading.Thread(target=calls) for _ in range(concurrent_clients)]
   start = time.perf_counter()
   for thread in threads:
     thread.start()
@@ -192,30 +236,43 @@ def _share_of_one_call(fn: Callable[[], tf.Tensor], repeats: int,
   return (time.perf_counter() - start) / (repeats * concurrent_clients)
 
 
-def _least_shares(fns: dict[str, Callable[[], tf.Tensor]], repeats: int,
-                  concurrent_clients: int) -> dict[str, float]:
+def _least_shares(
+  fns: dict[str, Callable[[], tf.Tensor]], repeats: int, concurrent_clients: int
+) -> dict[str, float]:
   """Each function's least share of three runs after a warm-up call."""
   figures = {}
   for name, fn in fns.items():
     fn()  # Warm-up: tracing.
-    figures[name] = min(_share_of_one_call(fn, repeats, concurrent_clients)
-                        for _ in range(3))
+    figures[name] = min(
+      _share_of_one_call(fn, repeats, concurrent_clients) for _ in range(3)
+    )
   figures['extra_seconds'] = sum(figures[name] for name in fns)
   return figures
 
 
-def _reference_passes_fn(method: str, model_name: str, num_classes: int,
-                         input_shape: Sequence[int], output_names,
-                         examples: tf.Tensor, batch_size: int):
+def _reference_passes_fn(
+  method: str,
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  output_names,
+  examples: tf.Tensor,
+  batch_size: int,
+):
   """The global and the previous model up to `output_names` over every
   example once, in the chunks `reference_outputs.ReferenceOutputs` uses: a
   `tf.function` of no arguments."""
-  model_fn = experiment.model_fn_for(method, model_name, num_classes,
-                                     tuple(input_shape),
-                                     methods_lib.Hyperparameters(),
-                                     **model_kwargs(model_name))
-  views = [reference_outputs.ReferenceView(model_fn, output_names)
-           for _ in range(2)]
+  model_fn = experiment.model_fn_for(
+    method,
+    model_name,
+    num_classes,
+    tuple(input_shape),
+    methods_lib.Hyperparameters(),
+    **model_kwargs(model_name),
+  )
+  views = [
+    reference_outputs.ReferenceView(model_fn, output_names) for _ in range(2)
+  ]
   count = int(examples.shape[0])
   chunk = max(batch_size, reference_outputs.reference_chunk_examples(views))
 
@@ -224,16 +281,19 @@ def _reference_passes_fn(method: str, model_name: str, num_classes: int,
     total = tf.constant(0.0)
     for start in range(0, count, chunk):
       for view in views:
-        outputs = view(examples[start:start + chunk])
+        outputs = view(examples[start : start + chunk])
         total += tf.add_n([tf.reduce_sum(t) for t in outputs.values()])
     return total
 
   return reference_passes, views[0]
 
 
-def _per_step_fn(step: Callable[[tf.Tensor, int, tf.Tensor], tf.Tensor],
-                 examples_per_client: int, batch_size: int,
-                 local_epochs: int):
+def _per_step_fn(
+  step: Callable[[tf.Tensor, int, tf.Tensor], tf.Tensor],
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+):
   """`step(batch_index, rows, total)` over a round's local steps, as
   `tasks.datasets.LocalBatches` cuts it: each pass's full batches, then
   one of the rest."""
@@ -243,9 +303,10 @@ def _per_step_fn(step: Callable[[tf.Tensor, int, tf.Tensor], tf.Tensor],
   @tf.function
   def steps():
     _, total = tf.while_loop(
-        lambda i, _: i < full_steps,
-        lambda i, total: (i + 1, step(i % 2, batch_size, total)),
-        (tf.constant(0), tf.constant(0.0)))
+      lambda i, _: i < full_steps,
+      lambda i, total: (i + 1, step(i % 2, batch_size, total)),
+      (tf.constant(0), tf.constant(0.0)),
+    )
     for _ in range(local_epochs if last_rows else 0):
       total = step(0, last_rows, total)
     return total
@@ -253,12 +314,18 @@ def _per_step_fn(step: Callable[[tf.Tensor, int, tf.Tensor], tf.Tensor],
   return steps
 
 
-def fedcka_extra_seconds(model_name: str, num_classes: int,
-                         input_shape: Sequence[int], examples_per_client: int,
-                         batch_size: int, local_epochs: int,
-                         num_layers: int = 2, repeats: int = 5,
-                         concurrent_clients: int = 2,
-                         seed: int = 0) -> dict[str, float]:
+def fedcka_extra_seconds(
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+  num_layers: int = 2,
+  repeats: int = 5,
+  concurrent_clients: int = 2,
+  seed: int = 0,
+) -> dict[str, float]:
   """The work FedCKA adds to one client's round, timed on its own.
 
   Whatever the implementation, FedCKA computes beyond FedAvg's training:
@@ -280,17 +347,24 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
     `extra_seconds`.
   """
   rng = np.random.default_rng(seed)
-  examples = tf.constant(rng.standard_normal(
-      (examples_per_client,) + tuple(input_shape)).astype(np.float32))
+  examples = tf.constant(
+    rng.standard_normal((examples_per_client,) + tuple(input_shape)).astype(
+      np.float32
+    )
+  )
   layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
   reference_passes, view = _reference_passes_fn(
-      'fedcka', model_name, num_classes, input_shape, layers, examples,
-      batch_size)
+    'fedcka', model_name, num_classes, input_shape, layers, examples, batch_size
+  )
   sizes = [int(np.prod(s)) for s in view.output_shapes().values()]
   # Two different batches per layer, alternated, so no step repeats the
   # previous one's inputs.
-  activations = [tf.constant(rng.standard_normal(
-      (2, 3, batch_size, size)).astype(np.float32)) for size in sizes]
+  activations = [
+    tf.constant(
+      rng.standard_normal((2, 3, batch_size, size)).astype(np.float32)
+    )
+    for size in sizes
+  ]
 
   def gram(a):
     return tf.matmul(a, a, transpose_b=True)
@@ -303,17 +377,28 @@ def fedcka_extra_seconds(model_name: str, num_classes: int,
     return total
 
   return _least_shares(
-      {'reference_passes_seconds': reference_passes,
-       'grams_seconds': _per_step_fn(gram_step, examples_per_client,
-                                     batch_size, local_epochs)},
-      repeats, concurrent_clients)
+    {
+      'reference_passes_seconds': reference_passes,
+      'grams_seconds': _per_step_fn(
+        gram_step, examples_per_client, batch_size, local_epochs
+      ),
+    },
+    repeats,
+    concurrent_clients,
+  )
 
 
-def moon_extra_seconds(model_name: str, num_classes: int,
-                       input_shape: Sequence[int], examples_per_client: int,
-                       batch_size: int, local_epochs: int,
-                       repeats: int = 5, concurrent_clients: int = 2,
-                       seed: int = 0) -> dict[str, float]:
+def moon_extra_seconds(
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+  repeats: int = 5,
+  concurrent_clients: int = 2,
+  seed: int = 0,
+) -> dict[str, float]:
   """The work MOON adds to one client's round, timed on its own.
 
   Beyond FedAvg's training MOON computes the global and the previous
@@ -330,35 +415,55 @@ def moon_extra_seconds(model_name: str, num_classes: int,
     `extra_seconds`.
   """
   rng = np.random.default_rng(seed)
-  examples = tf.constant(rng.standard_normal(
-      (examples_per_client,) + tuple(input_shape)).astype(np.float32))
+  examples = tf.constant(
+    rng.standard_normal((examples_per_client,) + tuple(input_shape)).astype(
+      np.float32
+    )
+  )
   reference_passes, view = _reference_passes_fn(
-      'moon', model_name, num_classes, input_shape, ('z',), examples,
-      batch_size)
+    'moon', model_name, num_classes, input_shape, ('z',), examples, batch_size
+  )
   dim = int(np.prod(view.output_shapes()['z']))
-  projections = tf.constant(rng.standard_normal(
-      (2, 3, batch_size, dim)).astype(np.float32))
+  projections = tf.constant(
+    rng.standard_normal((2, 3, batch_size, dim)).astype(np.float32)
+  )
 
   def contrastive_step(batch_index, rows, total):
     local, global_, previous = tf.unstack(projections[batch_index, :, :rows])
     with tf.GradientTape() as tape:
       tape.watch(local)
-      logits = tf.stack([
-          -tf.keras.losses.cosine_similarity(local, global_),
-          -tf.keras.losses.cosine_similarity(local, previous)], 1) / 0.5
-      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-          tf.zeros([rows], tf.int32), logits))
+      logits = (
+        tf.stack(
+          [
+            -tf.keras.losses.cosine_similarity(local, global_),
+            -tf.keras.losses.cosine_similarity(local, previous),
+          ],
+          1,
+        )
+        / 0.5
+      )
+      loss = tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(
+          tf.zeros([rows], tf.int32), logits
+        )
+      )
     return total + tf.reduce_sum(tape.gradient(loss, local)[0])
 
   return _least_shares(
-      {'reference_passes_seconds': reference_passes,
-       'contrastive_seconds': _per_step_fn(
-           contrastive_step, examples_per_client, batch_size, local_epochs)},
-      repeats, concurrent_clients)
+    {
+      'reference_passes_seconds': reference_passes,
+      'contrastive_seconds': _per_step_fn(
+        contrastive_step, examples_per_client, batch_size, local_epochs
+      ),
+    },
+    repeats,
+    concurrent_clients,
+  )
 
 
-def floor_ratio(extra_seconds: float, fedavg_round_seconds: float,
-                num_clients: int) -> float:
+def floor_ratio(
+  extra_seconds: float, fedavg_round_seconds: float, num_clients: int
+) -> float:
   """A method's lowest possible ratio to FedAvg: 1 + extra / FedAvg's share.
 
   A round of `num_clients` clients is FedAvg's training of each; the
@@ -369,10 +474,16 @@ def floor_ratio(extra_seconds: float, fedavg_round_seconds: float,
 
 
 def loopback_worker_throughput(
-    data: datasets.FederatedData, model_name: str,
-    hparams: methods_lib.Hyperparameters, local_epochs: int, batch_size: int,
-    worker_counts: Sequence[int] = (1, 2), repeats: int = 3,
-    max_concurrent_clients: int = 2, seed: int = 0) -> dict[int, dict]:
+  data: datasets.FederatedData,
+  model_name: str,
+  hparams: methods_lib.Hyperparameters,
+  local_epochs: int,
+  batch_size: int,
+  worker_counts: Sequence[int] = (1, 2),
+  repeats: int = 3,
+  max_concurrent_clients: int = 2,
+  seed: int = 0,
+) -> dict[int, dict]:
   """FedAvg clients per second with N TFF workers on 127.0.0.1.
 
   For each N, starts N packaged workers, runs rounds through
@@ -383,25 +494,39 @@ def loopback_worker_throughput(
     By N: `seconds` (each timed round after a warm-up), `median` and
     `clients_per_second`.
   """
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )
+
   batches = datasets.LocalBatches(batch_size, local_epochs, seed=seed)
   client_ids = list(data.client_data.client_ids)
-  model_fn = experiment.model_fn_for('fedavg', model_name, data.num_classes,
-                                     data.input_shape, hparams,
-                                     **model_kwargs(model_name))
+  model_fn = experiment.model_fn_for(
+    'fedavg',
+    model_name,
+    data.num_classes,
+    data.input_shape,
+    hparams,
+    **model_kwargs(model_name),
+  )
   process = methods_lib.build_method_for_client_ids(
-      'fedavg', model_fn, *_round_datasets(data, batches), hparams)
+    'fedavg', model_fn, *_round_datasets(data, batches), hparams
+  )
   results = {}
   for count in worker_counts:
-    started = [workers.start_worker(
-        max_concurrent_computation_calls=max_concurrent_clients)
-               for _ in range(count)]
+    started = [
+      workers.start_worker(
+        max_concurrent_computation_calls=max_concurrent_clients
+      )
+      for _ in range(count)
+    ]
     try:
       context = runtime.create_remote_execution_context(
-          [f'127.0.0.1:{port}' for _, port in started])
+        [f'127.0.0.1:{port}' for _, port in started]
+      )
       with context_stack_impl.context_stack.install(context):
         state = process.set_model_weights(
-            process.initialize(), model_lib.initial_weights(model_fn, seed))
+          process.initialize(), model_lib.initial_weights(model_fn, seed)
+        )
         state = process.next(state, _keys(client_ids, 1)).state  # Warm-up.
         seconds = []
         for round_num in range(2, repeats + 2):
@@ -412,19 +537,27 @@ def loopback_worker_throughput(
       for worker, _ in started:
         worker.kill()
         worker.wait()
-    results[count] = dict(seconds=seconds, median=_median(seconds),
-                          clients_per_second=len(client_ids) /
-                          _median(seconds))
+    results[count] = dict(
+      seconds=seconds,
+      median=_median(seconds),
+      clients_per_second=len(client_ids) / _median(seconds),
+    )
   return results
 
 
-def client_arrays(data: datasets.FederatedData
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+def client_arrays(
+  data: datasets.FederatedData,
+) -> list[tuple[np.ndarray, np.ndarray]]:
   """Each client's (x, y) as numpy arrays, in client id order."""
   arrays = []
   for client_id in data.client_data.client_ids:
-    batch = next(iter(data.client_data.create_tf_dataset_for_client(
-        client_id).batch(1_000_000)))
+    batch = next(
+      iter(
+        data.client_data.create_tf_dataset_for_client(client_id).batch(
+          1_000_000
+        )
+      )
+    )
     arrays.append((batch['x'].numpy(), batch['y'].numpy()))
   return arrays
 
@@ -439,17 +572,30 @@ class PlainTFFedAvg:
   (numpy). The step is one `tf.function`.
   """
 
-  def __init__(self, model_name: str, clients, num_classes: int,
-               local_epochs: int, batch_size: int, learning_rate: float,
-               momentum: float, seed: int = 0,
-               initial_weights: Optional[Sequence[np.ndarray]] = None):
+  def __init__(
+    self,
+    model_name: str,
+    clients,
+    num_classes: int,
+    local_epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    momentum: float,
+    seed: int = 0,
+    initial_weights: Optional[Sequence[np.ndarray]] = None,
+  ):
     self._clients = clients
     self._local_epochs = local_epochs
     self._batch_size = batch_size
     self._rng = np.random.default_rng(seed)
-    model = model_lib.logits_only(task_models.get_model(
-        model_name, num_classes, clients[0][0].shape[1:],
-        **model_kwargs(model_name)))
+    model = model_lib.logits_only(
+      task_models.get_model(
+        model_name,
+        num_classes,
+        clients[0][0].shape[1:],
+        **model_kwargs(model_name),
+      )
+    )
     variables = model.trainable_variables
     self._variables = variables
     self._velocity = [tf.Variable(tf.zeros_like(v)) for v in variables]
@@ -458,16 +604,21 @@ class PlainTFFedAvg:
     @tf.function
     def step(x, y):
       with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
-            y, model(x, training=True), from_logits=True))
+        loss = tf.reduce_mean(
+          tf.keras.losses.sparse_categorical_crossentropy(
+            y, model(x, training=True), from_logits=True
+          )
+        )
       for v, m, g in zip(variables, velocity, tape.gradient(loss, variables)):
         m.assign(momentum * m + g)
         v.assign_sub(learning_rate * m)
 
     self._step = step
-    self.global_weights = ([np.asarray(w) for w in initial_weights]
-                           if initial_weights is not None
-                           else [v.numpy() for v in variables])
+    self.global_weights = (
+      [np.asarray(w) for w in initial_weights]
+      if initial_weights is not None
+      else [v.numpy() for v in variables]
+    )
 
   def run_round(self) -> None:
     total = 0
@@ -480,7 +631,7 @@ class PlainTFFedAvg:
       for _ in range(self._local_epochs):
         order = self._rng.permutation(len(y))
         for i in range(0, len(y), self._batch_size):
-          batch = order[i:i + self._batch_size]
+          batch = order[i : i + self._batch_size]
           self._step(x[batch], y[batch])
       for acc, v in zip(weighted, self._variables):
         acc += len(y) * v.numpy()
@@ -488,13 +639,28 @@ class PlainTFFedAvg:
     self.global_weights = [w / total for w in weighted]
 
 
-def plain_tf_round_seconds(model_name: str, clients, num_classes: int,
-                           local_epochs: int, batch_size: int,
-                           learning_rate: float, momentum: float,
-                           repeats: int = 3, seed: int = 0) -> list[float]:
+def plain_tf_round_seconds(
+  model_name: str,
+  clients,
+  num_classes: int,
+  local_epochs: int,
+  batch_size: int,
+  learning_rate: float,
+  momentum: float,
+  repeats: int = 3,
+  seed: int = 0,
+) -> list[float]:
   """Seconds per `PlainTFFedAvg` round, per repeat, after a warm-up round."""
-  loop = PlainTFFedAvg(model_name, clients, num_classes, local_epochs,
-                       batch_size, learning_rate, momentum, seed)
+  loop = PlainTFFedAvg(
+    model_name,
+    clients,
+    num_classes,
+    local_epochs,
+    batch_size,
+    learning_rate,
+    momentum,
+    seed,
+  )
   return pytorch_loop.time_rounds(loop.run_round, repeats)
 
 
@@ -517,10 +683,12 @@ def resident_mb() -> dict[str, float]:
   for name, pid in pids.items():
     figures[f'{name}_rss_mb'] = _status_kb(pid, 'VmRSS') / 1024
     figures[f'{name}_peak_mb'] = _status_kb(pid, 'VmHWM') / 1024
-  figures['total_rss_mb'] = sum(v for k, v in figures.items()
-                                if k.endswith('_rss_mb'))
-  figures['total_peak_mb'] = sum(v for k, v in figures.items()
-                                 if k.endswith('_peak_mb'))
+  figures['total_rss_mb'] = sum(
+    v for k, v in figures.items() if k.endswith('_rss_mb')
+  )
+  figures['total_peak_mb'] = sum(
+    v for k, v in figures.items() if k.endswith('_peak_mb')
+  )
   return figures
 
 
@@ -534,31 +702,46 @@ def reset_peak_memory() -> None:
       pass
 
 
-def memory_growth(data: datasets.FederatedData, model_name: str,
-                  rounds: int, hparams: methods_lib.Hyperparameters,
-                  batch_size: int = 32, after_round: int = 20,
-                  model_options: Optional[dict] = None) -> dict[str, Any]:
+def memory_growth(
+  data: datasets.FederatedData,
+  model_name: str,
+  rounds: int,
+  hparams: methods_lib.Hyperparameters,
+  batch_size: int = 32,
+  after_round: int = 20,
+  model_options: Optional[dict] = None,
+) -> dict[str, Any]:
   """Resident memory over `rounds` FedAvg rounds of a small model.
 
   Returns:
     `rss_mb` per round (this process + workers), and `growth`: the relative
     increase from round `after_round` to the last.
   """
-  model_fn = experiment.model_fn_for('fedavg', model_name, data.num_classes,
-                                     data.input_shape, hparams,
-                                     **(model_options or {}))
+  model_fn = experiment.model_fn_for(
+    'fedavg',
+    model_name,
+    data.num_classes,
+    data.input_shape,
+    hparams,
+    **(model_options or {}),
+  )
   process = methods_lib.build_method_for_client_ids(
-      'fedavg', model_fn,
-      *_round_datasets(data, datasets.LocalBatches(batch_size)), hparams)
-  state = process.set_model_weights(process.initialize(),
-                                    model_lib.initial_weights(model_fn, 0))
+    'fedavg',
+    model_fn,
+    *_round_datasets(data, datasets.LocalBatches(batch_size)),
+    hparams,
+  )
+  state = process.set_model_weights(
+    process.initialize(), model_lib.initial_weights(model_fn, 0)
+  )
   client_ids = list(data.client_data.client_ids)
   rss = []
   for round_num in range(1, rounds + 1):
     state = process.next(state, _keys(client_ids, round_num)).state
     rss.append(resident_mb()['total_rss_mb'])
-  return dict(rss_mb=rss, after_round=after_round,
-              growth=_growth(rss, after_round))
+  return dict(
+    rss_mb=rss, after_round=after_round, growth=_growth(rss, after_round)
+  )
 
 
 def _growth(rss_mb: Sequence[float], after_round: int) -> float:
@@ -567,10 +750,16 @@ def _growth(rss_mb: Sequence[float], after_round: int) -> float:
   return (rss_mb[-1] - base) / base
 
 
-def scaling(client_counts: Sequence[int], model_name: str,
-            examples_per_client: int, batch_size: int,
-            hparams: methods_lib.Hyperparameters, cache_dir: str,
-            repeats: int = 3, seed: int = 0) -> dict[int, dict[str, Any]]:
+def scaling(
+  client_counts: Sequence[int],
+  model_name: str,
+  examples_per_client: int,
+  batch_size: int,
+  hparams: methods_lib.Hyperparameters,
+  cache_dir: str,
+  repeats: int = 3,
+  seed: int = 0,
+) -> dict[int, dict[str, Any]]:
   """FedAvg's seconds per round as the cohort grows, against the plain loop.
 
   For each N of `client_counts`: N generated CIFAR-shaped clients of
@@ -584,17 +773,30 @@ def scaling(client_counts: Sequence[int], model_name: str,
   """
   results = {}
   for count in client_counts:
-    data = datasets.generated_like('cifar10', count, examples_per_client,
-                                   cache_dir, seed=seed)
-    fedavg = time_methods(model_name, ['fedavg'], data, hparams, 1,
-                          batch_size, repeats, seed)['fedavg']['median']
-    plain = _median(plain_tf_round_seconds(
-        model_name, client_arrays(data), data.num_classes, 1, batch_size,
-        hparams.client_learning_rate, hparams.client_momentum, repeats,
-        seed))
+    data = datasets.generated_like(
+      'cifar10', count, examples_per_client, cache_dir, seed=seed
+    )
+    fedavg = time_methods(
+      model_name, ['fedavg'], data, hparams, 1, batch_size, repeats, seed
+    )['fedavg']['median']
+    plain = _median(
+      plain_tf_round_seconds(
+        model_name,
+        client_arrays(data),
+        data.num_classes,
+        1,
+        batch_size,
+        hparams.client_learning_rate,
+        hparams.client_momentum,
+        repeats,
+        seed,
+      )
+    )
     results[count] = dict(
-        fedavg_seconds=fedavg, plain_tf_seconds=plain,
-        overhead_ms_per_client=_overhead_ms(fedavg, plain, count))
+      fedavg_seconds=fedavg,
+      plain_tf_seconds=plain,
+      overhead_ms_per_client=_overhead_ms(fedavg, plain, count),
+    )
   return results
 
 
@@ -603,13 +805,21 @@ def scaling(client_counts: Sequence[int], model_name: str,
 CROSS_DEVICE_TASK = 'emnist'
 
 
-def cross_device(method_names: Sequence[str], *, num_clients: int,
-                 min_examples: int, max_examples: int,
-                 clients_per_round: int, rounds: int, model_name: str,
-                 batch_size: int, hparams: methods_lib.Hyperparameters,
-                 output_dir: str, seed: int = 0,
-                 on_round: Optional[Callable[[str, int, float], None]] = None
-                 ) -> dict[str, Any]:
+def cross_device(
+  method_names: Sequence[str],
+  *,
+  num_clients: int,
+  min_examples: int,
+  max_examples: int,
+  clients_per_round: int,
+  rounds: int,
+  model_name: str,
+  batch_size: int,
+  hparams: methods_lib.Hyperparameters,
+  output_dir: str,
+  seed: int = 0,
+  on_round: Optional[Callable[[str, int, float], None]] = None,
+) -> dict[str, Any]:
   """A cross-device federation: many small clients, a sample per round.
 
   Generated EMNIST-shaped data (`num_clients` clients of `min_examples` to
@@ -623,45 +833,68 @@ def cross_device(method_names: Sequence[str], *, num_clients: int,
 
   Returns:
     The settings, `data_seconds` (building the partition and writing the
-    clients' files), and under `methods`, by method: `seconds` per round, `median`, `clients_per_second`,
-    `rss_mb` per round, `growth` (from round 10 to the last), and for
-    stateful methods `state_store` (`clients`, `megabytes`,
-    `load_seconds`).
+    clients' files), and under `methods`, by method: `seconds` per round,
+    `median`, `clients_per_second`, `rss_mb` per round, `growth` (from
+    round 10 to the last), and for stateful methods `state_store`
+    (`clients`, `megabytes`, `load_seconds`).
   """
   cache_dir = os.path.join(output_dir, 'cache')
   shutil.rmtree(cache_dir, ignore_errors=True)  # Timed from scratch.
   start = time.perf_counter()
   data = datasets.generated_like(
-      CROSS_DEVICE_TASK, num_clients, min_examples, cache_dir, seed=seed,
-      max_examples_per_client=max_examples)
+    CROSS_DEVICE_TASK,
+    num_clients,
+    min_examples,
+    cache_dir,
+    seed=seed,
+    max_examples_per_client=max_examples,
+  )
   after_round = min(10, rounds)
-  results = dict(num_clients=num_clients, min_examples=min_examples,
-                 max_examples=max_examples,
-                 clients_per_round=clients_per_round, rounds=rounds,
-                 model=model_name, batch_size=batch_size,
-                 data_seconds=time.perf_counter() - start,
-                 after_round=after_round, methods={})
+  results = dict(
+    num_clients=num_clients,
+    min_examples=min_examples,
+    max_examples=max_examples,
+    clients_per_round=clients_per_round,
+    rounds=rounds,
+    model=model_name,
+    batch_size=batch_size,
+    data_seconds=time.perf_counter() - start,
+    after_round=after_round,
+    methods={},
+  )
   client_ids = list(data.client_data.client_ids)
   for name in method_names:
     state_dir = os.path.join(output_dir, 'client_states', name)
     shutil.rmtree(state_dir, ignore_errors=True)
     method_hparams = dataclasses.replace(
-        hparams, num_clients=num_clients, client_state_dir=state_dir)
+      hparams, num_clients=num_clients, client_state_dir=state_dir
+    )
     batches = datasets.LocalBatches(
-        batch_size, 1, seed=seed,
-        with_index=methods_lib.wants_example_index(name, 1))
-    model_fn = experiment.model_fn_for(name, model_name, data.num_classes,
-                                       data.input_shape, method_hparams,
-                                       **model_kwargs(model_name))
+      batch_size,
+      1,
+      seed=seed,
+      with_index=methods_lib.wants_example_index(name, 1),
+    )
+    model_fn = experiment.model_fn_for(
+      name,
+      model_name,
+      data.num_classes,
+      data.input_shape,
+      method_hparams,
+      **model_kwargs(model_name),
+    )
     process = methods_lib.build_method_for_client_ids(
-        name, model_fn, *_round_datasets(data, batches), method_hparams)
+      name, model_fn, *_round_datasets(data, batches), method_hparams
+    )
     state = process.set_model_weights(
-        process.initialize(), model_lib.initial_weights(model_fn, seed))
+      process.initialize(), model_lib.initial_weights(model_fn, seed)
+    )
     client_states = getattr(process, 'client_states', None)
     seconds, rss = [], []
     for round_num in range(1, rounds + 1):
-      cohort = datasets.sample_clients(client_ids, clients_per_round,
-                                       round_num, seed)
+      cohort = datasets.sample_clients(
+        client_ids, clients_per_round, round_num, seed
+      )
       begin = time.perf_counter()
       state = process.next(state, _keys(cohort, round_num)).state
       seconds.append(time.perf_counter() - begin)
@@ -673,17 +906,22 @@ def cross_device(method_names: Sequence[str], *, num_clients: int,
         on_round(name, round_num, seconds[-1])
     timed = seconds[1:] or seconds  # The first round builds the graphs.
     results['methods'][name] = dict(
-        seconds=seconds, median=_median(timed),
-        clients_per_second=clients_per_round / _median(timed), rss_mb=rss,
-        growth=_growth(rss, after_round))
+      seconds=seconds,
+      median=_median(timed),
+      clients_per_second=clients_per_round / _median(timed),
+      rss_mb=rss,
+      growth=_growth(rss, after_round),
+    )
     if client_states is not None:
       results['methods'][name]['state_store'] = _fill_and_load_states(
-          client_states, client_ids, rounds)
+        client_states, client_ids, rounds
+      )
   return results
 
 
-def _fill_and_load_states(client_states, client_ids: Sequence[str],
-                          rounds: int) -> dict[str, float]:
+def _fill_and_load_states(
+  client_states, client_ids: Sequence[str], rounds: int
+) -> dict[str, float]:
   """Size and read time of the store once every client has a state."""
   for client_id in client_ids:
     if client_id not in client_states:
@@ -694,16 +932,20 @@ def _fill_and_load_states(client_states, client_ids: Sequence[str],
   start = time.perf_counter()
   for client_id in client_ids:
     client_states.get(client_id)
-  return dict(clients=len(client_ids), megabytes=size / 2**20,
-              load_seconds=time.perf_counter() - start)
+  return dict(
+    clients=len(client_ids),
+    megabytes=size / 2**20,
+    load_seconds=time.perf_counter() - start,
+  )
 
 
 def _format(value: Optional[float]) -> str:
   return '' if value is None else f'{value:.2f}'
 
 
-def _overhead_ms(fedavg_seconds: float, plain_seconds: float,
-                 num_clients: int) -> float:
+def _overhead_ms(
+  fedavg_seconds: float, plain_seconds: float, num_clients: int
+) -> float:
   return 1000 * (fedavg_seconds - plain_seconds) / num_clients
 
 
@@ -729,19 +971,26 @@ def _pytorch_cell(floor: dict) -> str:
 
 def report_markdown(results: dict) -> str:
   """The benchmark's figures beside their targets, as Markdown."""
-  lines = ['# Benchmark', '',
-           f"{results['settings']['num_clients']} clients, all taking part, "
-           'CIFAR-shaped generated data; seconds per round are medians of '
-           f"{results['settings']['repeats']} interleaved rounds after a "
-           'warm-up round.', '']
+  lines = [
+    '# Benchmark',
+    '',
+    f"{results['settings']['num_clients']} clients, all taking part, "
+    'CIFAR-shaped generated data; seconds per round are medians of '
+    f"{results['settings']['repeats']} interleaved rounds after a "
+    'warm-up round.',
+    '',
+  ]
   for model_name, model in results['models'].items():
-    lines += [f"## {model_name}: {model['examples_per_client']} examples per "
-              f"client, batch {results['settings']['batch_size']}, "
-              f"{model['local_epochs']} local epoch(s)", '',
-              '| method | s/round | ratio to FedAvg | '
-              "ratio to TFF's FedAvg | target | met | "
-              'FedCKA paper (Table 4) |',
-              '|---|---|---|---|---|---|---|']
+    lines += [
+      f"## {model_name}: {model['examples_per_client']} examples per "
+      f"client, batch {results['settings']['batch_size']}, "
+      f"{model['local_epochs']} local epoch(s)",
+      '',
+      '| method | s/round | ratio to FedAvg | '
+      "ratio to TFF's FedAvg | target | met | "
+      'FedCKA paper (Table 4) |',
+      '|---|---|---|---|---|---|---|',
+    ]
     targets = TARGET_RATIO.get(model_name, {})
     paper = PAPER_RATIO.get(model_name, {})
     fedavg = model['methods']['fedavg']['median']
@@ -753,18 +1002,22 @@ def report_markdown(results: dict) -> str:
       cell = '' if target is None else f'<= {target}'
       if extra:
         # With its floor measured, a method is judged against the floor.
-        target = floor_ratio(extra['extra_seconds'], fedavg,
-                             num_clients) + TARGET_ABOVE_FLOOR
+        target = (
+          floor_ratio(extra['extra_seconds'], fedavg, num_clients)
+          + TARGET_ABOVE_FLOOR
+        )
         judged = timing['ratio']
         cell = f'<= {target:.2f} (floor + {TARGET_ABOVE_FLOOR})'
       lines.append(
-          f"| {name} | {timing['median']:.2f} | {timing['ratio']:.2f} | "
-          f"{_format(timing.get('ratio_to_tff_fedavg'))} | {cell} | "
-          f"{'' if target is None else _mark(judged, target)}"
-          f" | {paper.get(name, '')} |")
+        f"| {name} | {timing['median']:.2f} | {timing['ratio']:.2f} | "
+        f"{_format(timing.get('ratio_to_tff_fedavg'))} | {cell} | "
+        f"{'' if target is None else _mark(judged, target)}"
+        f" | {paper.get(name, '')} |"
+      )
     for method, label, per_step_key, per_step_label in (
-        ('fedcka', 'FedCKA', 'grams_seconds', 'the Gram products'),
-        ('moon', 'MOON', 'contrastive_seconds', 'the contrastive terms')):
+      ('fedcka', 'FedCKA', 'grams_seconds', 'the Gram products'),
+      ('moon', 'MOON', 'contrastive_seconds', 'the contrastive terms'),
+    ):
       extra = model.get(f'{method}_extra')
       if not extra:
         continue
@@ -778,145 +1031,202 @@ def report_markdown(results: dict) -> str:
         gap = measured['ratio'] - lowest
         # Below the floor only by the rounds' noise (the floor is a least
         # time, the ratio a median).
-        where = (f'{gap:.2f} above its floor' if gap >= 0 else
-                 f'{-gap:.2f} below its floor, within the noise')
-        above = (f" It ran at {measured['ratio']:.2f}: {where} (target <= "
-                 f'{TARGET_ABOVE_FLOOR} above: '
-                 f'{_mark(gap, TARGET_ABOVE_FLOOR)}).')
-      lines += ['', f"{label}'s floor: what it computes beyond FedAvg, "
-                "timed alone, per client: the global and previous models' "
-                f'reference passes {passes_ms:.0f} ms and {per_step_label} '
-                f"{step_ms:.0f} ms, against FedAvg's {fedavg_ms:.0f} ms per "
-                f'client: {label} cannot go below {lowest:.2f} of FedAvg '
-                f'here.{above}']
-    lines += ['', "FedAvg is the project's `fedavg`, the local-training "
-              'loop every other method shares, with no regularizer: the '
-              "ratio to it is what a method's own computation costs. "
-              f"`{TFF_FEDAVG}` is TFF's `build_weighted_fed_avg`, which "
-              'computes the same weights. A target is met when both ratios '
-              "are within it; MOON's and FedCKA's, when their floors are "
-              f'measured, are their floors + {TARGET_ABOVE_FLOOR}, judged on '
-              'the ratio to FedAvg.']
-    lines += ['', f"Clients per second (FedAvg): "
-              f"{results['settings']['num_clients'] / fedavg:.2f}. Peak "
-              f"resident memory: {model['peak_mb']:.0f} MB (Python + TFF "
-              'worker).', '']
+        where = (
+          f'{gap:.2f} above its floor'
+          if gap >= 0
+          else f'{-gap:.2f} below its floor, within the noise'
+        )
+        above = (
+          f" It ran at {measured['ratio']:.2f}: {where} (target <= "
+          f'{TARGET_ABOVE_FLOOR} above: '
+          f'{_mark(gap, TARGET_ABOVE_FLOOR)}).'
+        )
+      lines += [
+        '',
+        f"{label}'s floor: what it computes beyond FedAvg, "
+        "timed alone, per client: the global and previous models' "
+        f'reference passes {passes_ms:.0f} ms and {per_step_label} '
+        f"{step_ms:.0f} ms, against FedAvg's {fedavg_ms:.0f} ms per "
+        f'client: {label} cannot go below {lowest:.2f} of FedAvg '
+        f'here.{above}',
+      ]
+    lines += [
+      '',
+      "FedAvg is the project's `fedavg`, the local-training "
+      'loop every other method shares, with no regularizer: the '
+      "ratio to it is what a method's own computation costs. "
+      f"`{TFF_FEDAVG}` is TFF's `build_weighted_fed_avg`, which "
+      'computes the same weights. A target is met when both ratios '
+      "are within it; MOON's and FedCKA's, when their floors are "
+      f'measured, are their floors + {TARGET_ABOVE_FLOOR}, judged on '
+      'the ratio to FedAvg.',
+    ]
+    lines += [
+      '',
+      f"Clients per second (FedAvg): "
+      f"{results['settings']['num_clients'] / fedavg:.2f}. Peak "
+      f"resident memory: {model['peak_mb']:.0f} MB (Python + TFF "
+      'worker).',
+      '',
+    ]
   floor = results.get('floor')
   if floor:
     plain = floor['plain_tf_seconds']
-    overhead = _overhead_ms(floor['fedavg_seconds'], plain,
-                            results['settings']['num_clients'])
+    overhead = _overhead_ms(
+      floor['fedavg_seconds'], plain, results['settings']['num_clients']
+    )
     ratio = floor['fedavg_seconds'] / plain
     tff_ratio = floor['tff_fedavg_seconds'] / plain
-    lines += [f"## FedAvg through TFF against a plain TF loop "
-              f"({floor['model']}, {floor['examples_per_client']} examples "
-              f"per client, {floor['local_epochs']} local epochs)", '',
-              '| | s/round | / plain TF |', '|---|---|---|',
-              f"| FedAvg through TFF (the project's `fedavg`) | "
-              f"{floor['fedavg_seconds']:.2f} | {ratio:.2f} |",
-              f"| FedAvg through TFF (TFF's `build_weighted_fed_avg`) | "
-              f"{floor['tff_fedavg_seconds']:.2f} | {tff_ratio:.2f} |",
-              f"| plain TF loop (the floor) | {plain:.2f} | 1.00 |",
-              f"| PyTorch loop (the reference code's way) | "
-              f"{_pytorch_cell(floor)} | "
-              + (f"{floor['pytorch_seconds'] / plain:.2f}"
-                 if floor.get('pytorch_seconds') else '') + ' |', '',
-              f"The project's FedAvg / plain TF: {ratio:.2f} (target <= "
-              f"{TARGET_TFF_OVER_FLOOR}: "
-              f"{_mark(ratio, TARGET_TFF_OVER_FLOOR)}); TFF's builder: "
-              f"{tff_ratio:.2f}.",
-              "TFF's cost per client beyond the plain loop: "
-              f"{overhead:.1f} ms (target <= "
-              f"{TARGET_OVERHEAD_MS_PER_CLIENT:.0f}: "
-              f"{_mark(overhead, TARGET_OVERHEAD_MS_PER_CLIENT)})."]
+    lines += [
+      f"## FedAvg through TFF against a plain TF loop "
+      f"({floor['model']}, {floor['examples_per_client']} examples "
+      f"per client, {floor['local_epochs']} local epochs)",
+      '',
+      '| | s/round | / plain TF |',
+      '|---|---|---|',
+      f"| FedAvg through TFF (the project's `fedavg`) | "
+      f"{floor['fedavg_seconds']:.2f} | {ratio:.2f} |",
+      f"| FedAvg through TFF (TFF's `build_weighted_fed_avg`) | "
+      f"{floor['tff_fedavg_seconds']:.2f} | {tff_ratio:.2f} |",
+      f'| plain TF loop (the floor) | {plain:.2f} | 1.00 |',
+      f"| PyTorch loop (the reference code's way) | "
+      f'{_pytorch_cell(floor)} | '
+      + (
+        f"{floor['pytorch_seconds'] / plain:.2f}"
+        if floor.get('pytorch_seconds')
+        else ''
+      )
+      + ' |',
+      '',
+      f"The project's FedAvg / plain TF: {ratio:.2f} (target <= "
+      f'{TARGET_TFF_OVER_FLOOR}: '
+      f"{_mark(ratio, TARGET_TFF_OVER_FLOOR)}); TFF's builder: "
+      f'{tff_ratio:.2f}.',
+      "TFF's cost per client beyond the plain loop: "
+      f'{overhead:.1f} ms (target <= '
+      f'{TARGET_OVERHEAD_MS_PER_CLIENT:.0f}: '
+      f'{_mark(overhead, TARGET_OVERHEAD_MS_PER_CLIENT)}).',
+    ]
     if floor.get('pytorch_seconds'):
       pytorch = floor['pytorch_seconds']
       lines.append(
-          f"Faster than PyTorch (target): the project's FedAvg "
-          f"{_mark(floor['fedavg_seconds'] / pytorch, 1.0)} "
-          f"({floor['fedavg_seconds'] / pytorch:.2f}x PyTorch's time); "
-          f"TFF's builder {floor['tff_fedavg_seconds'] / pytorch:.2f}x.")
+        f"Faster than PyTorch (target): the project's FedAvg "
+        f"{_mark(floor['fedavg_seconds'] / pytorch, 1.0)} "
+        f"({floor['fedavg_seconds'] / pytorch:.2f}x PyTorch's time); "
+        f"TFF's builder {floor['tff_fedavg_seconds'] / pytorch:.2f}x."
+      )
     lines.append('')
   workers = results.get('workers')
   if workers:
-    lines += [f"## FedAvg over loopback TFF workers ({workers['model']}, "
-              f"{workers['examples_per_client']} examples per client, "
-              f"{workers['local_epochs']} local epoch(s))", '',
-              '| workers | s/round | clients/s |', '|---|---|---|']
+    lines += [
+      f"## FedAvg over loopback TFF workers ({workers['model']}, "
+      f"{workers['examples_per_client']} examples per client, "
+      f"{workers['local_epochs']} local epoch(s))",
+      '',
+      '| workers | s/round | clients/s |',
+      '|---|---|---|',
+    ]
     for count, timing in workers['by_count'].items():
-      lines.append(f"| {count} | {timing['median']:.2f} | "
-                   f"{timing['clients_per_second']:.2f} |")
-    lines += ['', 'Every worker on this machine (loopback), each running '
-              f"{results['settings']['max_concurrent_clients']} client "
-              'computations at once: the figures show the runtime\'s '
-              'overhead of splitting a round, not a second machine\'s '
-              'speed-up.', '']
+      lines.append(
+        f"| {count} | {timing['median']:.2f} | "
+        f"{timing['clients_per_second']:.2f} |"
+      )
+    lines += [
+      '',
+      'Every worker on this machine (loopback), each running '
+      f"{results['settings']['max_concurrent_clients']} client "
+      'computations at once: the figures show the runtime\'s '
+      'overhead of splitting a round, not a second machine\'s '
+      'speed-up.',
+      '',
+    ]
   scaling_results = results.get('scaling')
   if scaling_results:
-    lines += [f"## Clients per round ({scaling_results['model']}, "
-              f"{scaling_results['examples_per_client']} examples per "
-              'client, one local epoch, all taking part)', '',
-              '| clients | FedAvg s/round | ms/client | plain TF s/round | '
-              'ms/client | TFF\'s cost per client (ms) |',
-              '|---|---|---|---|---|---|']
+    lines += [
+      f"## Clients per round ({scaling_results['model']}, "
+      f"{scaling_results['examples_per_client']} examples per "
+      'client, one local epoch, all taking part)',
+      '',
+      '| clients | FedAvg s/round | ms/client | plain TF s/round | '
+      "ms/client | TFF's cost per client (ms) |",
+      '|---|---|---|---|---|---|',
+    ]
     for count, row in scaling_results['by_count'].items():
       count = int(count)
       lines.append(
-          f"| {count} | {row['fedavg_seconds']:.2f} | "
-          f"{1000 * row['fedavg_seconds'] / count:.1f} | "
-          f"{row['plain_tf_seconds']:.2f} | "
-          f"{1000 * row['plain_tf_seconds'] / count:.1f} | "
-          f"{row['overhead_ms_per_client']:.1f} |")
+        f"| {count} | {row['fedavg_seconds']:.2f} | "
+        f"{1000 * row['fedavg_seconds'] / count:.1f} | "
+        f"{row['plain_tf_seconds']:.2f} | "
+        f"{1000 * row['plain_tf_seconds'] / count:.1f} | "
+        f"{row['overhead_ms_per_client']:.1f} |"
+      )
     lines.append('')
   device = results.get('cross_device')
   if device:
-    lines += [f"## Cross-device: {device['num_clients']} EMNIST-shaped "
-              f"clients of {device['min_examples']} to "
-              f"{device['max_examples']} examples, "
-              f"{device['clients_per_round']} per round "
-              f"({device['model']}, batch {device['batch_size']}, one local "
-              'epoch)', '',
-              f"Building the partition and the clients' files: "
-              f"{device['data_seconds']:.1f} s.", '',
-              '| method | s/round | clients/s | memory growth | '
-              'client states on disk | reading every state |',
-              '|---|---|---|---|---|---|']
+    lines += [
+      f"## Cross-device: {device['num_clients']} EMNIST-shaped "
+      f"clients of {device['min_examples']} to "
+      f"{device['max_examples']} examples, "
+      f"{device['clients_per_round']} per round "
+      f"({device['model']}, batch {device['batch_size']}, one local "
+      'epoch)',
+      '',
+      f"Building the partition and the clients' files: "
+      f"{device['data_seconds']:.1f} s.",
+      '',
+      '| method | s/round | clients/s | memory growth | '
+      'client states on disk | reading every state |',
+      '|---|---|---|---|---|---|',
+    ]
     for name, run in device['methods'].items():
       store = run.get('state_store')
       store_cells = (
-          f"{store['megabytes']:.0f} MB ({store['clients']} clients) | "
-          f"{store['load_seconds']:.1f} s "
-          f"({1000 * store['load_seconds'] / store['clients']:.2f} ms each)"
-          if store else 'none | ')
+        f"{store['megabytes']:.0f} MB ({store['clients']} clients) | "
+        f"{store['load_seconds']:.1f} s "
+        f"({1000 * store['load_seconds'] / store['clients']:.2f} ms each)"
+        if store
+        else 'none | '
+      )
       lines.append(
-          f"| {name} | {run['median']:.2f} | "
-          f"{run['clients_per_second']:.1f} | "
-          f"{100 * run['growth']:+.1f}% "
-          f"({_mark(run['growth'], TARGET_MEMORY_GROWTH)}) | {store_cells} |")
-    lines += ['', 'Seconds per round: median over the rounds after the '
-              'first. Memory growth: resident memory (Python + TFF worker) '
-              f"from round {device['after_round']} to the last, target < "
-              f"{100 * TARGET_MEMORY_GROWTH:.0f}%. The state store is "
-              'measured once every client has a state (clients never '
-              'sampled get one written), read back from Python.', '']
+        f"| {name} | {run['median']:.2f} | "
+        f"{run['clients_per_second']:.1f} | "
+        f"{100 * run['growth']:+.1f}% "
+        f"({_mark(run['growth'], TARGET_MEMORY_GROWTH)}) | {store_cells} |"
+      )
+    lines += [
+      '',
+      'Seconds per round: median over the rounds after the '
+      'first. Memory growth: resident memory (Python + TFF worker) '
+      f"from round {device['after_round']} to the last, target < "
+      f"{100 * TARGET_MEMORY_GROWTH:.0f}%. The state store is "
+      'measured once every client has a state (clients never '
+      'sampled get one written), read back from Python.',
+      '',
+    ]
   memory = results.get('memory')
   if memory:
-    lines += [f"## Memory over {len(memory['rss_mb'])} rounds "
-              f"({memory['model']})", '',
-              f"Resident memory after round {memory['after_round']}: "
-              f"{memory['rss_mb'][memory['after_round'] - 1]:.0f} MB; after "
-              f"the last: {memory['rss_mb'][-1]:.0f} MB; growth "
-              f"{100 * memory['growth']:.1f}% (target < "
-              f"{100 * TARGET_MEMORY_GROWTH:.0f}%: "
-              f"{_mark(memory['growth'], TARGET_MEMORY_GROWTH)}).", '']
+    lines += [
+      f"## Memory over {len(memory['rss_mb'])} rounds " f"({memory['model']})",
+      '',
+      f"Resident memory after round {memory['after_round']}: "
+      f"{memory['rss_mb'][memory['after_round'] - 1]:.0f} MB; after "
+      f"the last: {memory['rss_mb'][-1]:.0f} MB; growth "
+      f"{100 * memory['growth']:.1f}% (target < "
+      f"{100 * TARGET_MEMORY_GROWTH:.0f}%: "
+      f"{_mark(memory['growth'], TARGET_MEMORY_GROWTH)}).",
+      '',
+    ]
   return '\n'.join(lines)
 
 
-def _round_datasets(data: datasets.FederatedData,
-                    batches: datasets.LocalBatches):
+def _round_datasets(
+  data: datasets.FederatedData, batches: datasets.LocalBatches
+):
   """The dataset computation and batch spec of `data` batched as `batches`."""
-  return (datasets.round_dataset_computation(data.client_data, batches),
-          batches.element_spec(data.client_data.element_type_structure))
+  return (
+    datasets.round_dataset_computation(data.client_data, batches),
+    batches.element_spec(data.client_data.element_type_structure),
+  )
 
 
 def _keys(client_ids, round_num):

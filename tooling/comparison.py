@@ -28,8 +28,8 @@ import numpy as np
 
 from tff_methods import runtime
 from tff_methods import workers
-from tooling import process_setup
 from tooling import experiment
+from tooling import process_setup
 
 
 class RunFailedError(RuntimeError):
@@ -39,6 +39,7 @@ class RunFailedError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class Arm:
   """One line of a comparison: a label, its method and its own settings."""
+
   label: str
   method: str
   settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -47,15 +48,16 @@ class Arm:
 # Reference rows: the pooled data on one client (centralized training for
 # the same number of passes), and FedAvg on an IID partition.
 REFERENCE_ROWS = {
-    'centralized': dict(num_clients=1, clients_per_round=1,
-                        partition='iid'),
-    'fedavg_iid': dict(partition='iid'),
+  'centralized': dict(num_clients=1, clients_per_round=1, partition='iid'),
+  'fedavg_iid': dict(partition='iid'),
 }
 
 
-def arms(methods: Sequence[str],
-         settings: Optional[Mapping[str, Mapping[str, Any]]] = None,
-         reference_rows: bool = False) -> list[Arm]:
+def arms(
+  methods: Sequence[str],
+  settings: Optional[Mapping[str, Mapping[str, Any]]] = None,
+  reference_rows: bool = False,
+) -> list[Arm]:
   """The arms of a comparison: each method with its own settings.
 
   Args:
@@ -69,19 +71,33 @@ def arms(methods: Sequence[str],
     ValueError: naming the methods `settings` has no entry for.
   """
   if settings is not None:
-    missing = [m for m in [split_arm_name(m)[0] for m in methods] + (
+    missing = [
+      m
+      for m in [split_arm_name(m)[0] for m in methods]
+      + (
         [r for r in REFERENCE_ROWS if 'fedavg' not in settings]
-        if reference_rows else []) if m not in settings]
+        if reference_rows
+        else []
+      )
+      if m not in settings
+    ]
     if missing:
-      raise ValueError(f'--settings_from has no settings for '
-                       f'{", ".join(dict.fromkeys(missing))}; tune them, '
-                       'or leave them out of --methods.')
+      raise ValueError(
+        f'--settings_from has no settings for '
+        f'{", ".join(dict.fromkeys(missing))}; tune them, '
+        'or leave them out of --methods.'
+      )
   own = lambda m: dict((settings or {}).get(m, {}))
   result = [method_arm(m, own(split_arm_name(m)[0])) for m in methods]
   if reference_rows:
-    result += [Arm(label, 'fedavg', dict(
-        own(label) if label in (settings or {}) else own('fedavg'), **row))
-               for label, row in REFERENCE_ROWS.items()]
+    result += [
+      Arm(
+        label,
+        'fedavg',
+        dict(own(label) if label in (settings or {}) else own('fedavg'), **row),
+      )
+      for label, row in REFERENCE_ROWS.items()
+    ]
   return result
 
 
@@ -91,8 +107,7 @@ def split_arm_name(name: str) -> tuple[str, Optional[str]]:
   return method, (aggregator if at else None)
 
 
-def method_arm(name: str, settings: Optional[Mapping[str, Any]] = None
-               ) -> Arm:
+def method_arm(name: str, settings: Optional[Mapping[str, Any]] = None) -> Arm:
   """The arm of a method name: `METHOD` or `METHOD@AGGREGATOR`.
 
   `fedcka@dp` is FedCKA under TFF's DP aggregator (`--aggregator=dp`),
@@ -111,8 +126,7 @@ def as_arm(arm: Union[str, Arm]) -> Arm:
 
 
 def run_dir(output_dir: str, label: str, seed: int) -> str:
-  return os.path.join(output_dir, label.replace('+', '_plus_'),
-                      f'seed{seed}')
+  return os.path.join(output_dir, label.replace('+', '_plus_'), f'seed{seed}')
 
 
 def _finished(config: experiment.ExperimentConfig) -> bool:
@@ -123,10 +137,12 @@ def _finished(config: experiment.ExperimentConfig) -> bool:
     return json.load(f).get('rounds', 0) >= config.rounds
 
 
-def plan(base: experiment.ExperimentConfig,
-         arms: Sequence[Union[str, Arm]],
-         seeds: Sequence[int], output_dir: str
-         ) -> list[experiment.ExperimentConfig]:
+def plan(
+  base: experiment.ExperimentConfig,
+  arms: Sequence[Union[str, Arm]],
+  seeds: Sequence[int],
+  output_dir: str,
+) -> list[experiment.ExperimentConfig]:
   """The run of each (arm, seed), every setting checked now.
 
   Args:
@@ -151,8 +167,12 @@ def plan(base: experiment.ExperimentConfig,
     for seed in seeds:
       try:
         config = dataclasses.replace(
-            base, **arm.settings, method=arm.method, seed=seed,
-            output_dir=run_dir(output_dir, arm.label, seed))
+          base,
+          **arm.settings,
+          method=arm.method,
+          seed=seed,
+          output_dir=run_dir(output_dir, arm.label, seed),
+        )
         experiment.validate(config)
       except (TypeError, ValueError) as e:
         errors.append(f'{arm.label} (seed {seed}): {e}')
@@ -163,11 +183,13 @@ def plan(base: experiment.ExperimentConfig,
   return configs
 
 
-def run_comparison(configs: Sequence[experiment.ExperimentConfig],
-                   progress: bool = True,
-                   on_run: Optional[Callable[[str], None]] = None,
-                   jobs: int = 1,
-                   max_concurrent_clients: int = 2) -> None:
+def run_comparison(
+  configs: Sequence[experiment.ExperimentConfig],
+  progress: bool = True,
+  on_run: Optional[Callable[[str], None]] = None,
+  jobs: int = 1,
+  max_concurrent_clients: int = 2,
+) -> None:
   """Runs every planned run that has not finished yet.
 
   Args:
@@ -189,14 +211,17 @@ def run_comparison(configs: Sequence[experiment.ExperimentConfig],
   """
   if jobs < 1:
     raise ValueError(f'jobs must be >= 1, got {jobs}.')
-  changed = [f'{config.output_dir}: ' + '; '.join(differences)
-             for config in configs
-             if (differences := experiment.saved_settings_differences(config))]
+  changed = [
+    f'{config.output_dir}: ' + '; '.join(differences)
+    for config in configs
+    if (differences := experiment.saved_settings_differences(config))
+  ]
   if changed:
     raise ValueError(
-        'These runs were saved with other settings; nothing was run. Delete '
-        'them to run them again with the new settings, or give another '
-        '--output_dir:\n  ' + '\n  '.join(changed))
+      'These runs were saved with other settings; nothing was run. Delete '
+      'them to run them again with the new settings, or give another '
+      '--output_dir:\n  ' + '\n  '.join(changed)
+    )
   pending = []
   for config in configs:
     if _finished(config):
@@ -233,10 +258,10 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
   num_jobs = min(jobs, len(configs))
   for config in list(configs) + [None] * num_jobs:  # None: no runs left
     pending.put(config)
-  processes = [context.Process(target=_job, args=(pending,
-                                                  max_concurrent_clients,
-                                                  done))
-               for _ in range(num_jobs)]
+  processes = [
+    context.Process(target=_job, args=(pending, max_concurrent_clients, done))
+    for _ in range(num_jobs)
+  ]
   for process in processes:
     process.start()
   try:
@@ -245,8 +270,10 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
       if error:
         raise RunFailedError(f'{label} failed: {error}')
       if on_run:
-        on_run(f'[{count}/{len(configs)}] {label}: final accuracy '
-               f'{accuracy * 100:.2f}% ({seconds:.0f} s)')
+        on_run(
+          f'[{count}/{len(configs)}] {label}: final accuracy '
+          f'{accuracy * 100:.2f}% ({seconds:.0f} s)'
+        )
   except BaseException:
     # A failed run or an interruption: the other jobs stop too (SIGTERM
     # ends their workers first).
@@ -278,15 +305,17 @@ def _next_result(done, processes):
     if ended:
       how = ', '.join(_exit_description(p.exitcode) for p in ended)
       raise RunFailedError(
-          f'{len(ended)} of the {len(processes)} jobs ended before reporting '
-          f'their run ({how}); the other jobs were stopped. Rerun the same '
-          'command: finished runs are kept, unfinished ones resume.')
+        f'{len(ended)} of the {len(processes)} jobs ended before reporting '
+        f'their run ({how}); the other jobs were stopped. Rerun the same '
+        'command: finished runs are kept, unfinished ones resume.'
+      )
     if not any(p.is_alive() for p in processes):
       try:  # The last reports may still be in flight.
         return done.get(timeout=_JOB_POLL_SECONDS)
       except queue.Empty:
-        raise RunFailedError('Every job ended, but not every run was '
-                             'reported.') from None
+        raise RunFailedError(
+          'Every job ended, but not every run was ' 'reported.'
+        ) from None
 
 
 def _exit_description(exitcode: int) -> str:
@@ -304,24 +333,33 @@ def _job(pending, max_concurrent_clients, done):
 
   def start_worker():
     runtime.set_local_execution_context(
-        max_concurrent_clients=max_concurrent_clients)
+      max_concurrent_clients=max_concurrent_clients
+    )
 
   start_worker()
   for config in iter(pending.get, None):
     start = time.monotonic()
     try:
       results = run_restarting_worker(config, start_worker, progress=False)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       done.put((_label(config), 0.0, 0.0, f'{type(e).__name__}: {e}'))
       return
     final_eval = results.get('final_eval') or {}
-    done.put((_label(config), final_eval.get('accuracy', float('nan')),
-              time.monotonic() - start, None))
+    done.put(
+      (
+        _label(config),
+        final_eval.get('accuracy', float('nan')),
+        time.monotonic() - start,
+        None,
+      )
+    )
 
 
-def run_restarting_worker(config: experiment.ExperimentConfig,
-                          start_worker: Callable[[], None],
-                          **run_kwargs) -> dict[str, Any]:
+def run_restarting_worker(
+  config: experiment.ExperimentConfig,
+  start_worker: Callable[[], None],
+  **run_kwargs,
+) -> dict[str, Any]:
   """`experiment.run`, once more on a new worker if the worker died.
 
   TFF's C++ worker has crashed (SIGSEGV) once in a few hundred runs of a
@@ -333,8 +371,12 @@ def run_restarting_worker(config: experiment.ExperimentConfig,
   try:
     return experiment.run(config, **run_kwargs)
   except workers.WorkerExitedError as e:
-    logging.warning('%s: %s Starting a new worker; the run resumes from its '
-                    'last checkpoint.', _label(config), e)
+    logging.warning(
+      '%s: %s Starting a new worker; the run resumes from its '
+      'last checkpoint.',
+      _label(config),
+      e,
+    )
     start_worker()
     return experiment.run(config, **run_kwargs)
 
@@ -373,9 +415,13 @@ class MethodSummary:
   last_rounds: int = 1
 
 
-def summarize(output_dir: str, labels: Sequence[str], seeds: Sequence[int],
-              target_accuracy: float,
-              last_rounds: int = 1) -> list[MethodSummary]:
+def summarize(
+  output_dir: str,
+  labels: Sequence[str],
+  seeds: Sequence[int],
+  target_accuracy: float,
+  last_rounds: int = 1,
+) -> list[MethodSummary]:
   """One summary per arm (by label) from its runs' metrics.
 
   Args:
@@ -403,11 +449,19 @@ def summarize(output_dir: str, labels: Sequence[str], seeds: Sequence[int],
       if reached.size:
         to_target.append(rounds[reached[0]])
       seconds.append(np.median([float(r['seconds']) for r in rows]))
-    summaries.append(MethodSummary(
-        method, len(seeds), _mean_std(finals), _mean_std(bests),
+    summaries.append(
+      MethodSummary(
+        method,
+        len(seeds),
+        _mean_std(finals),
+        _mean_std(bests),
         _mean_std(f1s),
         float(np.mean(to_target)) if len(to_target) == len(seeds) else None,
-        len(to_target), float(np.median(seconds)), last_rounds))
+        len(to_target),
+        float(np.median(seconds)),
+        last_rounds,
+      )
+    )
   return summaries
 
 
@@ -428,11 +482,15 @@ def _paper_figure(reported: Optional[Mapping[str, float]]) -> str:
   return text
 
 
-def write_report(summaries: Sequence[MethodSummary], output_dir: str,
-                 target_accuracy: float, title: str,
-                 reported: Optional[Mapping[str, Mapping[str, float]]] = None,
-                 labels: Optional[Mapping[str, str]] = None,
-                 references: Sequence[Any] = ()) -> dict:
+def write_report(
+  summaries: Sequence[MethodSummary],
+  output_dir: str,
+  target_accuracy: float,
+  title: str,
+  reported: Optional[Mapping[str, Mapping[str, float]]] = None,
+  labels: Optional[Mapping[str, str]] = None,
+  references: Sequence[Any] = (),
+) -> dict:
   """Writes comparison.md and comparison.csv; returns their paths.
 
   Args:
@@ -452,69 +510,108 @@ def write_report(summaries: Sequence[MethodSummary], output_dir: str,
   ranked = sorted(summaries, key=lambda s: -s.final_accuracy[0])
   target = f'rounds to {target_accuracy:.0%}'
   paper = ' paper final accuracy (%) |' if reported else ''
-  lines = [f'# {title}', '',
-           f'| method | final accuracy (%) | best accuracy (%) | macro-F1 (%) '
-           f'| {target} | s/round |{paper}',
-           '|---|---|---|---|---|---|' + ('---|' if reported else '')]
+  lines = [
+    f'# {title}',
+    '',
+    f'| method | final accuracy (%) | best accuracy (%) | macro-F1 (%) '
+    f'| {target} | s/round |{paper}',
+    '|---|---|---|---|---|---|' + ('---|' if reported else ''),
+  ]
   for s in ranked:
-    rounds = (f'{s.rounds_to_target:.1f}' if s.rounds_to_target is not None
-              else f'not reached ({s.reached_target}/{s.seeds} seeds)')
+    rounds = (
+      f'{s.rounds_to_target:.1f}'
+      if s.rounds_to_target is not None
+      else f'not reached ({s.reached_target}/{s.seeds} seeds)'
+    )
     name = labels.get(s.method, s.method)
-    lines.append(f'| {name} | {_pm(s.final_accuracy, s.seeds)} | '
-                 f'{_pm(s.best_accuracy, s.seeds)} | '
-                 f'{_pm(s.final_macro_f1, s.seeds)} | '
-                 f'{rounds} | {s.seconds_per_round:.2f} |' + (
-                     f' {_paper_figure(reported.get(s.method))} |'
-                     if reported else ''))
+    lines.append(
+      f'| {name} | {_pm(s.final_accuracy, s.seeds)} | '
+      f'{_pm(s.best_accuracy, s.seeds)} | '
+      f'{_pm(s.final_macro_f1, s.seeds)} | '
+      f'{rounds} | {s.seconds_per_round:.2f} |'
+      + (f' {_paper_figure(reported.get(s.method))} |' if reported else '')
+    )
   for row in references:
-    lines.append(f'| {row.label} (paper only, not run here) | | | | | |'
-                 f' {_paper_figure(row.reported)} |')
+    lines.append(
+      f'| {row.label} (paper only, not run here) | | | | | |'
+      f' {_paper_figure(row.reported)} |'
+    )
   last = ranked[0].last_rounds
-  when = ('after the last round' if last == 1 else
-          f'(final: the mean of the last {last} rounds\' evaluations)')
-  lines += ['', f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
-            f'macro-F1 on the central test set {when}.']
+  when = (
+    'after the last round'
+    if last == 1
+    else f"(final: the mean of the last {last} rounds' evaluations)"
+  )
+  lines += [
+    '',
+    f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
+    f'macro-F1 on the central test set {when}.',
+  ]
   md_path = os.path.join(output_dir, 'comparison.md')
   with open(md_path, 'w') as f:
     f.write('\n'.join(lines) + '\n')
   csv_path = os.path.join(output_dir, 'comparison.csv')
   with open(csv_path, 'w', newline='') as f:
     writer = csv.writer(f)
-    writer.writerow(['method', 'seeds', 'final_accuracy_mean',
-                     'final_accuracy_std', 'best_accuracy_mean',
-                     'best_accuracy_std', 'final_macro_f1_mean',
-                     'final_macro_f1_std', 'rounds_to_target',
-                     'seconds_per_round', 'paper_accuracy'])
+    writer.writerow(
+      [
+        'method',
+        'seeds',
+        'final_accuracy_mean',
+        'final_accuracy_std',
+        'best_accuracy_mean',
+        'best_accuracy_std',
+        'final_macro_f1_mean',
+        'final_macro_f1_std',
+        'rounds_to_target',
+        'seconds_per_round',
+        'paper_accuracy',
+      ]
+    )
     for s in ranked:
-      writer.writerow([s.method, s.seeds, *s.final_accuracy,
-                       *s.best_accuracy, *s.final_macro_f1,
-                       '' if s.rounds_to_target is None
-                       else s.rounds_to_target, s.seconds_per_round,
-                       reported.get(s.method, {}).get('accuracy', '')])
+      writer.writerow(
+        [
+          s.method,
+          s.seeds,
+          *s.final_accuracy,
+          *s.best_accuracy,
+          *s.final_macro_f1,
+          '' if s.rounds_to_target is None else s.rounds_to_target,
+          s.seconds_per_round,
+          reported.get(s.method, {}).get('accuracy', ''),
+        ]
+      )
   return dict(markdown=md_path, csv=csv_path)
 
 
-def plot_accuracy(output_dir: str, methods: Sequence[str],
-                  seeds: Sequence[int], title: str) -> str:
+def plot_accuracy(
+  output_dir: str, methods: Sequence[str], seeds: Sequence[int], title: str
+) -> str:
   """Test accuracy against round: the mean over seeds, the std shaded."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
+
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
+
   fig, ax = plt.subplots(figsize=(7, 4.5))
   styles = ['-', '--', ':', '-.']
   for i, method in enumerate(methods):
-    curves = [_accuracy_curve(_read_metrics(run_dir(output_dir, method, s)))
-              for s in seeds]
+    curves = [
+      _accuracy_curve(_read_metrics(run_dir(output_dir, method, s)))
+      for s in seeds
+    ]
     length = min(len(c[1]) for c in curves)
     values = np.asarray([c[1][:length] for c in curves]) * 100
     mean, std = values.mean(axis=0), values.std(axis=0)
     rounds = curves[0][0][:length]
     color = plt.cm.tab10(i % 10)
-    ax.plot(rounds, mean, label=method, color=color,
-            linestyle=styles[(i // 10) % 4])
+    ax.plot(
+      rounds, mean, label=method, color=color, linestyle=styles[(i // 10) % 4]
+    )
     if len(curves) > 1:
-      ax.fill_between(rounds, mean - std, mean + std, color=color, alpha=0.15,
-                      linewidth=0)
+      ax.fill_between(
+        rounds, mean - std, mean + std, color=color, alpha=0.15, linewidth=0
+      )
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy (%)')
   ax.set_title(title)

@@ -31,30 +31,42 @@ def macro_f1(labels: np.ndarray, predictions: np.ndarray) -> float:
 class Evaluator:
   """Evaluates `ModelWeights` on a fixed test set with one Keras model."""
 
-  def __init__(self, keras_model_fn: model_lib.KerasModelFn,
-               test_x: np.ndarray, test_y: np.ndarray,
-               batch_size: int = 1024):
+  def __init__(
+    self,
+    keras_model_fn: model_lib.KerasModelFn,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    batch_size: int = 1024,
+  ):
     self._model = keras_model_fn()
     self._x = test_x
     self._y = np.asarray(test_y)
     self._batch_size = batch_size
 
     self._predict = tf.function(
-        lambda x: self._model(x, training=False)['logits'])
+      lambda x: self._model(x, training=False)['logits']
+    )
 
   def __call__(self, weights) -> collections.OrderedDict:
     model_lib.assign_weights(self._model, weights)
     predictions, losses = [], []
     for start in range(0, len(self._x), self._batch_size):
-      x = self._x[start:start + self._batch_size]
-      y = self._y[start:start + self._batch_size]
+      x = self._x[start : start + self._batch_size]
+      y = self._y[start : start + self._batch_size]
       logits = self._predict(tf.constant(x))
-      losses.append(tf.keras.losses.sparse_categorical_crossentropy(
-          y, logits, from_logits=True).numpy().ravel())
+      losses.append(
+        tf.keras.losses.sparse_categorical_crossentropy(
+          y, logits, from_logits=True
+        )
+        .numpy()
+        .ravel()
+      )
       predictions.append(np.argmax(logits.numpy(), axis=-1))
-    predictions = np.concatenate([p.reshape(-1, *self._y.shape[1:])
-                                  for p in predictions])
+    predictions = np.concatenate(
+      [p.reshape(-1, *self._y.shape[1:]) for p in predictions]
+    )
     return collections.OrderedDict(
-        accuracy=float(np.mean(predictions == self._y)),
-        macro_f1=macro_f1(self._y, predictions),
-        loss=float(np.mean(np.concatenate(losses))))
+      accuracy=float(np.mean(predictions == self._y)),
+      macro_f1=macro_f1(self._y, predictions),
+      loss=float(np.mean(np.concatenate(losses))),
+    )

@@ -41,10 +41,15 @@ from tooling import evaluation
 from tooling import training_loop
 
 DEFAULT_MODELS = {
-    'digits': 'fedcka_cnn', 'cifar10': 'fedcka_cnn',
-    'cifar100': 'fedcka_cnn', 'fmnist': 'fedcka_cnn', 'mnist': 'fedcka_cnn',
-    'emnist': 'fedmax_cnn', 'shakespeare': 'shakespeare_lstm',
-    'synthetic': 'mlp', 'image_folder': 'resnet18',
+  'digits': 'fedcka_cnn',
+  'cifar10': 'fedcka_cnn',
+  'cifar100': 'fedcka_cnn',
+  'fmnist': 'fedcka_cnn',
+  'mnist': 'fedcka_cnn',
+  'emnist': 'fedmax_cnn',
+  'shakespeare': 'shakespeare_lstm',
+  'synthetic': 'mlp',
+  'image_folder': 'resnet18',
 }
 
 
@@ -53,10 +58,19 @@ DEFAULT_MODELS = {
 MODELS_WITH_PROJECTION = ('fedcka_cnn',)
 RESNETS = ('resnet18', 'resnet50')
 # How many `layer_k` outputs each model has (FedCKA's M at most).
-MODEL_LAYERS = {'fedcka_cnn': 7, 'fedmax_cnn': 5, 'lenet': 2, 'mlp': 2,
-                'mlp1': 1, 'resnet18': 5, 'resnet50': 5, 'vgg9': 6,
-                'mobilenet': 14, 'shakespeare_lstm': 2,
-                'shakespeare_lstm100': 2}
+MODEL_LAYERS = {
+  'fedcka_cnn': 7,
+  'fedmax_cnn': 5,
+  'lenet': 2,
+  'mlp': 2,
+  'mlp1': 1,
+  'resnet18': 5,
+  'resnet50': 5,
+  'vgg9': 6,
+  'mobilenet': 14,
+  'shakespeare_lstm': 2,
+  'shakespeare_lstm100': 2,
+}
 
 
 def _setting(default: Any, help_text: str) -> Any:
@@ -72,32 +86,39 @@ class ExperimentConfig:
   metadata) are the binaries' flags (`binaries/experiment_flags.py` defines
   one flag per field).
   """
+
   method: str = _setting(
-      'fedavg',
-      f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
-      '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
-      'fedmax, fedcos, moon, fedcka).')
+    'fedavg',
+    f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
+    '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
+    'fedmax, fedcos, moon, fedcka).',
+  )
   task: str = _setting(
-      'digits',
-      'digits (offline), cifar10, cifar100, fmnist, mnist, emnist, '
-      'shakespeare, synthetic or image_folder.')
+    'digits',
+    'digits (offline), cifar10, cifar100, fmnist, mnist, emnist, '
+    'shakespeare, synthetic or image_folder.',
+  )
   model: Optional[str] = _setting(
-      None,
-      'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, resnet18, resnet50, vgg9, '
-      'mobilenet, shakespeare_lstm, shakespeare_lstm100 (and vgg16 for '
-      "fed2); by default the task's usual model.")
+    None,
+    'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, resnet18, resnet50, vgg9, '
+    'mobilenet, shakespeare_lstm, shakespeare_lstm100 (and vgg16 for '
+    "fed2); by default the task's usual model.",
+  )
   projection_dim: int = _setting(
-      0,
-      "resnet18/resnet50: width of a MOON projection head 'z' (0: none; "
-      'MOON needs one).')
+    0,
+    "resnet18/resnet50: width of a MOON projection head 'z' (0: none; "
+    'MOON needs one).',
+  )
   partition: str = _setting(
-      'dirichlet', 'iid, dirichlet, pathological, shards or mixed.')
+    'dirichlet', 'iid, dirichlet, pathological, shards or mixed.'
+  )
   alpha: float = _setting(0.5, 'Dirichlet concentration (> 0).')
   min_size: int = _setting(10, 'Dirichlet: fewest examples per client.')
   classes_per_client: int = _setting(2, 'pathological: classes each.')
   shards_per_client: int = _setting(2, 'shards: shards each.')
   non_iid_fraction: float = _setting(
-      1.0, 'mixed: share of each client kept label-sorted.')
+    1.0, 'mixed: share of each client kept label-sorted.'
+  )
   synthetic_alpha: float = _setting(1.0, 'synthetic(alpha, beta): alpha.')
   synthetic_beta: float = _setting(1.0, 'synthetic(alpha, beta): beta.')
   image_size: int = _setting(32, 'image_folder: images resized to this.')
@@ -106,114 +127,137 @@ class ExperimentConfig:
   rounds: int = _setting(10, 'Total communication rounds.')
   local_epochs: int = _setting(1, 'Local epochs per round.')
   local_steps: Optional[int] = _setting(
-      None, 'Local steps per round (instead of epochs).')
+    None, 'Local steps per round (instead of epochs).'
+  )
   batch_size: int = _setting(32, 'Local batch size.')
   drop_last: bool = _setting(
-      False,
-      "Drop each pass's last batch when it is partial (the MOON repo); by "
-      "default it is kept, as PyTorch's DataLoader does.")
+    False,
+    "Drop each pass's last batch when it is partial (the MOON repo); by "
+    "default it is kept, as PyTorch's DataLoader does.",
+  )
   client_learning_rate: float = _setting(0.05, 'Client SGD learning rate.')
   client_momentum: float = _setting(
-      0.9,
-      'Client SGD momentum (not used by scaffold, which trains with plain '
-      'SGD).')
+    0.9,
+    'Client SGD momentum (not used by scaffold, which trains with plain '
+    'SGD).',
+  )
   weight_decay: float = _setting(0.0, 'Client L2 weight decay.')
   server_learning_rate: Optional[float] = _setting(
-      None,
-      'Server learning rate (default: 1.0 for averaging, 0.01 for '
-      'fedadam/fedyogi).')
+    None,
+    'Server learning rate (default: 1.0 for averaging, 0.01 for '
+    'fedadam/fedyogi).',
+  )
   server_momentum: float = _setting(0.9, 'fedavgm: server momentum.')
   mu: Optional[float] = _setting(
-      None,
-      "The strength of the method's term(s) (default: fedprox 0.01, moon 1, "
-      'fedcka 3, fedcos 0.02).')
+    None,
+    "The strength of the method's term(s) (default: fedprox 0.01, moon 1, "
+    'fedcka 3, fedcos 0.02).',
+  )
   fedprox_mu: Optional[float] = _setting(
-      None,
-      "FedProx's mu in a combination (overrides --mu).")
+    None, "FedProx's mu in a combination (overrides --mu)."
+  )
   fedcos_mu: Optional[float] = _setting(
-      None,
-      "FedCos's mu in a combination (overrides --mu).")
+    None, "FedCos's mu in a combination (overrides --mu)."
+  )
   beta: Optional[float] = _setting(
-      None,
-      "fedmax: the prior's strength (default 1000, the paper's CIFAR value).")
+    None,
+    "fedmax: the prior's strength (default 1000, the paper's CIFAR value).",
+  )
   temperature: float = _setting(0.5, 'moon: the contrastive temperature.')
   cka_layers: int = _setting(2, 'fedcka: M, the first M layers regularized.')
   similarity: str = _setting(
-      'linear_cka',
-      'fedcka: linear_cka, kernel_cka, frobenius (||a1 - a2||^2), cosine '
-      '(the inner product), normalized_cosine or normalized_frobenius.')
+    'linear_cka',
+    'fedcka: linear_cka, kernel_cka, frobenius (||a1 - a2||^2), cosine '
+    '(the inner product), normalized_cosine or normalized_frobenius.',
+  )
   client_state_dir: Optional[str] = _setting(
-      None,
-      'moon/fedcka/scaffold: where the client state files go (default: '
-      '<output_dir>/client_states); given, each run keeps its states in a '
-      'directory of its own under it. TFF workers must see it.')
+    None,
+    'moon/fedcka/scaffold: where the client state files go (default: '
+    '<output_dir>/client_states); given, each run keeps its states in a '
+    'directory of its own under it. TFF workers must see it.',
+  )
   fed2_groups: int = _setting(10, 'fed2: G, the number of groups.')
   fed2_decouple_depth: Optional[int] = _setting(
-      None,
-      'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
-      'the FedCKA CNN).')
+    None,
+    'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
+    'the FedCKA CNN).',
+  )
   fed2_pairing: str = _setting(
-      'uniform',
-      'fed2: uniform (the paper: group g averaged with group g, by '
-      'examples) or class_weighted (group g weighted by examples of its '
-      'classes; unstable under strong label skew).')
+    'uniform',
+    'fed2: uniform (the paper: group g averaged with group g, by '
+    'examples) or class_weighted (group g weighted by examples of its '
+    'classes; unstable under strong label skew).',
+  )
   server_momentum_form: str = _setting(
-      'heavy_ball',
-      'fedavgm: heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
-      'code: m = beta m + (1 - beta) delta).')
+    'heavy_ball',
+    'fedavgm: heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
+    'code: m = beta m + (1 - beta) delta).',
+  )
   scaffold_weighting: str = _setting(
-      'uniform',
-      'scaffold: the model average, uniform (the paper) or num_examples '
-      '(NIID-Bench).')
+    'uniform',
+    'scaffold: the model average, uniform (the paper) or num_examples '
+    '(NIID-Bench).',
+  )
   scaffold_momentum: bool = _setting(
-      False,
-      'scaffold: clients use --client_momentum (NIID-Bench, the MOON repo); '
-      'by default plain SGD (the paper).')
+    False,
+    'scaffold: clients use --client_momentum (NIID-Bench, the MOON repo); '
+    'by default plain SGD (the paper).',
+  )
   moon_first_round: str = _setting(
-      'skip',
-      'moon: a client first taking part after round 1 skips the term (skip, '
-      'the paper) or contrasts against its own initial model '
-      '(initial_model, the MOON repo).')
+    'skip',
+    'moon: a client first taking part after round 1 skips the term (skip, '
+    'the paper) or contrasts against its own initial model '
+    '(initial_model, the MOON repo).',
+  )
   fedcos_direction: str = _setting(
-      'global_move',
-      "fedcos: d, the global model's last move (global_move, the paper) or "
-      'the mean client update before the server optimizer '
-      '(mean_client_update, the FedCos code).')
+    'global_move',
+    "fedcos: d, the global model's last move (global_move, the paper) or "
+    'the mean client update before the server optimizer '
+    '(mean_client_update, the FedCos code).',
+  )
   aggregator: str = _setting(
-      'mean',
-      "TFF's model aggregator for every method: mean (the weighted mean), "
-      'robust (tff.learning.robust_aggregator: zeroing and adaptive '
-      'clipping), dp (differential privacy: noise on clipped updates, '
-      'uniform weighting), compression or secure.')
+    'mean',
+    "TFF's model aggregator for every method: mean (the weighted mean), "
+    'robust (tff.learning.robust_aggregator: zeroing and adaptive '
+    'clipping), dp (differential privacy: noise on clipped updates, '
+    'uniform weighting), compression or secure.',
+  )
   dp_noise_multiplier: float = _setting(
-      0.5, 'dp: the Gaussian noise standard deviation over the clip (TFF '
-      'needs it below 0.1 x --clients_per_round with adaptive clipping).')
+    0.5,
+    'dp: the Gaussian noise standard deviation over the clip (TFF '
+    'needs it below 0.1 x --clients_per_round with adaptive clipping).',
+  )
   dp_clip: Optional[float] = _setting(
-      None,
-      'dp: a fixed L2 clipping norm; by default adaptive clipping '
-      '(tff.learning.dp_aggregator).')
+    None,
+    'dp: a fixed L2 clipping norm; by default adaptive clipping '
+    '(tff.learning.dp_aggregator).',
+  )
   restart_client_states: bool = _setting(
-      False,
-      'moon/fedcka/scaffold: resume a run whose client states are gone with '
-      'every client\'s state started over (refused otherwise).')
+    False,
+    'moon/fedcka/scaffold: resume a run whose client states are gone with '
+    "every client's state started over (refused otherwise).",
+  )
   seed: int = _setting(0, 'Fixes partition, sampling and init.')
   rounds_per_eval: int = _setting(1, 'Evaluate every N rounds.')
   rounds_per_checkpoint: int = _setting(1, 'Save state every N rounds.')
   output_dir: str = _setting(
-      'runs/experiment',
-      'Where results go (the binaries default to '
-      'runs/<task>_<method>_s<seed>).')
+    'runs/experiment',
+    'Where results go (the binaries default to '
+    'runs/<task>_<method>_s<seed>).',
+  )
   data_dir: Optional[str] = _setting(
-      None,
-      'tensorflow_datasets data directory, or the image folder for '
-      '--task=image_folder.')
+    None,
+    'tensorflow_datasets data directory, or the image folder for '
+    '--task=image_folder.',
+  )
   cache_dir: Optional[str] = _setting(
-      None,
-      "Clients' data files (default ~/.cache/tff_methods).")
+    None, "Clients' data files (default ~/.cache/tff_methods)."
+  )
   validation_fraction: float = _setting(
-      0.0,
-      'If > 0, hold out this share of the training data and evaluate on it '
-      'instead of the test set (for tuning; binaries/tune.py sets it).')
+    0.0,
+    'If > 0, hold out this share of the training data and evaluate on it '
+    'instead of the test set (for tuning; binaries/tune.py sets it).',
+  )
 
   def client_state_directory(self) -> str:
     """Where this run's clients keep their states (MOON, FedCKA, SCAFFOLD):
@@ -223,8 +267,11 @@ class ExperimentConfig:
     if not self.client_state_dir:
       return os.path.join(self.output_dir, 'client_states')
     run = os.path.abspath(self.output_dir)
-    name = re.sub(r'[^A-Za-z0-9_.+@-]', '_',
-                  '_'.join(p for p in run.split(os.sep)[-2:] if p))
+    name = re.sub(
+      r'[^A-Za-z0-9_.+@-]',
+      '_',
+      '_'.join(p for p in run.split(os.sep)[-2:] if p),
+    )
     digest = hashlib.sha1(run.encode()).hexdigest()[:8]
     return os.path.join(self.client_state_dir, f'{name}-{digest}')
 
@@ -234,38 +281,55 @@ class ExperimentConfig:
   def local_batches(self) -> datasets.LocalBatches:
     """What a client trains on in a round (`tasks.datasets.LocalBatches`)."""
     return datasets.LocalBatches(
-        self.batch_size, self.local_epochs, self.local_steps,
-        drop_last=self.drop_last, seed=self.seed,
-        with_index=methods.wants_example_index(
-            self.method, self.local_epochs, self.local_steps))
+      self.batch_size,
+      self.local_epochs,
+      self.local_steps,
+      drop_last=self.drop_last,
+      seed=self.seed,
+      with_index=methods.wants_example_index(
+        self.method, self.local_epochs, self.local_steps
+      ),
+    )
 
-  def hyperparameters(self, num_clients: Optional[int] = None
-                      ) -> methods.Hyperparameters:
-    strengths = tuple((name, value) for name, value in (
-        ('fedprox', self.fedprox_mu), ('fedcos', self.fedcos_mu))
-                      if value is not None)
+  def hyperparameters(
+    self, num_clients: Optional[int] = None
+  ) -> methods.Hyperparameters:
+    strengths = tuple(
+      (name, value)
+      for name, value in (
+        ('fedprox', self.fedprox_mu),
+        ('fedcos', self.fedcos_mu),
+      )
+      if value is not None
+    )
     return methods.Hyperparameters(
-        strengths=strengths, beta=self.beta,
-        num_clients=num_clients or self.num_clients,
-        client_learning_rate=self.client_learning_rate,
-        client_momentum=self.client_momentum,
-        weight_decay=self.weight_decay,
-        server_learning_rate=self.server_learning_rate,
-        server_momentum=self.server_momentum,
-        mu=self.mu, temperature=self.temperature, cka_layers=self.cka_layers,
-        similarity=self.similarity,
-        # Kept with the run, so that it resumes exactly.
-        client_state_dir=self.client_state_directory(),
-        fed2_groups=self.fed2_groups,
-        fed2_decouple_depth=self.fed2_decouple_depth,
-        fed2_pairing=self.fed2_pairing, seed=self.seed,
-        server_momentum_form=self.server_momentum_form,
-        scaffold_weighting=self.scaffold_weighting,
-        scaffold_momentum=self.scaffold_momentum,
-        fedcos_direction=self.fedcos_direction,
-        aggregator=self.aggregator,
-        dp_noise_multiplier=self.dp_noise_multiplier, dp_clip=self.dp_clip,
-        clients_per_round=self.clients_per_round)
+      strengths=strengths,
+      beta=self.beta,
+      num_clients=num_clients or self.num_clients,
+      client_learning_rate=self.client_learning_rate,
+      client_momentum=self.client_momentum,
+      weight_decay=self.weight_decay,
+      server_learning_rate=self.server_learning_rate,
+      server_momentum=self.server_momentum,
+      mu=self.mu,
+      temperature=self.temperature,
+      cka_layers=self.cka_layers,
+      similarity=self.similarity,
+      # Kept with the run, so that it resumes exactly.
+      client_state_dir=self.client_state_directory(),
+      fed2_groups=self.fed2_groups,
+      fed2_decouple_depth=self.fed2_decouple_depth,
+      fed2_pairing=self.fed2_pairing,
+      seed=self.seed,
+      server_momentum_form=self.server_momentum_form,
+      scaffold_weighting=self.scaffold_weighting,
+      scaffold_momentum=self.scaffold_momentum,
+      fedcos_direction=self.fedcos_direction,
+      aggregator=self.aggregator,
+      dp_noise_multiplier=self.dp_noise_multiplier,
+      dp_clip=self.dp_clip,
+      clients_per_round=self.clients_per_round,
+    )
 
 
 def validate(config: ExperimentConfig) -> None:
@@ -281,134 +345,216 @@ def validate(config: ExperimentConfig) -> None:
   except ValueError as e:
     parts = []
     errors.append(f'--method={config.method!r}: {e}')
-  need(config.task in datasets.TASK_NAMES,
-       f'--task={config.task!r} is unknown; choose one of '
-       f'{", ".join(datasets.TASK_NAMES)}')
-  need(config.model_name() in task_models.MODEL_NAMES + task_models.FED2_MODELS,
-       f'--model={config.model!r} is unknown; choose one of '
-       f'{", ".join(task_models.MODEL_NAMES)}')
-  need(config.partition in partition_lib.PARTITIONERS,
-       f'--partition={config.partition!r} is unknown; choose one of '
-       f'{", ".join(partition_lib.PARTITIONERS)}')
+  need(
+    config.task in datasets.TASK_NAMES,
+    f'--task={config.task!r} is unknown; choose one of '
+    f'{", ".join(datasets.TASK_NAMES)}',
+  )
+  need(
+    config.model_name() in task_models.MODEL_NAMES + task_models.FED2_MODELS,
+    f'--model={config.model!r} is unknown; choose one of '
+    f'{", ".join(task_models.MODEL_NAMES)}',
+  )
+  need(
+    config.partition in partition_lib.PARTITIONERS,
+    f'--partition={config.partition!r} is unknown; choose one of '
+    f'{", ".join(partition_lib.PARTITIONERS)}',
+  )
   need(config.alpha > 0, f'--alpha={config.alpha} must be > 0')
   need(config.min_size >= 0, f'--min_size={config.min_size} must be >= 0')
-  need(config.classes_per_client >= 1,
-       f'--classes_per_client={config.classes_per_client} must be >= 1')
-  need(config.shards_per_client >= 1,
-       f'--shards_per_client={config.shards_per_client} must be >= 1')
-  need(0 <= config.non_iid_fraction <= 1,
-       f'--non_iid_fraction={config.non_iid_fraction} must be in [0, 1]')
-  need(config.num_clients >= 1,
-       f'--num_clients={config.num_clients} must be >= 1')
-  need(1 <= config.clients_per_round <= config.num_clients or
-       config.task in ('emnist', 'shakespeare'),
-       f'--clients_per_round={config.clients_per_round} must be in [1, '
-       f'--num_clients={config.num_clients}]')
+  need(
+    config.classes_per_client >= 1,
+    f'--classes_per_client={config.classes_per_client} must be >= 1',
+  )
+  need(
+    config.shards_per_client >= 1,
+    f'--shards_per_client={config.shards_per_client} must be >= 1',
+  )
+  need(
+    0 <= config.non_iid_fraction <= 1,
+    f'--non_iid_fraction={config.non_iid_fraction} must be in [0, 1]',
+  )
+  need(
+    config.num_clients >= 1, f'--num_clients={config.num_clients} must be >= 1'
+  )
+  need(
+    1 <= config.clients_per_round <= config.num_clients
+    or config.task in ('emnist', 'shakespeare'),
+    f'--clients_per_round={config.clients_per_round} must be in [1, '
+    f'--num_clients={config.num_clients}]',
+  )
   need(config.rounds >= 1, f'--rounds={config.rounds} must be >= 1')
-  need(config.local_epochs >= 1,
-       f'--local_epochs={config.local_epochs} must be >= 1')
-  need(config.local_steps is None or config.local_steps >= 1,
-       f'--local_steps={config.local_steps} must be >= 1')
-  need(config.batch_size >= 1, f'--batch_size={config.batch_size} must be '
-       '>= 1')
-  need(config.client_learning_rate > 0,
-       f'--client_learning_rate={config.client_learning_rate} must be > 0')
-  need(0 <= config.client_momentum < 1,
-       f'--client_momentum={config.client_momentum} must be in [0, 1)')
-  need(config.weight_decay >= 0,
-       f'--weight_decay={config.weight_decay} must be >= 0')
-  need(config.server_learning_rate is None or config.server_learning_rate > 0,
-       f'--server_learning_rate={config.server_learning_rate} must be > 0')
-  need(0 <= config.server_momentum < 1,
-       f'--server_momentum={config.server_momentum} must be in [0, 1)')
-  need(config.server_momentum_form in optimizers.MOMENTUM_FORMS,
-       f'--server_momentum_form={config.server_momentum_form!r} is unknown; '
-       f'choose one of {", ".join(optimizers.MOMENTUM_FORMS)}')
-  need(config.fedcos_direction in fedcos.DIRECTIONS,
-       f'--fedcos_direction={config.fedcos_direction!r} is unknown; choose '
-       f'one of {", ".join(fedcos.DIRECTIONS)}')
-  need(config.moon_first_round in moon.FIRST_ROUNDS,
-       f'--moon_first_round={config.moon_first_round!r} is unknown; choose '
-       f'one of {", ".join(moon.FIRST_ROUNDS)}')
-  need(config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
-       f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
-       f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}')
-  need(config.aggregator in aggregation.AGGREGATORS,
-       f'--aggregator={config.aggregator!r} is unknown; choose one of '
-       f'{", ".join(aggregation.AGGREGATORS)}')
-  need(config.dp_noise_multiplier >= 0,
-       f'--dp_noise_multiplier={config.dp_noise_multiplier} must be >= 0')
-  need(config.dp_clip is None or config.dp_clip > 0,
-       f'--dp_clip={config.dp_clip} must be > 0')
-  if (config.aggregator == 'dp' and config.dp_noise_multiplier >= 0 and
-      (config.dp_clip is None or config.dp_clip > 0)):
+  need(
+    config.local_epochs >= 1,
+    f'--local_epochs={config.local_epochs} must be >= 1',
+  )
+  need(
+    config.local_steps is None or config.local_steps >= 1,
+    f'--local_steps={config.local_steps} must be >= 1',
+  )
+  need(
+    config.batch_size >= 1, f'--batch_size={config.batch_size} must be ' '>= 1'
+  )
+  need(
+    config.client_learning_rate > 0,
+    f'--client_learning_rate={config.client_learning_rate} must be > 0',
+  )
+  need(
+    0 <= config.client_momentum < 1,
+    f'--client_momentum={config.client_momentum} must be in [0, 1)',
+  )
+  need(
+    config.weight_decay >= 0,
+    f'--weight_decay={config.weight_decay} must be >= 0',
+  )
+  need(
+    config.server_learning_rate is None or config.server_learning_rate > 0,
+    f'--server_learning_rate={config.server_learning_rate} must be > 0',
+  )
+  need(
+    0 <= config.server_momentum < 1,
+    f'--server_momentum={config.server_momentum} must be in [0, 1)',
+  )
+  need(
+    config.server_momentum_form in optimizers.MOMENTUM_FORMS,
+    f'--server_momentum_form={config.server_momentum_form!r} is unknown; '
+    f'choose one of {", ".join(optimizers.MOMENTUM_FORMS)}',
+  )
+  need(
+    config.fedcos_direction in fedcos.DIRECTIONS,
+    f'--fedcos_direction={config.fedcos_direction!r} is unknown; choose '
+    f'one of {", ".join(fedcos.DIRECTIONS)}',
+  )
+  need(
+    config.moon_first_round in moon.FIRST_ROUNDS,
+    f'--moon_first_round={config.moon_first_round!r} is unknown; choose '
+    f'one of {", ".join(moon.FIRST_ROUNDS)}',
+  )
+  need(
+    config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
+    f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
+    f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}',
+  )
+  need(
+    config.aggregator in aggregation.AGGREGATORS,
+    f'--aggregator={config.aggregator!r} is unknown; choose one of '
+    f'{", ".join(aggregation.AGGREGATORS)}',
+  )
+  need(
+    config.dp_noise_multiplier >= 0,
+    f'--dp_noise_multiplier={config.dp_noise_multiplier} must be >= 0',
+  )
+  need(
+    config.dp_clip is None or config.dp_clip > 0,
+    f'--dp_clip={config.dp_clip} must be > 0',
+  )
+  if (
+    config.aggregator == 'dp'
+    and config.dp_noise_multiplier >= 0
+    and (config.dp_clip is None or config.dp_clip > 0)
+  ):
     try:  # TFF's own checks of the DP settings, before any work.
       aggregation.build_model_aggregator(
-          'dp', noise_multiplier=config.dp_noise_multiplier,
-          clients_per_round=config.clients_per_round, clip=config.dp_clip)
+        'dp',
+        noise_multiplier=config.dp_noise_multiplier,
+        clients_per_round=config.clients_per_round,
+        clip=config.dp_clip,
+      )
     except ValueError as e:
-      errors.append(f'--aggregator=dp with --dp_noise_multiplier='
-                    f'{config.dp_noise_multiplier} and --clients_per_round='
-                    f'{config.clients_per_round}: {e}')
+      errors.append(
+        f'--aggregator=dp with --dp_noise_multiplier='
+        f'{config.dp_noise_multiplier} and --clients_per_round='
+        f'{config.clients_per_round}: {e}'
+      )
   if config.aggregator == 'dp' and parts == ['scaffold']:
-    need(config.scaffold_weighting == 'uniform',
-         '--aggregator=dp averages clients uniformly; it needs '
-         '--scaffold_weighting=uniform')
+    need(
+      config.scaffold_weighting == 'uniform',
+      '--aggregator=dp averages clients uniformly; it needs '
+      '--scaffold_weighting=uniform',
+    )
   if config.aggregator != 'mean' and 'fed2' in parts:
-    need(config.fed2_pairing == 'uniform',
-         f'--aggregator={config.aggregator} needs --fed2_pairing=uniform '
-         '(the class-weighted pairing takes no other aggregator)')
+    need(
+      config.fed2_pairing == 'uniform',
+      f'--aggregator={config.aggregator} needs --fed2_pairing=uniform '
+      '(the class-weighted pairing takes no other aggregator)',
+    )
   for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
     value = getattr(config, flag)
-    need(value is None or value >= 0,
-         f'--{flag}={value} must be >= 0 (a strength)')
-  need(config.temperature > 0,
-       f'--temperature={config.temperature} must be > 0')
-  need(config.cka_layers >= 1, f'--cka_layers={config.cka_layers} must be '
-       '>= 1')
-  need(config.similarity in similarity_lib.SIMILARITIES,
-       f'--similarity={config.similarity!r} is unknown; choose one of '
-       f'{", ".join(similarity_lib.SIMILARITIES)}')
+    need(
+      value is None or value >= 0, f'--{flag}={value} must be >= 0 (a strength)'
+    )
+  need(
+    config.temperature > 0, f'--temperature={config.temperature} must be > 0'
+  )
+  need(
+    config.cka_layers >= 1, f'--cka_layers={config.cka_layers} must be ' '>= 1'
+  )
+  need(
+    config.similarity in similarity_lib.SIMILARITIES,
+    f'--similarity={config.similarity!r} is unknown; choose one of '
+    f'{", ".join(similarity_lib.SIMILARITIES)}',
+  )
   model_name = config.model_name()
-  need(config.projection_dim >= 0 and (
-      config.projection_dim == 0 or model_name in RESNETS),
-       f'--projection_dim={config.projection_dim} must be >= 0, and is for '
-       f'--model={"/".join(RESNETS)} only')
+  need(
+    config.projection_dim >= 0
+    and (config.projection_dim == 0 or model_name in RESNETS),
+    f'--projection_dim={config.projection_dim} must be >= 0, and is for '
+    f'--model={"/".join(RESNETS)} only',
+  )
   if 'moon' in parts and model_name in task_models.MODEL_NAMES:
-    need(model_name in MODELS_WITH_PROJECTION or (
-        model_name in RESNETS and config.projection_dim > 0),
-         f'--method=moon needs a model with a projection head (z): '
-         f'{", ".join(MODELS_WITH_PROJECTION)}, or a ResNet with '
-         f'--projection_dim > 0, not --model={model_name}')
+    need(
+      model_name in MODELS_WITH_PROJECTION
+      or (model_name in RESNETS and config.projection_dim > 0),
+      f'--method=moon needs a model with a projection head (z): '
+      f'{", ".join(MODELS_WITH_PROJECTION)}, or a ResNet with '
+      f'--projection_dim > 0, not --model={model_name}',
+    )
   if 'fed2' in parts:
-    need(model_name in task_models.FED2_MODELS,
-         '--method=fed2 supports --model='
-         f'{"/".join(task_models.FED2_MODELS)}, not {model_name}')
-    need(config.fed2_groups >= 1,
-         f'--fed2_groups={config.fed2_groups} must be >= 1')
-    need(config.fed2_pairing in fed2.PAIRINGS,
-         f'--fed2_pairing={config.fed2_pairing!r} is unknown; choose one of '
-         f'{", ".join(fed2.PAIRINGS)}')
+    need(
+      model_name in task_models.FED2_MODELS,
+      '--method=fed2 supports --model='
+      f'{"/".join(task_models.FED2_MODELS)}, not {model_name}',
+    )
+    need(
+      config.fed2_groups >= 1,
+      f'--fed2_groups={config.fed2_groups} must be >= 1',
+    )
+    need(
+      config.fed2_pairing in fed2.PAIRINGS,
+      f'--fed2_pairing={config.fed2_pairing!r} is unknown; choose one of '
+      f'{", ".join(fed2.PAIRINGS)}',
+    )
   if 'fedcka' in parts and model_name in task_models.MODEL_NAMES:
-    need(config.cka_layers <= MODEL_LAYERS.get(model_name, 0),
-         f'--cka_layers={config.cka_layers} is more than --model='
-         f'{model_name}\'s {MODEL_LAYERS.get(model_name)} layers')
-  need(config.rounds_per_eval >= 1,
-       f'--rounds_per_eval={config.rounds_per_eval} must be >= 1')
-  need(config.rounds_per_checkpoint >= 1,
-       f'--rounds_per_checkpoint={config.rounds_per_checkpoint} must be >= 1')
-  need(0 <= config.validation_fraction < 1 and (
-      config.validation_fraction == 0 or
-      config.task not in datasets.NATURAL_TASKS),
-       f'--validation_fraction={config.validation_fraction} must be in '
-       '[0, 1), and 0 for tasks with natural clients '
-       f'({", ".join(datasets.NATURAL_TASKS)})')
-  need(config.image_size >= 8,
-       f'--image_size={config.image_size} must be >= 8')
+    need(
+      config.cka_layers <= MODEL_LAYERS.get(model_name, 0),
+      f'--cka_layers={config.cka_layers} is more than --model='
+      f"{model_name}'s {MODEL_LAYERS.get(model_name)} layers",
+    )
+  need(
+    config.rounds_per_eval >= 1,
+    f'--rounds_per_eval={config.rounds_per_eval} must be >= 1',
+  )
+  need(
+    config.rounds_per_checkpoint >= 1,
+    f'--rounds_per_checkpoint={config.rounds_per_checkpoint} must be >= 1',
+  )
+  need(
+    0 <= config.validation_fraction < 1
+    and (
+      config.validation_fraction == 0
+      or config.task not in datasets.NATURAL_TASKS
+    ),
+    f'--validation_fraction={config.validation_fraction} must be in '
+    '[0, 1), and 0 for tasks with natural clients '
+    f'({", ".join(datasets.NATURAL_TASKS)})',
+  )
+  need(config.image_size >= 8, f'--image_size={config.image_size} must be >= 8')
   if config.task == 'image_folder':
-    need(bool(config.data_dir) and os.path.isdir(config.data_dir),
-         f'--data_dir={config.data_dir!r} must be a directory of class '
-         'sub-directories for --task=image_folder')
+    need(
+      bool(config.data_dir) and os.path.isdir(config.data_dir),
+      f'--data_dir={config.data_dir!r} must be a directory of class '
+      'sub-directories for --task=image_folder',
+    )
   if errors:
     raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
 
@@ -425,13 +571,19 @@ def model_parameters(config: ExperimentConfig) -> Optional[int]:
   input_shape, num_classes = datasets.TASK_SHAPES[config.task]
   if config.task == 'image_folder':
     input_shape, num_classes = (config.image_size, config.image_size, 3), 10
-  return task_models.parameter_count(config.model_name(), num_classes,
-                                     input_shape)
+  return task_models.parameter_count(
+    config.model_name(), num_classes, input_shape
+  )
 
 
-def model_fn_for(name: str, model_name: str, num_classes: int,
-                 input_shape: Sequence[int], hparams: methods.Hyperparameters,
-                 **model_kwargs) -> model_lib.KerasModelFn:
+def model_fn_for(
+  name: str,
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  hparams: methods.Hyperparameters,
+  **model_kwargs,
+) -> model_lib.KerasModelFn:
   """The Keras model factory method `name` trains on a task-zoo model.
 
   The zoo's model (`tasks.models`, with `model_kwargs` such as a ResNet's
@@ -442,81 +594,127 @@ def model_fn_for(name: str, model_name: str, num_classes: int,
   """
   if methods.parse_method(name) == ['fed2']:
     return fed2.grouped_model_fn(
-        fed2.LayerPlan(**task_models.fed2_plan(model_name, input_shape)),
-        num_classes, input_shape, hparams.fed2_groups,
-        hparams.fed2_decouple_depth, hparams.seed)
-  return functools.partial(task_models.get_model, model_name, num_classes,
-                           tuple(input_shape), **model_kwargs)
+      fed2.LayerPlan(**task_models.fed2_plan(model_name, input_shape)),
+      num_classes,
+      input_shape,
+      hparams.fed2_groups,
+      hparams.fed2_decouple_depth,
+      hparams.seed,
+    )
+  return functools.partial(
+    task_models.get_model,
+    model_name,
+    num_classes,
+    tuple(input_shape),
+    **model_kwargs,
+  )
 
 
 def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   """The method's process over client ids, and the Keras model factory."""
   hparams = config.hyperparameters(len(data.client_data.client_ids))
-  model_kwargs = ({'projection_dim': config.projection_dim}
-                  if config.projection_dim else {})
-  keras_model_fn = model_fn_for(config.method, config.model_name(),
-                                data.num_classes, data.input_shape, hparams,
-                                **model_kwargs)
+  model_kwargs = (
+    {'projection_dim': config.projection_dim} if config.projection_dim else {}
+  )
+  keras_model_fn = model_fn_for(
+    config.method,
+    config.model_name(),
+    data.num_classes,
+    data.input_shape,
+    hparams,
+    **model_kwargs,
+  )
   batches = config.local_batches()
-  if (config.method == 'scaffold' and config.client_momentum and
-      not config.scaffold_momentum):
-    logging.warning('SCAFFOLD trains clients with plain SGD, as the paper '
-                    'does: --client_momentum=%s is not used (--scaffold_'
-                    'momentum uses it, as NIID-Bench does).',
-                    config.client_momentum)
+  if (
+    config.method == 'scaffold'
+    and config.client_momentum
+    and not config.scaffold_momentum
+  ):
+    logging.warning(
+      'SCAFFOLD trains clients with plain SGD, as the paper '
+      'does: --client_momentum=%s is not used (--scaffold_'
+      'momentum uses it, as NIID-Bench does).',
+      config.client_momentum,
+    )
   if methods.is_stateful(config.method):
-    client_states.claim_directory(hparams.client_state_dir,
-                             os.path.abspath(config.output_dir))
+    client_states.claim_directory(
+      hparams.client_state_dir, os.path.abspath(config.output_dir)
+    )
   process = methods.build_method_for_client_ids(
-      config.method, keras_model_fn,
-      datasets.round_dataset_computation(data.client_data, batches),
-      batches.element_spec(data.client_data.element_type_structure), hparams)
+    config.method,
+    keras_model_fn,
+    datasets.round_dataset_computation(data.client_data, batches),
+    batches.element_spec(data.client_data.element_type_structure),
+    hparams,
+  )
   if 'moon' in methods.parse_method(config.method) and (
-      config.moon_first_round == 'initial_model'):
-    moon.write_own_initial_models(process.client_states,
-                                  data.client_data.client_ids,
-                                  keras_model_fn, config.seed)
+    config.moon_first_round == 'initial_model'
+  ):
+    moon.write_own_initial_models(
+      process.client_states,
+      data.client_data.client_ids,
+      keras_model_fn,
+      config.seed,
+    )
   return process, keras_model_fn
 
 
 def load_data(config: ExperimentConfig) -> datasets.FederatedData:
   """Loads and partitions the config's task (checks the cohort size)."""
-  kwargs = dict(alpha=config.alpha, min_size=config.min_size,
-                classes_per_client=config.classes_per_client,
-                shards_per_client=config.shards_per_client,
-                non_iid_fraction=config.non_iid_fraction)
+  kwargs = dict(
+    alpha=config.alpha,
+    min_size=config.min_size,
+    classes_per_client=config.classes_per_client,
+    shards_per_client=config.shards_per_client,
+    non_iid_fraction=config.non_iid_fraction,
+  )
   if config.partition != 'dirichlet':
     kwargs.pop('alpha')
     kwargs.pop('min_size')
-  for key, used_by in (('classes_per_client', 'pathological'),
-                       ('shards_per_client', 'shards'),
-                       ('non_iid_fraction', 'mixed')):
+  for key, used_by in (
+    ('classes_per_client', 'pathological'),
+    ('shards_per_client', 'shards'),
+    ('non_iid_fraction', 'mixed'),
+  ):
     if config.partition != used_by:
       kwargs.pop(key)
   data = datasets.load_task(
-      config.task, config.num_clients, config.partition, config.seed,
-      data_dir=config.data_dir, cache_dir=config.cache_dir,
-      synthetic_alpha=config.synthetic_alpha,
-      synthetic_beta=config.synthetic_beta, image_size=config.image_size,
-      validation_fraction=config.validation_fraction, **kwargs)
+    config.task,
+    config.num_clients,
+    config.partition,
+    config.seed,
+    data_dir=config.data_dir,
+    cache_dir=config.cache_dir,
+    synthetic_alpha=config.synthetic_alpha,
+    synthetic_beta=config.synthetic_beta,
+    image_size=config.image_size,
+    validation_fraction=config.validation_fraction,
+    **kwargs,
+  )
   client_ids = data.client_data.client_ids
   if config.clients_per_round > len(client_ids):
-    raise ValueError(f'--clients_per_round={config.clients_per_round} is '
-                     f'more than the task\'s {len(client_ids)} clients.')
+    raise ValueError(
+      f'--clients_per_round={config.clients_per_round} is '
+      f"more than the task's {len(client_ids)} clients."
+    )
   return data
 
 
 def saved_settings_differences(config: ExperimentConfig) -> list[str]:
   """How `config` differs from the run saved in its output directory, if any."""
   return training_loop.experiment_config_differences(
-      config.output_dir, dataclasses.asdict(config),
-      defaults=dataclasses.asdict(ExperimentConfig()))
+    config.output_dir,
+    dataclasses.asdict(config),
+    defaults=dataclasses.asdict(ExperimentConfig()),
+  )
 
 
-def run(config: ExperimentConfig,
-        progress: bool = True,
-        round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
-        data: Optional[datasets.FederatedData] = None) -> dict:
+def run(
+  config: ExperimentConfig,
+  progress: bool = True,
+  round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
+  data: Optional[datasets.FederatedData] = None,
+) -> dict:
   """Runs (or resumes) the experiment; see the module docstring.
 
   Needs a TFF execution context (`tff_methods.runtime`).
@@ -535,7 +733,7 @@ def run(config: ExperimentConfig,
   with training_loop.output_dir_lock(config.output_dir):
     try:
       return _run_locked(config, progress, round_hook, data)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       disk_full = training_loop.disk_full_error(e, config.output_dir)
       if disk_full is None:
         raise
@@ -547,48 +745,68 @@ def _run_locked(config, progress, round_hook, data) -> dict:
   done = training_loop.saved_round(config.output_dir)
   if done > config.rounds:
     raise ValueError(
-        f'--output_dir={config.output_dir} holds a run already at round '
-        f'{done}, past --rounds={config.rounds}; nothing was changed. Give '
-        f'--rounds={done} or more to read or extend it, or another output '
-        'directory.')
+      f'--output_dir={config.output_dir} holds a run already at round '
+      f'{done}, past --rounds={config.rounds}; nothing was changed. Give '
+      f'--rounds={done} or more to read or extend it, or another output '
+      'directory.'
+    )
   if done and methods.is_stateful(config.method):
     states = config.client_state_directory()
     if not client_states.has_client_states(states):
       if not config.restart_client_states:
         raise ValueError(
-            f'--output_dir={config.output_dir} holds a run at round {done}, '
-            f'but its client states ({states}) are gone: resuming would '
-            'start every client over in silence. Restore them, or pass '
-            '--restart_client_states to start them over on purpose.')
-      logging.warning('Resuming at round %d with every client\'s state '
-                      'started over (%s held none).', done, states)
+          f'--output_dir={config.output_dir} holds a run at round {done}, '
+          f'but its client states ({states}) are gone: resuming would '
+          'start every client over in silence. Restore them, or pass '
+          '--restart_client_states to start them over on purpose.'
+        )
+      logging.warning(
+        "Resuming at round %d with every client's state "
+        'started over (%s held none).',
+        done,
+        states,
+      )
   training_loop.check_experiment_config(
-      config.output_dir, dataclasses.asdict(config),
-      defaults=dataclasses.asdict(ExperimentConfig()))
+    config.output_dir,
+    dataclasses.asdict(config),
+    defaults=dataclasses.asdict(ExperimentConfig()),
+  )
   data = data or load_data(config)
   client_ids = data.client_data.client_ids
   if data.train_labels is not None:
     report.write_partition_report(
-        data.class_counts(), config.output_dir,
-        f'{config.task}, {config.partition}, {len(client_ids)} clients')
+      data.class_counts(),
+      config.output_dir,
+      f'{config.task}, {config.partition}, {len(client_ids)} clients',
+    )
   process, keras_model_fn = build_process(config, data)
   results = training_loop.run_training(
-      process, client_ids, config.clients_per_round, config.rounds,
-      config.output_dir,
-      initial_weights=model_lib.initial_weights(keras_model_fn, config.seed),
-      seed=config.seed,
-      evaluate_fn=evaluation.Evaluator(keras_model_fn, data.test_x,
-                                       data.test_y),
-      rounds_per_eval=config.rounds_per_eval,
-      rounds_per_checkpoint=config.rounds_per_checkpoint,
-      progress=progress, round_hook=round_hook,
-      client_key_fn=datasets.client_round)
-  summary = dict(method=config.method, task=config.task,
-                 rounds=results['rounds'], final_eval=results['final_eval'],
-                 rejected_rounds=results['rejected_rounds'],
-                 seconds_per_round=results['seconds_per_round'])
+    process,
+    client_ids,
+    config.clients_per_round,
+    config.rounds,
+    config.output_dir,
+    initial_weights=model_lib.initial_weights(keras_model_fn, config.seed),
+    seed=config.seed,
+    evaluate_fn=evaluation.Evaluator(keras_model_fn, data.test_x, data.test_y),
+    rounds_per_eval=config.rounds_per_eval,
+    rounds_per_checkpoint=config.rounds_per_checkpoint,
+    progress=progress,
+    round_hook=round_hook,
+    client_key_fn=datasets.client_round,
+  )
+  summary = dict(
+    method=config.method,
+    task=config.task,
+    rounds=results['rounds'],
+    final_eval=results['final_eval'],
+    rejected_rounds=results['rejected_rounds'],
+    seconds_per_round=results['seconds_per_round'],
+  )
   with open(os.path.join(config.output_dir, 'results.json'), 'w') as f:
     json.dump(summary, f, indent=2, default=float)
-  np.savez(os.path.join(config.output_dir, 'final_weights.npz'),
-           **model_lib.weights_to_dict(results['final_weights']))
+  np.savez(
+    os.path.join(config.output_dir, 'final_weights.npz'),
+    **model_lib.weights_to_dict(results['final_weights']),
+  )
   return results

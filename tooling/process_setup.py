@@ -77,9 +77,11 @@ def quiet(verbosity: int = 0) -> None:
   os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
   logging.set_verbosity(logging.WARNING)
   os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
-  import warnings  # pylint: disable=g-import-not-at-top
+  import warnings
+
   warnings.filterwarnings('ignore', category=DeprecationWarning)
   warnings.filterwarnings('ignore', category=UserWarning)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+
   tf.get_logger().setLevel(py_logging.ERROR)
   tf.autograph.set_verbosity(0)

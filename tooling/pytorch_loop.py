@@ -44,8 +44,12 @@ _THIS_FILE = os.path.abspath(__file__)
 def torch_import_error(python: str) -> Optional[str]:
   """None if `python` imports torch, else the reason (last error line)."""
   try:
-    result = subprocess.run([python, '-c', 'import torch'],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+      [python, '-c', 'import torch'],
+      capture_output=True,
+      text=True,
+      timeout=300,
+    )
   except OSError as e:
     return f'{python} does not run: {e}'
   if result.returncode == 0:
@@ -76,35 +80,48 @@ def layer_plan(keras_model) -> dict:
     kind = type(layer).__name__
     if kind not in _PLAN_LAYERS or layer.input is not previous.output:
       raise ValueError(
-          f'The PyTorch loop builds chains of {", ".join(_PLAN_LAYERS)}; '
-          f'{keras_model.name!r} has {kind} {layer.name!r}'
-          + (' off the chain' if kind in _PLAN_LAYERS else '') + '.')
+        f'The PyTorch loop builds chains of {", ".join(_PLAN_LAYERS)}; '
+        f'{keras_model.name!r} has {kind} {layer.name!r}'
+        + (' off the chain' if kind in _PLAN_LAYERS else '')
+        + '.'
+      )
     previous = layer
     config = layer.get_config()
-    entry = dict(kind=kind, padding=config.get('padding'),
-                 activation=config.get('activation'))
+    entry = dict(
+      kind=kind,
+      padding=config.get('padding'),
+      activation=config.get('activation'),
+    )
     if kind == 'Conv2D':
       if tuple(config['strides']) != (1, 1) or tuple(
-          config['dilation_rate']) != (1, 1):
-        raise ValueError(f'{layer.name}: the PyTorch loop builds stride-1, '
-                         'undilated convolutions only.')
-      entry.update(filters=config['filters'],
-                   kernel_size=list(config['kernel_size']))
+        config['dilation_rate']
+      ) != (1, 1):
+        raise ValueError(
+          f'{layer.name}: the PyTorch loop builds stride-1, '
+          'undilated convolutions only.'
+        )
+      entry.update(
+        filters=config['filters'], kernel_size=list(config['kernel_size'])
+      )
     elif kind == 'MaxPooling2D':
-      entry.update(pool_size=list(config['pool_size']),
-                   strides=list(config['strides']))
+      entry.update(
+        pool_size=list(config['pool_size']), strides=list(config['strides'])
+      )
     elif kind == 'Dense':
       entry.update(units=config['units'])
     layers.append(entry)
-  return dict(name=keras_model.name,
-              input_shape=list(keras_model.input_shape[1:]), layers=layers)
+  return dict(
+    name=keras_model.name,
+    input_shape=list(keras_model.input_shape[1:]),
+    layers=layers,
+  )
 
 
 def _torch_model(plan: dict):
   """The network of `layer_plan` in PyTorch (NCHW inputs); its parameters
   are in Keras' weight order."""
-  import torch  # pylint: disable=g-import-not-at-top
-  from torch import nn  # pylint: disable=g-import-not-at-top
+  import torch
+  from torch import nn
 
   activations = {None: None, 'linear': None, 'relu': torch.relu}
   height, width, channels = plan['input_shape']
@@ -113,30 +130,44 @@ def _torch_model(plan: dict):
   for layer in plan['layers']:
     kind = layer['kind']
     if kind == 'Conv2D':
-      module = nn.Conv2d(shape[0], layer['filters'], layer['kernel_size'],
-                         padding=layer['padding'])
+      module = nn.Conv2d(
+        shape[0],
+        layer['filters'],
+        layer['kernel_size'],
+        padding=layer['padding'],
+      )
     elif kind == 'MaxPooling2D':
       if layer['padding'] == 'same' and layer['pool_size'] != layer['strides']:
-        raise ValueError('The PyTorch loop builds "same" pooling only with '
-                         'the pool size as stride (ceil mode).')
-      module = nn.MaxPool2d(layer['pool_size'], layer['strides'],
-                            ceil_mode=layer['padding'] == 'same')
+        raise ValueError(
+          'The PyTorch loop builds "same" pooling only with '
+          'the pool size as stride (ceil mode).'
+        )
+      module = nn.MaxPool2d(
+        layer['pool_size'],
+        layer['strides'],
+        ceil_mode=layer['padding'] == 'same',
+      )
     elif kind == 'Flatten':
       module = nn.Flatten()
     else:
       module = nn.Linear(shape[0], layer['units'])
     if layer['activation'] not in activations:
-      raise ValueError(f'The PyTorch loop has no {layer["activation"]!r} '
-                       'activation.')
+      raise ValueError(
+        f'The PyTorch loop has no {layer["activation"]!r} ' 'activation.'
+      )
     modules.append(module)
     # Flatten in Keras' (H, W, C) order, so its weights load as they are.
-    steps.append(_step(module, activations[layer['activation']],
-                       channels_last=kind == 'Flatten'))
+    steps.append(
+      _step(
+        module,
+        activations[layer['activation']],
+        channels_last=kind == 'Flatten',
+      )
+    )
     with torch.no_grad():
       shape = list(steps[-1](torch.zeros([1] + shape)).shape[1:])
 
   class KerasChain(nn.Module):
-
     def __init__(self):
       super().__init__()
       self.layers = modules
@@ -169,12 +200,16 @@ _KERAS_TO_TORCH_CONV = (3, 2, 0, 1)
 _TORCH_TO_KERAS_CONV = (2, 3, 1, 0)
 
 
-def _relayout(weights: Sequence[np.ndarray],
-              conv_axes: Sequence[int]) -> list[np.ndarray]:
+def _relayout(
+  weights: Sequence[np.ndarray], conv_axes: Sequence[int]
+) -> list[np.ndarray]:
   """Kernels moved between Keras' and PyTorch's layouts; biases as they are."""
-  return [np.ascontiguousarray(
-      w.transpose(conv_axes) if w.ndim == 4 else w.T if w.ndim == 2 else w)
-          for w in weights]
+  return [
+    np.ascontiguousarray(
+      w.transpose(conv_axes) if w.ndim == 4 else w.T if w.ndim == 2 else w
+    )
+    for w in weights
+  ]
 
 
 class PyTorchFedAvg:
@@ -185,22 +220,34 @@ class PyTorchFedAvg:
   compared with `benchmark.PlainTFFedAvg` and TFF's FedAvg.
   """
 
-  def __init__(self, clients, model_plan: dict, local_epochs: int,
-               batch_size: int, learning_rate: float, momentum: float,
-               seed: int = 0,
-               initial_weights: Optional[Sequence[np.ndarray]] = None):
-    import torch  # pylint: disable=g-import-not-at-top
+  def __init__(
+    self,
+    clients,
+    model_plan: dict,
+    local_epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    momentum: float,
+    seed: int = 0,
+    initial_weights: Optional[Sequence[np.ndarray]] = None,
+  ):
+    import torch
+
     self._torch = torch
     torch.manual_seed(seed)
     self._model = _torch_model(model_plan)
     self._params = list(self._model.parameters())
-    self._optimizer = torch.optim.SGD(self._params, lr=learning_rate,
-                                      momentum=momentum)
+    self._optimizer = torch.optim.SGD(
+      self._params, lr=learning_rate, momentum=momentum
+    )
     # NCHW tensors made once: the loop reads batches from memory.
     self._clients = [
-        (torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))),
-         torch.from_numpy(y.astype(np.int64).reshape(-1)))
-        for x, y in clients]
+      (
+        torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))),
+        torch.from_numpy(y.astype(np.int64).reshape(-1)),
+      )
+      for x, y in clients
+    ]
     self._local_epochs = local_epochs
     self._batch_size = batch_size
     self._rng = np.random.default_rng(seed)
@@ -226,7 +273,7 @@ class PyTorchFedAvg:
       for _ in range(self._local_epochs):
         order = torch.from_numpy(self._rng.permutation(len(y)))
         for i in range(0, len(y), self._batch_size):
-          batch = order[i:i + self._batch_size]
+          batch = order[i : i + self._batch_size]
           self._optimizer.zero_grad(set_to_none=True)
           loss_fn(self._model(x[batch]), y[batch]).backward()
           self._optimizer.step()
@@ -247,11 +294,18 @@ def time_rounds(run_round: Callable[[], None], repeats: int) -> list[float]:
   return seconds
 
 
-def run_in(python: str, clients, model_plan: dict, local_epochs: int,
-           batch_size: int, learning_rate: float, momentum: float,
-           repeats: int = 3, seed: int = 0,
-           initial_weights: Optional[Sequence[np.ndarray]] = None
-           ) -> tuple[list[float], list[np.ndarray]]:
+def run_in(
+  python: str,
+  clients,
+  model_plan: dict,
+  local_epochs: int,
+  batch_size: int,
+  learning_rate: float,
+  momentum: float,
+  repeats: int = 3,
+  seed: int = 0,
+  initial_weights: Optional[Sequence[np.ndarray]] = None,
+) -> tuple[list[float], list[np.ndarray]]:
   """`PyTorchFedAvg` timed by the interpreter `python` (one with torch).
 
   Args:
@@ -281,15 +335,24 @@ def run_in(python: str, clients, model_plan: dict, local_epochs: int,
     plan_path = os.path.join(tmp, 'model_plan.json')
     with open(plan_path, 'w') as f:
       json.dump(model_plan, f)
-    np.savez(clients_path,
-             **{f'x{i}': x for i, (x, _) in enumerate(clients)},
-             **{f'y{i}': y for i, (_, y) in enumerate(clients)})
-    command = [python, _THIS_FILE,
-               f'--clients={clients_path}', f'--model_plan={plan_path}',
-               f'--local_epochs={local_epochs}', f'--batch_size={batch_size}',
-               f'--learning_rate={learning_rate}', f'--momentum={momentum}',
-               f'--repeats={repeats}', f'--seed={seed}',
-               f'--weights_out={weights_out}']
+    np.savez(
+      clients_path,
+      **{f'x{i}': x for i, (x, _) in enumerate(clients)},
+      **{f'y{i}': y for i, (_, y) in enumerate(clients)},
+    )
+    command = [
+      python,
+      _THIS_FILE,
+      f'--clients={clients_path}',
+      f'--model_plan={plan_path}',
+      f'--local_epochs={local_epochs}',
+      f'--batch_size={batch_size}',
+      f'--learning_rate={learning_rate}',
+      f'--momentum={momentum}',
+      f'--repeats={repeats}',
+      f'--seed={seed}',
+      f'--weights_out={weights_out}',
+    ]
     if initial_weights is not None:
       _save_weights(weights_in, initial_weights)
       command.append(f'--initial_weights={weights_in}')
@@ -317,29 +380,46 @@ def _load_clients(path: str):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--clients', required=True,
-                      help='.npz with x0, y0, x1, y1, ... (x as NHWC).')
-  parser.add_argument('--model_plan', required=True,
-                      help='.json of layer_plan(keras_model).')
+  parser.add_argument(
+    '--clients',
+    required=True,
+    help='.npz with x0, y0, x1, y1, ... (x as NHWC).',
+  )
+  parser.add_argument(
+    '--model_plan', required=True, help='.json of layer_plan(keras_model).'
+  )
   parser.add_argument('--local_epochs', type=int, default=5)
   parser.add_argument('--batch_size', type=int, default=64)
   parser.add_argument('--learning_rate', type=float, default=0.01)
   parser.add_argument('--momentum', type=float, default=0.9)
-  parser.add_argument('--repeats', type=int, default=3,
-                      help='Timed rounds after one warm-up round.')
+  parser.add_argument(
+    '--repeats',
+    type=int,
+    default=3,
+    help='Timed rounds after one warm-up round.',
+  )
   parser.add_argument('--seed', type=int, default=0)
-  parser.add_argument('--initial_weights', help='.npz of w0, w1, ... '
-                      '(Keras order and layout).')
-  parser.add_argument('--weights_out',
-                      help='Where the final global weights go (.npz).')
+  parser.add_argument(
+    '--initial_weights', help='.npz of w0, w1, ... ' '(Keras order and layout).'
+  )
+  parser.add_argument(
+    '--weights_out', help='Where the final global weights go (.npz).'
+  )
   args = parser.parse_args(argv)
   with open(args.model_plan) as f:
     model_plan = json.load(f)
   loop = PyTorchFedAvg(
-      _load_clients(args.clients), model_plan, args.local_epochs,
-      args.batch_size, args.learning_rate, args.momentum, args.seed,
-      initial_weights=(_load_weights(args.initial_weights)
-                       if args.initial_weights else None))
+    _load_clients(args.clients),
+    model_plan,
+    args.local_epochs,
+    args.batch_size,
+    args.learning_rate,
+    args.momentum,
+    args.seed,
+    initial_weights=(
+      _load_weights(args.initial_weights) if args.initial_weights else None
+    ),
+  )
   seconds = time_rounds(loop.run_round, args.repeats)
   if args.weights_out:
     _save_weights(args.weights_out, loop.global_weights)

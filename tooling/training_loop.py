@@ -47,9 +47,16 @@ from tasks import datasets
 from tff_methods import model_lib
 
 # Settings that may change between a run and its resumption.
-RESUMABLE_KEYS = ('rounds', 'verbosity', 'progress', 'max_concurrent_clients',
-                  'output_dir', 'data_dir', 'cache_dir',
-                  'restart_client_states')
+RESUMABLE_KEYS = (
+  'rounds',
+  'verbosity',
+  'progress',
+  'max_concurrent_clients',
+  'output_dir',
+  'data_dir',
+  'cache_dir',
+  'restart_client_states',
+)
 CONFIG_FILE = 'experiment.json'
 
 
@@ -83,8 +90,9 @@ class DiskFullError(ValueError):
 _NO_SPACE = 'No space left on device'
 
 
-def disk_full_error(error: BaseException, output_dir: str
-                    ) -> Optional[DiskFullError]:
+def disk_full_error(
+  error: BaseException, output_dir: str
+) -> Optional[DiskFullError]:
   """`error` as one line if a full disk caused it (else None).
 
   A full disk shows up as Python's `OSError` (ENOSPC) when this process
@@ -102,9 +110,10 @@ def disk_full_error(error: BaseException, output_dir: str
     return None
   done = saved_round(output_dir)
   return DiskFullError(
-      f'No space left on the device writing {path}. Free some space and run '
-      'the same command again: it resumes from the last saved round '
-      f'({done}), and nothing saved before is lost.')
+    f'No space left on the device writing {path}. Free some space and run '
+    'the same command again: it resumes from the last saved round '
+    f'({done}), and nothing saved before is lost.'
+  )
 
 
 def make_output_dir(output_dir: str) -> str:
@@ -118,8 +127,9 @@ def make_output_dir(output_dir: str) -> str:
     with tempfile.TemporaryFile(dir=output_dir):
       pass
   except OSError as e:
-    raise ValueError(f'--output_dir={output_dir} cannot be written: '
-                     f'{e.strerror or e}.') from None
+    raise ValueError(
+      f'--output_dir={output_dir} cannot be written: ' f'{e.strerror or e}.'
+    ) from None
   return output_dir
 
 
@@ -139,8 +149,9 @@ def output_dir_lock(output_dir: str):
   try:
     lock = open(os.path.join(output_dir, LOCK_FILE), 'a+')
   except OSError as e:
-    raise ValueError(f'--output_dir={output_dir} cannot be written: '
-                     f'{e.strerror or e}.') from None
+    raise ValueError(
+      f'--output_dir={output_dir} cannot be written: ' f'{e.strerror or e}.'
+    ) from None
   try:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
@@ -148,9 +159,10 @@ def output_dir_lock(output_dir: str):
     holder = lock.read().strip() or 'another process'
     lock.close()
     raise OutputDirInUseError(
-        f'--output_dir={output_dir} is in use by another run (process '
-        f'{holder}); wait for it to end, or use another output '
-        'directory.') from None
+      f'--output_dir={output_dir} is in use by another run (process '
+      f'{holder}); wait for it to end, or use another output '
+      'directory.'
+    ) from None
   try:
     lock.seek(0)
     lock.truncate()
@@ -175,10 +187,10 @@ def _explain_client_state_failure(client_states, cohort, round_num) -> None:
   bad = client_states.unreadable_files(cohort, round_num)
   if bad:
     raise ClientStateError(
-        f'Round {round_num}: the client state file {bad[0]} cannot be read '
-        f'(truncated or corrupt{_more(len(bad) - 1)}'
-        '). Restore it, or delete it: its client then reads its version '
-        'before it, and the run no longer repeats an uninterrupted one.'
+      f'Round {round_num}: the client state file {bad[0]} cannot be read '
+      f'(truncated or corrupt{_more(len(bad) - 1)}'
+      '). Restore it, or delete it: its client then reads its version '
+      'before it, and the run no longer repeats an uninterrupted one.'
     ) from None
 
 
@@ -207,37 +219,45 @@ def _load_newest_readable(state_manager, structure):
   for version in versions:
     try:
       return _await(state_manager.load(version, structure)), version
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(f'round {version}: {type(e).__name__}')
       # TFF's manager names a version's directory; a path it does not parse
       # as a version is left alone by it.
-      path = state_manager._get_path_for_version(  # pylint: disable=protected-access
-          version)
+      path = state_manager._get_path_for_version(version)
       if os.path.exists(path):
         os.replace(path, path + '.unreadable')
-      logging.warning('The checkpoint of round %d cannot be read (%s: %s); '
-                      'it is kept as %s.unreadable, and the run resumes '
-                      'from the one before.', version, type(e).__name__,
-                      str(e).splitlines()[0] if str(e) else '', path)
+      logging.warning(
+        'The checkpoint of round %d cannot be read (%s: %s); '
+        'it is kept as %s.unreadable, and the run resumes '
+        'from the one before.',
+        version,
+        type(e).__name__,
+        str(e).splitlines()[0] if str(e) else '',
+        path,
+      )
   if errors:
     path = getattr(state_manager, '_root_dir', 'program_state')
     raise CheckpointError(
-        f'No checkpoint in {path} can be read ({"; ".join(errors)}). Delete '
-        'that directory to start the run over.')
+      f'No checkpoint in {path} can be read ({"; ".join(errors)}). Delete '
+      'that directory to start the run over.'
+    )
   return None, 0
 
 
 def saved_round(output_dir: str) -> int:
   """The round of the newest program state saved in `output_dir` (0: none)."""
   manager = tff.program.FileProgramStateManager(
-      os.path.join(output_dir, 'program_state'))
+    os.path.join(output_dir, 'program_state')
+  )
   versions = _await(manager.get_versions())
   return max(versions) if versions else 0
 
 
 def experiment_config_differences(
-    output_dir: str, config: Mapping[str, Any],
-    defaults: Optional[Mapping[str, Any]] = None) -> list[str]:
+  output_dir: str,
+  config: Mapping[str, Any],
+  defaults: Optional[Mapping[str, Any]] = None,
+) -> list[str]:
   """Each setting in which `config` differs from the one saved in `output_dir`.
 
   A setting the saved config does not record (one that did not exist when
@@ -254,13 +274,18 @@ def experiment_config_differences(
   defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
   saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
   keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
-  return [f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
-          for k in sorted(keys) if saved.get(k) != config.get(k)]
+  return [
+    f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
+    for k in sorted(keys)
+    if saved.get(k) != config.get(k)
+  ]
 
 
-def check_experiment_config(output_dir: str, config: Mapping[str, Any],
-                            defaults: Optional[Mapping[str, Any]] = None
-                            ) -> None:
+def check_experiment_config(
+  output_dir: str,
+  config: Mapping[str, Any],
+  defaults: Optional[Mapping[str, Any]] = None,
+) -> None:
   """Writes `config` to `output_dir`, or checks it matches the one there.
 
   Raises:
@@ -272,12 +297,17 @@ def check_experiment_config(output_dir: str, config: Mapping[str, Any],
   differences = experiment_config_differences(output_dir, config, defaults)
   if differences:
     raise ValueError(
-        f'--output_dir={output_dir} holds a checkpoint of a different '
-        'experiment (' + '; '.join(differences) + '). Use a new '
-        'output directory, or the same settings to resume.')
+      f'--output_dir={output_dir} holds a checkpoint of a different '
+      'experiment (' + '; '.join(differences) + '). Use a new '
+      'output directory, or the same settings to resume.'
+    )
   with open(os.path.join(output_dir, CONFIG_FILE), 'w') as f:
-    json.dump(json.loads(json.dumps(dict(config), default=str)), f,
-              indent=2, sort_keys=True)
+    json.dump(
+      json.loads(json.dumps(dict(config), default=str)),
+      f,
+      indent=2,
+      sort_keys=True,
+    )
 
 
 def _flatten(metrics: Mapping[str, Any], prefix: str = '') -> dict:
@@ -297,37 +327,40 @@ def train_metrics(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
   return client_work.get('train', {})
 
 
-def _check_client_states(metrics, cohort, expected_read_versions,
-                         client_states) -> None:
+def _check_client_states(
+  metrics, cohort, expected_read_versions, client_states
+) -> None:
   """Every client wrote its state, and read the version the store holds."""
   written = int(metrics['client_states']['written'])
   if written != len(cohort):
     raise RuntimeError(
-        f'{len(cohort) - written} of the round\'s {len(cohort)} clients did '
-        f'not write their state under {client_states.directory}.')
+      f"{len(cohort) - written} of the round's {len(cohort)} clients did "
+      f'not write their state under {client_states.directory}.'
+    )
   read = int(metrics['client_states']['read_version_sum'])
   if read != sum(expected_read_versions):
     raise RuntimeError(
-        f'The round\'s clients read other versions of their state than '
-        f'{client_states.directory} holds (versions summing to {read}, '
-        f'expected {sum(expected_read_versions)}): a stale listing of a '
-        'shared file system, or another run writing to the same directory.')
+      f"The round's clients read other versions of their state than "
+      f'{client_states.directory} holds (versions summing to {read}, '
+      f'expected {sum(expected_read_versions)}): a stale listing of a '
+      'shared file system, or another run writing to the same directory.'
+    )
 
 
 def run_training(
-    process: tff.learning.templates.LearningProcess,
-    client_ids: Sequence[str],
-    clients_per_round: int,
-    total_rounds: int,
-    output_dir: str,
-    initial_weights: tff.learning.models.ModelWeights,
-    seed: int = 0,
-    evaluate_fn: Optional[Callable[[Any], Mapping[str, float]]] = None,
-    rounds_per_eval: int = 1,
-    rounds_per_checkpoint: int = 1,
-    progress: bool = True,
-    round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
-    client_key_fn: Optional[Callable[[str, int], Any]] = None,
+  process: tff.learning.templates.LearningProcess,
+  client_ids: Sequence[str],
+  clients_per_round: int,
+  total_rounds: int,
+  output_dir: str,
+  initial_weights: tff.learning.models.ModelWeights,
+  seed: int = 0,
+  evaluate_fn: Optional[Callable[[Any], Mapping[str, float]]] = None,
+  rounds_per_eval: int = 1,
+  rounds_per_checkpoint: int = 1,
+  progress: bool = True,
+  round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
+  client_key_fn: Optional[Callable[[str, int], Any]] = None,
 ) -> dict:
   """Runs (or resumes) federated training and returns the final results.
 
@@ -356,21 +389,25 @@ def run_training(
   """
   if not 1 <= clients_per_round <= len(client_ids):
     raise ValueError(
-        f'clients_per_round={clients_per_round} must be in [1, '
-        f'{len(client_ids)}] (the number of clients).')
+      f'clients_per_round={clients_per_round} must be in [1, '
+      f'{len(client_ids)}] (the number of clients).'
+    )
   state = process.initialize()
   state = process.set_model_weights(state, initial_weights)
-  program_state = collections.OrderedDict(state=state, round_num=0,
-                                          rejected_rounds=0)
+  program_state = collections.OrderedDict(
+    state=state, round_num=0, rejected_rounds=0
+  )
   state_manager = tff.program.FileProgramStateManager(
-      os.path.join(output_dir, 'program_state'), keep_total=2,
-      keep_first=False)
+    os.path.join(output_dir, 'program_state'), keep_total=2, keep_first=False
+  )
   # Processes with per-client state (`tff_methods.stateful`): their
   # clients' files, written by round.
   client_states = getattr(process, 'client_states', None)
   if client_states is not None and client_key_fn is None:
-    raise ValueError('A process with per-client state needs client_key_fn: '
-                     'its clients are keyed by client and round.')
+    raise ValueError(
+      'A process with per-client state needs client_key_fn: '
+      'its clients are keyed by client and round.'
+    )
   loaded, version = _load_newest_readable(state_manager, program_state)
   if loaded is not None:
     program_state = loaded
@@ -379,10 +416,12 @@ def run_training(
   start_round = int(program_state['round_num'])
   rejected_rounds = int(program_state['rejected_rounds'])
   release_managers = [
-      tff.program.CSVFileReleaseManager(
-          os.path.join(output_dir, 'metrics.csv'), key_fieldname='round'),
-      tff.program.TensorBoardReleaseManager(
-          os.path.join(output_dir, 'tensorboard')),
+    tff.program.CSVFileReleaseManager(
+      os.path.join(output_dir, 'metrics.csv'), key_fieldname='round'
+    ),
+    tff.program.TensorBoardReleaseManager(
+      os.path.join(output_dir, 'tensorboard')
+    ),
   ]
 
   def release(metrics, round_num):
@@ -395,36 +434,52 @@ def run_training(
   trained_since_save, trained_before_save = set(), set()
 
   def save(round_num):
-    _await(state_manager.save(collections.OrderedDict(
-        state=state, round_num=round_num, rejected_rounds=rejected_rounds),
-                                   version=round_num))
+    _await(
+      state_manager.save(
+        collections.OrderedDict(
+          state=state, round_num=round_num, rejected_rounds=rejected_rounds
+        ),
+        version=round_num,
+      )
+    )
     if client_states is not None:
       oldest_kept = min(_await(state_manager.get_versions()) or [round_num])
-      client_states.prune(sorted(trained_since_save | trained_before_save),
-                          oldest_kept)
+      client_states.prune(
+        sorted(trained_since_save | trained_before_save), oldest_kept
+      )
       trained_before_save.clear()
       trained_before_save.update(trained_since_save)
       trained_since_save.clear()
 
-  bar = tqdm.tqdm(total=total_rounds, initial=start_round, unit='round',
-                  disable=not progress, dynamic_ncols=True)
+  bar = tqdm.tqdm(
+    total=total_rounds,
+    initial=start_round,
+    unit='round',
+    disable=not progress,
+    dynamic_ncols=True,
+  )
   eval_metrics = {}
   durations = []
   # The global model of `state`, once fetched (a TFF call per fetch).
   weights = None
   try:
     for round_num in range(start_round + 1, total_rounds + 1):
-      cohort = datasets.sample_clients(client_ids, clients_per_round,
-                                       round_num, seed)
+      cohort = datasets.sample_clients(
+        client_ids, clients_per_round, round_num, seed
+      )
       started = time.monotonic()
-      keys = (cohort if client_key_fn is None else
-              [client_key_fn(c, round_num) for c in cohort])
+      keys = (
+        cohort
+        if client_key_fn is None
+        else [client_key_fn(c, round_num) for c in cohort]
+      )
       if client_states is not None:
-        expected_reads = [client_states.expected_read_version(c, round_num)
-                          for c in cohort]
+        expected_reads = [
+          client_states.expected_read_version(c, round_num) for c in cohort
+        ]
       try:
         output = process.next(state, keys)
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         _explain_client_state_failure(client_states, cohort, round_num)
         raise
       seconds = time.monotonic() - started
@@ -437,9 +492,11 @@ def run_training(
       # non-finite global model (e.g. from a custom server rule) is caught
       # here. Either way the round is rejected and the model kept.
       finalizer_skipped = bool(
-          metrics.get('finalizer', {}).get('update_non_finite', 0))
-      new_weights = (None if finalizer_skipped else
-                     process.get_model_weights(output.state))
+        metrics.get('finalizer', {}).get('update_non_finite', 0)
+      )
+      new_weights = (
+        None if finalizer_skipped else process.get_model_weights(output.state)
+      )
       if new_weights is not None and model_lib.all_finite(new_weights):
         state, weights = output.state, new_weights
         metrics['rejected'] = 0
@@ -450,26 +507,30 @@ def run_training(
           # The clients' new states belong to the rejected model.
           client_states.discard(cohort, round_num)
         logging.warning(
-            'Round %d: the averaged update is not finite (a diverged '
-            'update); the round is rejected and the model kept.', round_num)
-        bar.write(f'round {round_num}: non-finite update rejected, model '
-                  'kept')
+          'Round %d: the averaged update is not finite (a diverged '
+          'update); the round is rejected and the model kept.',
+          round_num,
+        )
+        bar.write(
+          f'round {round_num}: non-finite update rejected, model ' 'kept'
+        )
       metrics['seconds'] = seconds
-      if evaluate_fn is not None and (round_num % rounds_per_eval == 0 or
-                                      round_num == total_rounds):
+      if evaluate_fn is not None and (
+        round_num % rounds_per_eval == 0 or round_num == total_rounds
+      ):
         if weights is None:  # No round accepted since the (re)start.
           weights = process.get_model_weights(state)
         eval_metrics = dict(evaluate_fn(weights))
         metrics['eval'] = eval_metrics
       release(metrics, round_num)
-      if (round_num % rounds_per_checkpoint == 0 or
-          round_num == total_rounds):
+      if round_num % rounds_per_checkpoint == 0 or round_num == total_rounds:
         save(round_num)
       train = train_metrics(metrics)
       postfix = collections.OrderedDict(
-          loss=f"{float(train.get('loss', np.nan)):.3f}",
-          acc=f"{eval_metrics.get('accuracy', np.nan):.3f}",
-          s_per_round=f'{seconds:.2f}')
+        loss=f"{float(train.get('loss', np.nan)):.3f}",
+        acc=f"{eval_metrics.get('accuracy', np.nan):.3f}",
+        s_per_round=f'{seconds:.2f}',
+      )
       bar.set_postfix(postfix, refresh=False)
       bar.update(1)
       if round_hook is not None:
@@ -480,9 +541,12 @@ def run_training(
     weights = process.get_model_weights(state)
   if evaluate_fn is not None and not eval_metrics:
     eval_metrics = dict(evaluate_fn(weights))
-  return dict(rounds=total_rounds,
-              final_weights=weights,
-              final_eval=eval_metrics,
-              rejected_rounds=rejected_rounds,
-              seconds_per_round=(float(np.median(durations))
-                                 if durations else float('nan')))
+  return dict(
+    rounds=total_rounds,
+    final_weights=weights,
+    final_eval=eval_metrics,
+    rejected_rounds=rejected_rounds,
+    seconds_per_round=(
+      float(np.median(durations)) if durations else float('nan')
+    ),
+  )

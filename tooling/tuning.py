@@ -46,6 +46,7 @@ class GridPoint:
   `method` is the row's name: a method, or a reference row of
   `comparison.REFERENCE_ROWS` (trained as FedAvg with the row's settings).
   """
+
   method: str
   client_learning_rate: float
   server_learning_rate: float = None
@@ -65,32 +66,47 @@ class GridPoint:
 
   def arm(self) -> comparison.Arm:
     if self.method in comparison.REFERENCE_ROWS:
-      return comparison.Arm(self.label, 'fedavg', dict(
-          comparison.REFERENCE_ROWS[self.method], **self.settings()))
+      return comparison.Arm(
+        self.label,
+        'fedavg',
+        dict(comparison.REFERENCE_ROWS[self.method], **self.settings()),
+      )
     return comparison.Arm(self.label, self.method, self.settings())
 
 
-def grid(methods: Sequence[str], client_learning_rates: Sequence[float],
-         server_learning_rates: Sequence[float]) -> list[GridPoint]:
+def grid(
+  methods: Sequence[str],
+  client_learning_rates: Sequence[float],
+  server_learning_rates: Sequence[float],
+) -> list[GridPoint]:
   """Every row's grid points, in order (reference rows by their names)."""
   if not client_learning_rates:
     raise ValueError('--client_learning_rates is empty: name at least one.')
   points = []
   for method in methods:
-    server = (server_learning_rates if method not in comparison.REFERENCE_ROWS
-              and tunes_server_learning_rate(method) else [None])
+    server = (
+      server_learning_rates
+      if method not in comparison.REFERENCE_ROWS
+      and tunes_server_learning_rate(method)
+      else [None]
+    )
     if not server:
-      raise ValueError(f'{method} tunes its server learning rate: '
-                       '--server_learning_rates is empty.')
+      raise ValueError(
+        f'{method} tunes its server learning rate: '
+        '--server_learning_rates is empty.'
+      )
     for client_lr in client_learning_rates:
       for server_lr in server:
         points.append(GridPoint(method, client_lr, server_lr))
   return points
 
 
-def plan(base: experiment.ExperimentConfig, points: Sequence[GridPoint],
-         seeds: Sequence[int], output_dir: str
-         ) -> list[experiment.ExperimentConfig]:
+def plan(
+  base: experiment.ExperimentConfig,
+  points: Sequence[GridPoint],
+  seeds: Sequence[int],
+  output_dir: str,
+) -> list[experiment.ExperimentConfig]:
   """The runs of the search, evaluated on held-out training data.
 
   Raises:
@@ -101,10 +117,13 @@ def plan(base: experiment.ExperimentConfig, points: Sequence[GridPoint],
   return comparison.plan(base, [p.arm() for p in points], seeds, output_dir)
 
 
-def choose(output_dir: str, points: Sequence[GridPoint],
-           seeds: Sequence[int], last_rounds: int = 1,
-           shared_settings: Optional[Mapping[str, Any]] = None
-           ) -> dict[str, dict[str, Any]]:
+def choose(
+  output_dir: str,
+  points: Sequence[GridPoint],
+  seeds: Sequence[int],
+  last_rounds: int = 1,
+  shared_settings: Optional[Mapping[str, Any]] = None,
+) -> dict[str, dict[str, Any]]:
   """By method: its best grid point's settings and validation accuracy.
 
   The accuracy is the final one, averaged over the last `last_rounds`
@@ -114,56 +133,93 @@ def choose(output_dir: str, points: Sequence[GridPoint],
   with each choice, so that `compare --settings_from` trains as the search
   did even where a comparison's own flags differ.
   """
-  summaries = {s.method: s for s in comparison.summarize(
-      output_dir, [p.label for p in points], seeds, target_accuracy=1.0,
-      last_rounds=last_rounds)}
+  summaries = {
+    s.method: s
+    for s in comparison.summarize(
+      output_dir,
+      [p.label for p in points],
+      seeds,
+      target_accuracy=1.0,
+      last_rounds=last_rounds,
+    )
+  }
   chosen = {}
   for point in points:
     accuracy = summaries[point.label].final_accuracy[0]
     best = chosen.get(point.method)
     if best is None or accuracy > best['validation_accuracy']:
-      chosen[point.method] = dict(shared_settings or {}, **point.settings(),
-                                  validation_accuracy=accuracy)
+      chosen[point.method] = dict(
+        shared_settings or {}, **point.settings(), validation_accuracy=accuracy
+      )
   return chosen
 
 
-def write_report(output_dir: str, points: Sequence[GridPoint],
-                 seeds: Sequence[int], chosen: Mapping[str, Mapping[str, Any]],
-                 title: str, last_rounds: int = 1) -> dict[str, str]:
+def write_report(
+  output_dir: str,
+  points: Sequence[GridPoint],
+  seeds: Sequence[int],
+  chosen: Mapping[str, Mapping[str, Any]],
+  title: str,
+  last_rounds: int = 1,
+) -> dict[str, str]:
   """tuning.json, tuning.md and `validation_<method>.png`; their paths."""
   os.makedirs(output_dir, exist_ok=True)
-  paths = dict(json=os.path.join(output_dir, 'tuning.json'),
-               markdown=os.path.join(output_dir, 'tuning.md'))
+  paths = dict(
+    json=os.path.join(output_dir, 'tuning.json'),
+    markdown=os.path.join(output_dir, 'tuning.md'),
+  )
   with open(paths['json'], 'w') as f:
     json.dump(dict(chosen), f, indent=2, sort_keys=True)
-  summaries = {s.method: s for s in comparison.summarize(
-      output_dir, [p.label for p in points], seeds, target_accuracy=1.0,
-      last_rounds=last_rounds)}
-  final = ('Final validation accuracy' if last_rounds == 1 else
-           f'Validation accuracy over the last {last_rounds} rounds')
-  lines = [f'# {title}', '',
-           f'{final} (%), mean over seeds '
-           f'{", ".join(map(str, seeds))}; chosen settings in bold.', '',
-           '| method | client lr | server lr | validation accuracy (%) |',
-           '|---|---|---|---|']
+  summaries = {
+    s.method: s
+    for s in comparison.summarize(
+      output_dir,
+      [p.label for p in points],
+      seeds,
+      target_accuracy=1.0,
+      last_rounds=last_rounds,
+    )
+  }
+  final = (
+    'Final validation accuracy'
+    if last_rounds == 1
+    else f'Validation accuracy over the last {last_rounds} rounds'
+  )
+  lines = [
+    f'# {title}',
+    '',
+    f'{final} (%), mean over seeds '
+    f'{", ".join(map(str, seeds))}; chosen settings in bold.',
+    '',
+    '| method | client lr | server lr | validation accuracy (%) |',
+    '|---|---|---|---|',
+  ]
   for point in points:
     accuracy = summaries[point.label].final_accuracy[0] * 100
     best = chosen[point.method]
-    mark = '**' if all(best.get(k) == v
-                       for k, v in point.settings().items()) else ''
-    server = ('' if point.server_learning_rate is None
-              else f'{mark}{point.server_learning_rate:g}{mark}')
-    lines.append(f'| {point.method} | {mark}{point.client_learning_rate:g}'
-                 f'{mark} | {server} | {accuracy:.2f} |')
+    mark = (
+      '**' if all(best.get(k) == v for k, v in point.settings().items()) else ''
+    )
+    server = (
+      ''
+      if point.server_learning_rate is None
+      else f'{mark}{point.server_learning_rate:g}{mark}'
+    )
+    lines.append(
+      f'| {point.method} | {mark}{point.client_learning_rate:g}'
+      f'{mark} | {server} | {accuracy:.2f} |'
+    )
   with open(paths['markdown'], 'w') as f:
     f.write('\n'.join(lines) + '\n')
   for method in dict.fromkeys(p.method for p in points):
     labels = [p.label for p in points if p.method == method]
     figure = comparison.plot_accuracy(
-        output_dir, labels, seeds, f'{method}: validation accuracy')
+      output_dir, labels, seeds, f'{method}: validation accuracy'
+    )
     name = method.replace('+', '_plus_')
-    paths[f'curves_{method}'] = os.path.join(output_dir,
-                                             f'validation_{name}.png')
+    paths[f'curves_{method}'] = os.path.join(
+      output_dir, f'validation_{name}.png'
+    )
     os.replace(figure, paths[f'curves_{method}'])
   return paths
 
@@ -181,12 +237,18 @@ def read_settings(path: str) -> dict[str, dict[str, Any]]:
   except OSError as e:
     raise ValueError(f'--settings_from={path}: {e.strerror or e}.') from None
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ValueError(f'--settings_from={path} is not JSON ({e}); give a '
-                     "tune run's tuning.json.") from None
+    raise ValueError(
+      f'--settings_from={path} is not JSON ({e}); give a '
+      "tune run's tuning.json."
+    ) from None
   if not isinstance(chosen, dict) or not all(
-      isinstance(settings, dict) for settings in chosen.values()):
-    raise ValueError(f'--settings_from={path} is not a tune run\'s '
-                     'tuning.json ({method: {setting: value}}).')
-  return {method: {k: v for k, v in settings.items()
-                   if k != 'validation_accuracy'}
-          for method, settings in chosen.items()}
+    isinstance(settings, dict) for settings in chosen.values()
+  ):
+    raise ValueError(
+      f"--settings_from={path} is not a tune run's "
+      'tuning.json ({method: {setting: value}}).'
+    )
+  return {
+    method: {k: v for k, v in settings.items() if k != 'validation_accuracy'}
+    for method, settings in chosen.items()
+  }

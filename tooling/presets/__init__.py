@@ -32,16 +32,21 @@ Row = base.Row
 describe = base.describe
 # By name, in the papers' order.
 PRESETS: dict[str, Preset] = {
-    preset.name: preset
-    for paper in (fedcka, fedmax, fedcos, fed2) for preset in paper.PRESETS}
+  preset.name: preset
+  for paper in (fedcka, fedmax, fedcos, fed2)
+  for preset in paper.PRESETS
+}
 assert len(PRESETS) == sum(
-    len(paper.PRESETS) for paper in (fedcka, fedmax, fedcos, fed2))
+  len(paper.PRESETS) for paper in (fedcka, fedmax, fedcos, fed2)
+)
 
 
 def get(name: str) -> Preset:
   """The preset `name`; raises naming the presets there are."""
   if name not in PRESETS:
-    raise ValueError(f'--preset={name!r} is unknown; choose one of '
-                     f'{", ".join(PRESETS)} (list them with '
-                     'python -m binaries.presets).')
+    raise ValueError(
+      f'--preset={name!r} is unknown; choose one of '
+      f'{", ".join(PRESETS)} (list them with '
+      'python -m binaries.presets).'
+    )
   return PRESETS[name]

@@ -23,6 +23,7 @@ class Row:
     reported: The paper's numbers, in percent: `accuracy` (final), and
       where given `accuracy_std`, `best_accuracy`, `seconds_per_round`.
   """
+
   key: str
   label: str
   method: str
@@ -46,6 +47,7 @@ class Preset:
       implement (e.g. FedMA beside Fed2), shown beside the table's rows and
       never run (their `method` is empty).
   """
+
   name: str
   paper: str
   table: str
@@ -61,8 +63,10 @@ class Preset:
     for row in self.rows:
       if row.key == key:
         return row
-    raise ValueError(f'Preset {self.name!r} has no row {key!r}; choose one '
-                     f'of {", ".join(r.key for r in self.rows)}.')
+    raise ValueError(
+      f'Preset {self.name!r} has no row {key!r}; choose one '
+      f'of {", ".join(r.key for r in self.rows)}.'
+    )
 
   def shared_config(self, **overrides) -> experiment.ExperimentConfig:
     """The settings every row shares (no row's own), `overrides` last."""
@@ -70,8 +74,9 @@ class Preset:
     values.update(overrides)
     return experiment.ExperimentConfig(**values)
 
-  def config(self, key: Optional[str] = None,
-             **overrides) -> experiment.ExperimentConfig:
+  def config(
+    self, key: Optional[str] = None, **overrides
+  ) -> experiment.ExperimentConfig:
     """The `ExperimentConfig` of row `key`, with `overrides` applied last."""
     row = self.row(key)
     values = dict(self.settings)
@@ -82,16 +87,19 @@ class Preset:
     return experiment.ExperimentConfig(**values)
 
 
-def rows(table: Sequence[tuple], columns: Sequence[str], column: int,
-          std: Optional[Sequence[tuple]] = None) -> tuple[Row, ...]:
+def rows(
+  table: Sequence[tuple],
+  columns: Sequence[str],
+  column: int,
+  std: Optional[Sequence[tuple]] = None,
+) -> tuple[Row, ...]:
   """Rows for one column of a table given as (key, label, method, settings,
   value per column) tuples; `std` the same with standard deviations."""
   rows = []
   for i, (key, label, method, settings, *values) in enumerate(table):
     assert len(values) == len(columns), (key, values, columns)
     value = values[column]
-    reported = (dict(value) if isinstance(value, dict)
-                else {'accuracy': value})
+    reported = dict(value) if isinstance(value, dict) else {'accuracy': value}
     if std is not None:
       reported['accuracy_std'] = std[i][column]
     rows.append(Row(key, label, method, settings, reported))
@@ -125,19 +133,27 @@ def describe(preset: Preset, settings: bool = False) -> str:
   width = max(len(r.key) for r in preset.rows)
   for row in preset.rows:
     mark = '*' if row.key == preset.main else ' '
-    lines.append(f'  {mark} {row.key:<{width}}  {row.label:<28} paper: '
-                 f'{_format_reported(row.reported)}')
+    lines.append(
+      f'  {mark} {row.key:<{width}}  {row.label:<28} paper: '
+      f'{_format_reported(row.reported)}'
+    )
   for row in preset.references:
-    lines.append(f'    {row.key:<{width}}  {row.label:<28} paper: '
-                 f'{_format_reported(row.reported)} (reference: not run '
-                 'here)')
+    lines.append(
+      f'    {row.key:<{width}}  {row.label:<28} paper: '
+      f'{_format_reported(row.reported)} (reference: not run '
+      'here)'
+    )
   if settings:
-    lines.append('  settings: ' + ' '.join(
-        f'--{k}={v}' for k, v in preset.settings.items()))
+    lines.append(
+      '  settings: '
+      + ' '.join(f'--{k}={v}' for k, v in preset.settings.items())
+    )
     for row in preset.rows:
       if row.settings:
-        lines.append(f'    {row.key}: --method={row.method} ' + ' '.join(
-            f'--{k}={v}' for k, v in row.settings.items()))
+        lines.append(
+          f'    {row.key}: --method={row.method} '
+          + ' '.join(f'--{k}={v}' for k, v in row.settings.items())
+        )
     for note in preset.notes:
       lines.append(f'  note: {note}')
   return '\n'.join(lines)
