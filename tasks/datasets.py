@@ -36,6 +36,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import partition as partition_lib
+from tff_methods import client_keys
 
 TASK_NAMES = (
   'digits',
@@ -835,25 +836,6 @@ def load_task(
   )
 
 
-# The key of one client's data in one round: the argument of the dataset
-# computation `round_dataset_computation` builds, and of the `next` of a
-# process composed with it. Two strings, [client id, round in decimal]: a
-# tensor, not a structure, so that TFF's program platform passes a list of
-# keys as CLIENTS-placed values (it would read a list of structures as one
-# structure). `tff_methods.stateful` reads the same layout.
-CLIENT_ROUND_TYPE = tff.TensorType(np.str_, [2])
-
-
-def client_round(client_id: str, round_num: int) -> np.ndarray:
-  """The `CLIENT_ROUND_TYPE` key of `client_id`'s data in `round_num`."""
-  return np.array([client_id.encode(), str(int(round_num)).encode()])
-
-
-def split_client_round(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-  """(client id, round as int64) of a `CLIENT_ROUND_TYPE` key, in TF."""
-  return key[0], tf.strings.to_number(key[1], tf.int64)
-
-
 @dataclasses.dataclass(frozen=True)
 class LocalBatches:
   """What a client trains on in one round, as the reference code batches it.
@@ -1040,12 +1022,12 @@ def round_dataset_computation(
 
   The TFF worker reads the client's examples by its id
   (`ClientData.serializable_dataset_fn`) and batches them as `batches`
-  says: nothing but the `CLIENT_ROUND_TYPE` key is shipped.
+  says: nothing but the `client_keys.CLIENT_KEY_TYPE` key is shipped.
   """
 
-  @tff.tensorflow.computation(CLIENT_ROUND_TYPE)
+  @tff.tensorflow.computation(client_keys.CLIENT_KEY_TYPE)
   def dataset_for_client_round(key):
-    client_id, round_num = split_client_round(key)
+    client_id, round_num = client_keys.split_client_key(key)
     return batches(
       client_data.serializable_dataset_fn(client_id), client_id, round_num
     )
@@ -1071,10 +1053,10 @@ class ClientRoundDataSource(tff.program.FederatedDataSource):
 
   A `tff.program.FederatedDataSource` for `tff.learning.programs.
   train_model` and its kin: each `select(k)` is the next round's seeded
-  cohort of k clients (`sample_clients`), as `CLIENT_ROUND_TYPE` keys for a
-  process composed with `round_dataset_computation`. Its iterator is saved
-  with the program state, so a resumed program samples as the
-  uninterrupted one.
+  cohort of k clients (`sample_clients`), as `client_keys.CLIENT_KEY_TYPE`
+  keys for a process composed with `round_dataset_computation`. Its
+  iterator is saved with the program state, so a resumed program samples
+  as the uninterrupted one.
   """
 
   def __init__(self, client_ids: Sequence[str], seed: int = 0):
@@ -1083,7 +1065,7 @@ class ClientRoundDataSource(tff.program.FederatedDataSource):
 
   @property
   def federated_type(self) -> tff.FederatedType:
-    return tff.FederatedType(CLIENT_ROUND_TYPE, tff.CLIENTS)
+    return tff.FederatedType(client_keys.CLIENT_KEY_TYPE, tff.CLIENTS)
 
   def iterator(self) -> 'ClientRoundIterator':
     return ClientRoundIterator(self._client_ids, self._seed)
@@ -1099,7 +1081,7 @@ class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
 
   @property
   def federated_type(self) -> tff.FederatedType:
-    return tff.FederatedType(CLIENT_ROUND_TYPE, tff.CLIENTS)
+    return tff.FederatedType(client_keys.CLIENT_KEY_TYPE, tff.CLIENTS)
 
   def select(self, k: Optional[int] = None) -> list[np.ndarray]:
     if k is None or not 1 <= k <= len(self._client_ids):
@@ -1109,7 +1091,7 @@ class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
       )
     self.round_num += 1
     return [
-      client_round(c, self.round_num)
+      client_keys.client_key(c, self.round_num)
       for c in sample_clients(self._client_ids, k, self.round_num, self._seed)
     ]
 

@@ -38,6 +38,34 @@ MODEL_NAMES = (
   'shakespeare_lstm100',
 )
 
+# What each model exposes to the methods: the zoo's one source of these
+# facts (tests/models_test.py builds each model and checks them).
+# Its `layer_k` outputs, which FedCKA's M may not exceed:
+LAYER_OUTPUTS = {
+  'fedcka_cnn': 7,
+  'fedmax_cnn': 5,
+  'lenet': 2,
+  'mlp': 2,
+  'mlp1': 1,
+  'resnet18': 5,
+  'resnet50': 5,
+  'vgg9': 6,
+  'mobilenet': 14,
+  'shakespeare_lstm': 2,
+  'shakespeare_lstm100': 2,
+}
+# MOON's projection head `z`: built in, or built when `projection_dim` > 0.
+PROJECTION_BUILT_IN = ('fedcka_cnn',)
+TAKES_PROJECTION_DIM = ('resnet18', 'resnet50')
+
+
+def has_projection_head(name: str, projection_dim: int = 0) -> bool:
+  """Whether `get_model(name, ..., projection_dim=...)` outputs MOON's `z`."""
+  return name in PROJECTION_BUILT_IN or (
+    name in TAKES_PROJECTION_DIM and projection_dim > 0
+  )
+
+
 # MobileNet-v1 for 32x32 inputs: (filters, stride) of its 13 depthwise-
 # separable blocks after the 3x3 stem (the stem and first block keep the
 # resolution, as CIFAR versions do).

@@ -27,6 +27,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
+from tff_methods import client_keys
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
@@ -167,7 +168,7 @@ def _run(method, setup, rounds=2, **aggregation):
   measurements = []
   for round_num in range(1, rounds + 1):
     output = process.next(
-      state, [datasets.client_round(c, round_num) for c in setup['ids']]
+      state, [client_keys.client_key(c, round_num) for c in setup['ids']]
     )
     state = output.state
     weights.append(model_lib.flat_trainable(process.get_model_weights(state)))

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import report
+from tff_methods import client_keys
 
 
 @pytest.fixture(scope='module')
@@ -280,7 +281,7 @@ def test_dataset_computation_takes_a_client_and_a_round(digits):
   rounds = [
     [
       b['index'].numpy().tolist()
-      for b in computation(datasets.client_round(client, r))
+      for b in computation(client_keys.client_key(client, r))
     ]
     for r in (1, 2)
   ]

@@ -8,6 +8,7 @@ import sys
 from absl import flags
 import pytest
 
+from binaries import experiment_flags  # noqa: F401 (defines the flags)
 from tff_methods import methods
 from tff_methods import workers
 from tooling import experiment
@@ -33,7 +34,7 @@ def test_the_library_and_the_runner_share_their_defaults():
     'server_momentum',
     'temperature',
     'cka_layers',
-    'fed2_pairing',
+    'fed2_groups',
   } <= shared
   for name in shared - {'client_state_dir'}:  # the runner keeps it with a run
     assert getattr(config, name) == getattr(library, name), name
@@ -73,12 +74,6 @@ def test_the_aggregator_settings_are_checked_before_any_work():
       dp_noise_multiplier=0.5,
       num_clients=4,
       clients_per_round=2,
-    ),
-    'fed2_pairing': dict(
-      method='fed2',
-      model='vgg9',
-      aggregator='robust',
-      fed2_pairing='class_weighted',
     ),
   }
   for flag, settings in errors.items():

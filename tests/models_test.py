@@ -34,6 +34,11 @@ def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
   model = models.get_model(name, num_classes, input_shape, **kwargs)
   assert {'features', 'logits'} <= set(model.output)
   assert len(model_lib.layer_names(model)) >= (1 if name == 'mlp1' else 2)
+  # The zoo's published facts are the built model's.
+  assert len(model_lib.layer_names(model)) == models.LAYER_OUTPUTS[name]
+  assert ('z' in model.output) == models.has_projection_head(
+    name, kwargs.get('projection_dim', 0)
+  )
   # Raises if any trainable layer were off the path to the logits.
   wrapped = model_lib.logits_only(model)
   dtype = np.int32 if name.startswith('shakespeare') else np.float32

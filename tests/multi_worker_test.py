@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 
 from binaries import runtime_flags
 from tasks import datasets
+from tff_methods import client_keys
 from tff_methods import model_lib
 from tff_methods import runtime
 from tff_methods import workers
@@ -100,7 +101,7 @@ def _run_rounds(process, keras_model_fn, client_ids):
   for round_num in range(1, ROUNDS + 1):
     # Every round its own batches: the same on one worker or two.
     state = process.next(
-      state, [datasets.client_round(c, round_num) for c in client_ids]
+      state, [client_keys.client_key(c, round_num) for c in client_ids]
     ).state
   return process.get_model_weights(state).trainable
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
+from tff_methods import client_keys
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
@@ -63,7 +63,7 @@ def problem():
 def _by_key(client_data):
   """The clients' data by (client_id, round_num) key (the same each round)."""
 
-  @tff.tensorflow.computation(datasets.CLIENT_ROUND_TYPE)
+  @tff.tensorflow.computation(client_keys.CLIENT_KEY_TYPE)
   def dataset_for(key):
     return client_data.serializable_dataset_fn(key[0])
 
@@ -71,7 +71,7 @@ def _by_key(client_data):
 
 
 def _keys(client_ids, round_num):
-  return [datasets.client_round(c, round_num) for c in client_ids]
+  return [client_keys.client_key(c, round_num) for c in client_ids]
 
 
 def _build_scaffold(problem, num_clients=4):

@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 from tasks import datasets
 from tasks import models
 from tff_methods import batches_in_memory
+from tff_methods import client_keys
 from tff_methods import client_states
 from tff_methods import fedavg
 from tff_methods import fedcka
@@ -232,7 +233,7 @@ def test_cached_reference_outputs_give_the_uncached_weights(tmp_path):
       state = process.next(
         state,
         [
-          datasets.client_round(c, round_num)
+          client_keys.client_key(c, round_num)
           for c in data.client_data.client_ids
         ],
       ).state
@@ -349,7 +350,7 @@ def _rounds(process, initial, cohorts):
   outputs = []
   for round_num, cohort in enumerate(cohorts, start=1):
     output = process.next(
-      state, [datasets.client_round(c, round_num) for c in cohort]
+      state, [client_keys.client_key(c, round_num) for c in cohort]
     )
     state = output.state
     outputs.append(output)
@@ -508,7 +509,7 @@ def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
     setup['initial'],
     progress=False,
     round_hook=remember,
-    client_key_fn=datasets.client_round,
+    client_key_fn=client_keys.client_key,
   )
   assert results['rejected_rounds'] == 1
   for c in ids:

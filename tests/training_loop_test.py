@@ -3,6 +3,7 @@
 import collections
 import csv
 import dataclasses
+import json
 import os
 import sys
 
@@ -246,6 +247,19 @@ def test_partition_leaving_a_client_empty_is_refused(tmp_path):
     ValueError, match='num_clients=2000 is more than the ' '1438 examples'
   ):
     experiment.run(dataclasses.replace(config, num_clients=2000))
+
+
+def test_a_retired_setting_at_todays_behaviour_still_resumes(tmp_path):
+  config = {'method': 'fed2', 'rounds': 3}
+  for saved, differs in (('uniform', False), ('class_weighted', True)):
+    with open(tmp_path / training_loop.CONFIG_FILE, 'w') as f:
+      json.dump({'method': 'fed2', 'rounds': 2, 'fed2_pairing': saved}, f)
+    differences = training_loop.experiment_config_differences(
+      str(tmp_path), config, retired={'fed2_pairing': 'uniform'}
+    )
+    assert differences == (
+      ["fed2_pairing: saved 'class_weighted', now None"] if differs else []
+    )
 
 
 if __name__ == '__main__':

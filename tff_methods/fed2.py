@@ -22,15 +22,8 @@ Local objective: cross-entropy, as FedAvg.
 Server rule: the paper's paired averaging. Group g of every client is
 averaged with group g of the others; since the class -> group assignment
 is fixed and shared, that is coordinate averaging of the grouped model,
-weighted by examples (`pairing='uniform'`, the default).
-`pairing='class_weighted'` (`FeaturePairedMeanFactory`) is the project's
-other reading: group g's tensors and slices weighted by each client's
-examples of g's classes, counted inside the round (only counts leave the
-client). It drops the evidence a group gets from clients without its
-classes, which pushes its logits down; under strong label skew (digits, 2
-classes per client) every group's logits then drift up: over five rounds
-its training loss ends well above uniform pairing's (without group
-normalization it diverged by the fourth round).
+weighted by examples. So TFF's aggregators (robust, DP, compression,
+secure), which average coordinate by coordinate, keep the pairing.
 
 Feature interpretation (`class_preference`, `layer_total_variance`): the
 paper's Eq. 9 class-preference vector of each neuron (activation x gradient
@@ -54,7 +47,6 @@ from tff_methods import grouped_layers
 from tff_methods import local_training
 from tff_methods import model_lib
 
-PAIRINGS = ('class_weighted', 'uniform')
 NORMALIZATIONS = ('group', 'none')
 
 
@@ -288,82 +280,6 @@ def tensor_groups(keras_model_fn: model_lib.KerasModelFn) -> list[int]:
   return found
 
 
-class FeaturePairedMeanFactory(tff.aggregators.WeightedAggregationFactory):
-  """Averages shared tensors by examples, group g's by examples of g's classes.
-
-  Each client's weight is a float vector `[n, n_0, ..., n_{G-1}]`: its
-  number of examples and its number of examples of each group's classes.
-  Tensor t of group g is averaged as `sum_i n_g,i * u_t,i / sum_i n_g,i`,
-  a shared tensor with `n`, and slice g of a `STACKED` tensor (axis 0 the
-  group) as group g's. A group no sampled client holds any class of gets a
-  zero update (it keeps its weights).
-  """
-
-  def __init__(self, tensor_groups: Sequence[int]):
-    self._groups = list(tensor_groups)
-
-  def create(self, value_type, weight_type):
-    groups = self._groups
-
-    def weight_of(weight, group, rank):
-      """Tensor t's weight, broadcastable against t."""
-      if group == STACKED:
-        return tf.reshape(weight[1:], [-1] + [1] * (rank - 1))
-      return weight[group + 1]  # Slot 0 is the example count.
-
-    @tff.tensorflow.computation(value_type, weight_type)
-    def weigh(value, weight):
-      return [
-        v * weight_of(weight, g, len(v.shape)) for v, g in zip(value, groups)
-      ]
-
-    @tff.tensorflow.computation(value_type, weight_type)
-    def divide(total, weight_total):
-      return [
-        tf.math.divide_no_nan(t, weight_of(weight_total, g, len(t.shape)))
-        for t, g in zip(total, groups)
-      ]
-
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
-
-    @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(value_type, tff.CLIENTS),
-      tff.FederatedType(weight_type, tff.CLIENTS),
-    )
-    def next_fn(state, value, weight):
-      total = tff.federated_sum(tff.federated_map(weigh, (value, weight)))
-      result = tff.federated_map(divide, (total, tff.federated_sum(weight)))
-      return tff.templates.MeasuredProcessOutput(
-        state, result, tff.federated_value((), tff.SERVER)
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
-
-
-def group_weight_fn(groups: Sequence[Sequence[int]], num_classes: int):
-  """Client weight `[n, n_0, ..., n_{G-1}]` from the client's own labels.
-
-  For `local_training`'s `client_weight_fn`, from the counts of the labels
-  the client trained on; only these sums leave the client.
-  """
-  membership = np.zeros((num_classes, len(groups)), np.float32)
-  for g, classes in enumerate(groups):
-    membership[list(classes), g] = 1.0
-
-  def weight_fn(counts, default_weight):
-    per_group = tf.linalg.matvec(
-      tf.constant(membership), counts, transpose_a=True
-    )
-    # A diverged client (default weight 0) weighs nothing anywhere.
-    present = tf.cast(default_weight > 0, tf.float32)
-    return present * tf.concat([[tf.reduce_sum(counts)], per_group], 0)
-
-  return weight_fn
-
-
 def grouped_model_fn(
   plan: LayerPlan,
   num_classes: int,
@@ -392,8 +308,6 @@ def build_fed2(
   *,
   client_optimizer_fn: tff.learning.optimizers.Optimizer,
   num_groups: int = 10,
-  pairing: str = 'uniform',
-  seed: int = 0,
   server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
   dataset_computation: Optional[tff.Computation] = None,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
@@ -405,25 +319,16 @@ def build_fed2(
 
   Fed2's paired averaging puts group g of every client at the same
   coordinates of the update, so a coordinate-wise mean pairs group g with
-  group g: TFF's aggregators (robust, DP, compression, secure) keep the
-  pairing and are taken with the default pairing. The class-weighted
-  pairing weights each group by its own counts (`FeaturePairedMeanFactory`)
-  and takes no other aggregator.
+  group g (by examples: FedAvg on the grouped model). TFF's aggregators
+  (robust, DP, compression, secure) keep the pairing.
 
   Args:
     keras_model_fn: Builds the grouped model (`grouped_model_fn(...)`) with
-      the same `num_groups` and `seed`; a model without grouped layers is
+      the same `num_groups`; a model without grouped layers is
       refused.
     element_spec: The spec of one batch of client data.
     client_optimizer_fn: The client optimizer.
     num_groups: G.
-    pairing: 'uniform' (default: the paper's paired averaging, group g
-      with group g, by examples, i.e. FedAvg on the grouped model) or
-      'class_weighted' (group g weighted by each client's examples of g's
-      classes). The latter drops the negative evidence a group gets from
-      clients without its classes; under strong label skew every group's
-      logits then drift up and it trains worse.
-    seed: The seed the class -> group assignment was drawn with.
     server_optimizer_fn: SGD with learning rate 1 by default.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
       round_dataset_computation`), or a batched TFF `ClientData`; when
@@ -440,53 +345,24 @@ def build_fed2(
       cross-entropy on `logits` by default.
 
   Raises:
-    ValueError: a model without grouped layers; another `model_aggregator`
-      or `client_weighting` with the class-weighted pairing.
+    ValueError: a model without grouped layers.
   """
-  if pairing not in PAIRINGS:
-    raise ValueError(
-      f'Unknown Fed2 pairing {pairing!r}; choose one of '
-      f'{", ".join(PAIRINGS)}.'
-    )
-  num_classes = int(keras_model_fn().output['logits'].shape[-1])
   groups_of_tensors = tensor_groups(keras_model_fn)
   if num_groups > 1 and all(g == -1 for g in groups_of_tensors):
     raise ValueError(
       f'Fed2 with num_groups={num_groups} needs its grouped model '
       '(fed2.grouped_model_fn); the given model has no grouped layers.'
     )
-  shared = dict(
-    dataset_computation=dataset_computation,
-    metrics_aggregator=metrics_aggregator,
-    loss_fn=loss_fn,
-  )
-  if pairing == 'uniform':
-    return local_training.build_local_training_process(
-      keras_model_fn,
-      element_spec,
-      client_optimizer_fn,
-      server_optimizer_fn,
-      model_aggregator=model_aggregator,
-      client_weighting=client_weighting,
-      **shared,
-    )
-  if model_aggregator is not None or client_weighting is not None:
-    raise ValueError(
-      "Fed2's class-weighted pairing weights each group by its own class "
-      'counts (FeaturePairedMeanFactory), which another model_aggregator '
-      "or client_weighting would break; use pairing='uniform' with "
-      f'them (got model_aggregator={model_aggregator!r}, '
-      f'client_weighting={client_weighting!r}).'
-    )
-  groups = class_groups(num_classes, num_groups, seed)
   return local_training.build_local_training_process(
     keras_model_fn,
     element_spec,
     client_optimizer_fn,
     server_optimizer_fn,
-    model_aggregator=FeaturePairedMeanFactory(groups_of_tensors),
-    client_weight_fn=group_weight_fn(groups, num_classes),
-    **shared,
+    model_aggregator=model_aggregator,
+    client_weighting=client_weighting,
+    dataset_computation=dataset_computation,
+    metrics_aggregator=metrics_aggregator,
+    loss_fn=loss_fn,
   )
 
 

@@ -47,7 +47,6 @@ _TRAIN_SUMS = (
 
 # Client update weight from the labels the client trained on (a count per
 # class) and the default weight.
-ClientWeightFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 # The data term of the local objective: (labels, model outputs) -> scalar.
 LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
 
@@ -111,17 +110,13 @@ def build_client_update_fn(
   regularizers: Sequence[regularizers_lib.Regularizer],
   weighting: tff.learning.ClientWeighting,
   loss_fn: Optional[LossFn] = None,
-  count_labels: int = 0,
   cache_reference_outputs: bool = True,
 ):
   """The `tf.function` that trains one client.
 
   Builds the model, and truncated copies of the global and previous models
   for the outputs the regularizers declare. `loss_fn(labels, outputs)` is
-  the data term (cross-entropy on `logits` by default). With
-  `count_labels=C > 0` the train sums also hold `label_counts`, how many
-  labels of each of the C classes the client trained on (counted in the
-  training pass, so the data is read once). When the batches carry
+  the data term (cross-entropy on `logits` by default). When the batches carry
   `index` (each example's position in the client's data) and
   `cache_reference_outputs`, the reference models' outputs are computed
   once per example and round (`ReferenceOutputs`).
@@ -224,21 +219,12 @@ def build_client_update_fn(
         num_batches=sums['num_batches'] + 1.0,
         num_non_finite_clients=sums['num_non_finite_clients'],
       )
-      if count_labels:
-        sums['label_counts'] = state[0]['label_counts'] + tf.math.bincount(
-          tf.reshape(labels, [-1]),
-          minlength=count_labels,
-          maxlength=count_labels,
-          dtype=tf.float32,
-        )
       return sums, optimizer_state, (carried_tables, has_previous)
 
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     initial_sums = collections.OrderedDict(
       (k, tf.constant(0.0)) for k in _TRAIN_SUMS
     )
-    if count_labels:
-      initial_sums['label_counts'] = tf.zeros([count_labels])
     # Loop variables, not captures: a tensor captured into the loop lets
     # TensorFlow's oneDNN layout pass meet a MaxPool gradient before its
     # forward op and leave it on the slow generic kernel
@@ -291,7 +277,6 @@ def build_local_training_client_work(
   ),
   received_type: Optional[tff.Type] = None,
   loss_fn: Optional[LossFn] = None,
-  client_weight_fn: Optional[ClientWeightFn] = None,
   dataset_computation: Optional[tff.Computation] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> tff.templates.MeasuredProcess:
@@ -308,11 +293,6 @@ def build_local_training_client_work(
     received_type: What each client receives from the distributor (see
       `build_distributor`); the model weights type by default.
     loss_fn: The data term; cross-entropy by default.
-    client_weight_fn: `(label_counts, default_weight) -> update_weight`,
-      for aggregators that take another weight than the example count (e.g.
-      Fed2's per-group class counts): `label_counts[c]` is how many labels
-      of class c the client trained on (counted during training);
-      `default_weight` is 0 for a diverged client.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
       round_dataset_computation`). When given, the clients' data are their
       keys and each client makes its batches inside its own computation
@@ -338,10 +318,6 @@ def build_local_training_client_work(
     received_type = model_lib.weights_type(keras_model_fn)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
   client_batches = ClientBatches(dataset_computation, data_type)
-  num_classes = 0
-  if client_weight_fn is not None:
-    with tf.Graph().as_default():
-      num_classes = int(keras_model_fn().output['logits'].shape[-1])
 
   @tff.federated_computation
   def init_fn():
@@ -358,17 +334,10 @@ def build_local_training_client_work(
       regularizers,
       client_weighting,
       loss_fn,
-      count_labels=num_classes,
     )
     result, sums, _ = client_update(
       initial_weights, client_batches(client_data), broadcast=broadcast
     )
-    if client_weight_fn is not None:
-      label_counts = sums.pop('label_counts')
-      result = tff.learning.templates.ClientResult(
-        update=result.update,
-        update_weight=client_weight_fn(label_counts, result.update_weight),
-      )
     return result, aggregation.unfinalized_train_metrics(sums)
 
   aggregate_metrics = aggregation.build_metrics_aggregation(
@@ -451,7 +420,6 @@ def build_local_training_process(
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[LossFn] = None,
-  client_weight_fn: Optional[ClientWeightFn] = None,
   dataset_computation: Optional[tff.Computation] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
 ) -> tff.learning.templates.LearningProcess:
@@ -475,8 +443,6 @@ def build_local_training_process(
     client_weighting: How client updates are weighted; None for
       NUM_EXAMPLES (UNIFORM with an unweighted factory).
     loss_fn: The data term; cross-entropy by default.
-    client_weight_fn: See `build_local_training_client_work`; the
-      aggregator then takes the weight it returns.
     dataset_computation: A client's key -> its batches (`tasks.datasets.
       round_dataset_computation`), or a batched TFF `ClientData`. When
       given, `next` takes the clients' keys, as after `tff.simulation.
@@ -510,7 +476,6 @@ def build_local_training_process(
     client_weighting,
     received_type=distributor.next.type_signature.result.result.member,
     loss_fn=loss_fn,
-    client_weight_fn=client_weight_fn,
     dataset_computation=dataset_computation,
     metrics_aggregator=metrics_aggregator,
   )

@@ -83,8 +83,6 @@ class Hyperparameters:
     fed2_groups: Fed2's G.
     fed2_decouple_depth: How many final layers Fed2 groups (None: the
       model's default, 6 for VGG).
-    fed2_pairing: 'uniform' (the paper's paired averaging, default) or
-      'class_weighted'.
     seed: Fixes Fed2's class -> group assignment.
     server_momentum_form: FedAvgM's 'heavy_ball' (TFF, default) or 'ema'
       (the FedCos code).
@@ -116,7 +114,6 @@ class Hyperparameters:
   client_state_dir: Optional[str] = None
   fed2_groups: int = 10
   fed2_decouple_depth: Optional[int] = None
-  fed2_pairing: str = 'uniform'
   seed: int = 0
   server_momentum_form: str = 'heavy_ball'
   scaffold_weighting: str = 'uniform'
@@ -346,8 +343,6 @@ def build_method(
       element_spec,
       client_optimizer_fn=client_optimizer,
       num_groups=hparams.fed2_groups,
-      pairing=hparams.fed2_pairing,
-      seed=hparams.seed,
       server_optimizer_fn=server_optimizer,
       dataset_computation=dataset_computation,
       model_aggregator=model_aggregator,

@@ -26,6 +26,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
 from tff_methods import local_training
@@ -174,14 +175,10 @@ def build_process(
   )
 
 
-# A client's key: two strings, [client id, round in decimal]
-# (`tasks.datasets.CLIENT_ROUND_TYPE`).
-CLIENT_KEY_TYPE = tff.TensorType(np.str_, [2])
-
-
-def client_key(client_id: str, round_num: int) -> np.ndarray:
-  """A client's `CLIENT_KEY_TYPE` key in `round_num` (from 1), for `next`."""
-  return np.array([str(client_id).encode(), str(int(round_num)).encode()])
+# The keys `next` takes (`client_keys`), named here for the processes'
+# users: `stateful.client_key(client_id, round_num)`.
+CLIENT_KEY_TYPE = client_keys.CLIENT_KEY_TYPE
+client_key = client_keys.client_key
 
 
 def key_dataset_computation(data: Any) -> tff.Computation:

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import report
+from tff_methods import client_keys
 from tff_methods import fed2
 from tff_methods import local_training
 from tff_methods import methods
@@ -218,7 +219,7 @@ def analyze(
     state = process.next(
       state,
       [
-        datasets.client_round(c, round_num)
+        client_keys.client_key(c, round_num)
         for c in datasets.sample_clients(
           data.client_data.client_ids,
           config.clients_per_round,

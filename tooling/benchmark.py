@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
+from tff_methods import client_keys
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
 from tff_methods import reference_outputs
@@ -100,13 +101,19 @@ def applicable_methods(
   ]
 
 
-# Models with MOON's projection head `z` (ResNets through `model_kwargs`).
-PROJECTION_MODELS = ('fedcka_cnn', 'resnet18', 'resnet50')
-
-
 def model_kwargs(model_name: str) -> dict:
-  """ResNets get MOON's projection head, for every method alike."""
-  return {'projection_dim': 128} if model_name.startswith('resnet') else {}
+  """Models that take one get MOON's projection head, for every method."""
+  if model_name in task_models.TAKES_PROJECTION_DIM:
+    return {'projection_dim': 128}
+  return {}
+
+
+# Models that output MOON's projection head `z` as the benchmark builds them.
+PROJECTION_MODELS = tuple(
+  name
+  for name in task_models.MODEL_NAMES
+  if task_models.has_projection_head(name, **model_kwargs(name))
+)
 
 
 def _median(values):
@@ -1230,4 +1237,4 @@ def _round_datasets(
 
 
 def _keys(client_ids, round_num):
-  return [datasets.client_round(c, round_num) for c in client_ids]
+  return [client_keys.client_key(c, round_num) for c in client_ids]

@@ -29,6 +29,7 @@ from tasks import models as task_models
 from tasks import partition as partition_lib
 from tasks import report
 from tff_methods import aggregation
+from tff_methods import client_keys
 from tff_methods import client_states
 from tff_methods import fed2
 from tff_methods import fedcos
@@ -53,23 +54,11 @@ DEFAULT_MODELS = {
 }
 
 
-# Models with MOON's projection output `z` (ResNets get one with
-# projection_dim; the registry's default ResNets have none).
-MODELS_WITH_PROJECTION = ('fedcka_cnn',)
-RESNETS = ('resnet18', 'resnet50')
-# How many `layer_k` outputs each model has (FedCKA's M at most).
-MODEL_LAYERS = {
-  'fedcka_cnn': 7,
-  'fedmax_cnn': 5,
-  'lenet': 2,
-  'mlp': 2,
-  'mlp1': 1,
-  'resnet18': 5,
-  'resnet50': 5,
-  'vgg9': 6,
-  'mobilenet': 14,
-  'shakespeare_lstm': 2,
-  'shakespeare_lstm100': 2,
+# Settings that no longer exist, with the value that did what the code does
+# now: a run saved with it still resumes (with another, it is refused).
+RETIRED_SETTINGS = {
+  # Fed2's class-weighted pairing was removed: the paper pairs by examples.
+  'fed2_pairing': 'uniform',
 }
 
 
@@ -181,12 +170,6 @@ class ExperimentConfig:
     None,
     'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
     'the FedCKA CNN).',
-  )
-  fed2_pairing: str = _setting(
-    'uniform',
-    'fed2: uniform (the paper: group g averaged with group g, by '
-    'examples) or class_weighted (group g weighted by examples of its '
-    'classes; unstable under strong label skew).',
   )
   server_momentum_form: str = _setting(
     'heavy_ball',
@@ -319,7 +302,6 @@ class ExperimentConfig:
       client_state_dir=self.client_state_directory(),
       fed2_groups=self.fed2_groups,
       fed2_decouple_depth=self.fed2_decouple_depth,
-      fed2_pairing=self.fed2_pairing,
       seed=self.seed,
       server_momentum_form=self.server_momentum_form,
       scaffold_weighting=self.scaffold_weighting,
@@ -472,12 +454,6 @@ def validate(config: ExperimentConfig) -> None:
       '--aggregator=dp averages clients uniformly; it needs '
       '--scaffold_weighting=uniform',
     )
-  if config.aggregator != 'mean' and 'fed2' in parts:
-    need(
-      config.fed2_pairing == 'uniform',
-      f'--aggregator={config.aggregator} needs --fed2_pairing=uniform '
-      '(the class-weighted pairing takes no other aggregator)',
-    )
   for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
     value = getattr(config, flag)
     need(
@@ -497,16 +473,19 @@ def validate(config: ExperimentConfig) -> None:
   model_name = config.model_name()
   need(
     config.projection_dim >= 0
-    and (config.projection_dim == 0 or model_name in RESNETS),
+    and (
+      config.projection_dim == 0
+      or model_name in task_models.TAKES_PROJECTION_DIM
+    ),
     f'--projection_dim={config.projection_dim} must be >= 0, and is for '
-    f'--model={"/".join(RESNETS)} only',
+    f'--model={"/".join(task_models.TAKES_PROJECTION_DIM)} only',
   )
   if 'moon' in parts and model_name in task_models.MODEL_NAMES:
     need(
-      model_name in MODELS_WITH_PROJECTION
-      or (model_name in RESNETS and config.projection_dim > 0),
+      task_models.has_projection_head(model_name, config.projection_dim),
       f'--method=moon needs a model with a projection head (z): '
-      f'{", ".join(MODELS_WITH_PROJECTION)}, or a ResNet with '
+      f'{", ".join(task_models.PROJECTION_BUILT_IN)}, or '
+      f'{"/".join(task_models.TAKES_PROJECTION_DIM)} with '
       f'--projection_dim > 0, not --model={model_name}',
     )
   if 'fed2' in parts:
@@ -519,16 +498,11 @@ def validate(config: ExperimentConfig) -> None:
       config.fed2_groups >= 1,
       f'--fed2_groups={config.fed2_groups} must be >= 1',
     )
-    need(
-      config.fed2_pairing in fed2.PAIRINGS,
-      f'--fed2_pairing={config.fed2_pairing!r} is unknown; choose one of '
-      f'{", ".join(fed2.PAIRINGS)}',
-    )
   if 'fedcka' in parts and model_name in task_models.MODEL_NAMES:
     need(
-      config.cka_layers <= MODEL_LAYERS.get(model_name, 0),
+      config.cka_layers <= task_models.LAYER_OUTPUTS[model_name],
       f'--cka_layers={config.cka_layers} is more than --model='
-      f"{model_name}'s {MODEL_LAYERS.get(model_name)} layers",
+      f"{model_name}'s {task_models.LAYER_OUTPUTS[model_name]} layers",
     )
   need(
     config.rounds_per_eval >= 1,
@@ -706,6 +680,7 @@ def saved_settings_differences(config: ExperimentConfig) -> list[str]:
     config.output_dir,
     dataclasses.asdict(config),
     defaults=dataclasses.asdict(ExperimentConfig()),
+    retired=RETIRED_SETTINGS,
   )
 
 
@@ -770,6 +745,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     config.output_dir,
     dataclasses.asdict(config),
     defaults=dataclasses.asdict(ExperimentConfig()),
+    retired=RETIRED_SETTINGS,
   )
   data = data or load_data(config)
   client_ids = data.client_data.client_ids
@@ -793,7 +769,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     rounds_per_checkpoint=config.rounds_per_checkpoint,
     progress=progress,
     round_hook=round_hook,
-    client_key_fn=datasets.client_round,
+    client_key_fn=client_keys.client_key,
   )
   summary = dict(
     method=config.method,

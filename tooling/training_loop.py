@@ -257,13 +257,15 @@ def experiment_config_differences(
   output_dir: str,
   config: Mapping[str, Any],
   defaults: Optional[Mapping[str, Any]] = None,
+  retired: Optional[Mapping[str, Any]] = None,
 ) -> list[str]:
   """Each setting in which `config` differs from the one saved in `output_dir`.
 
   A setting the saved config does not record (one that did not exist when
-  it was written) is taken at its value in `defaults`. Settings a resumption
-  may change (`RESUMABLE_KEYS`) are not compared. Empty when nothing is
-  saved there.
+  it was written) is taken at its value in `defaults`. A saved setting that
+  no longer exists matches if it holds its value in `retired` (the one
+  that did what the code does now). Settings a resumption may change
+  (`RESUMABLE_KEYS`) are not compared. Empty when nothing is saved there.
   """
   path = os.path.join(output_dir, CONFIG_FILE)
   if not os.path.exists(path):
@@ -273,6 +275,9 @@ def experiment_config_differences(
     saved = json.load(f)
   defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
   saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
+  for key, value in (retired or {}).items():
+    if key not in config and saved.get(key) == value:
+      del saved[key]
   keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
   return [
     f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
@@ -285,6 +290,7 @@ def check_experiment_config(
   output_dir: str,
   config: Mapping[str, Any],
   defaults: Optional[Mapping[str, Any]] = None,
+  retired: Optional[Mapping[str, Any]] = None,
 ) -> None:
   """Writes `config` to `output_dir`, or checks it matches the one there.
 
@@ -294,7 +300,9 @@ def check_experiment_config(
       (`experiment_config_differences`).
   """
   os.makedirs(output_dir, exist_ok=True)
-  differences = experiment_config_differences(output_dir, config, defaults)
+  differences = experiment_config_differences(
+    output_dir, config, defaults, retired
+  )
   if differences:
     raise ValueError(
       f'--output_dir={output_dir} holds a checkpoint of a different '
@@ -380,7 +388,7 @@ def run_training(
     round_hook: Called after every round with its number and metrics;
       an exception raised there stops the run (as an interruption would).
     client_key_fn: (client id, round) -> what `process.next` takes for that
-      client (e.g. `tasks.datasets.client_round`, for data that depends on
+      client (e.g. `tasks.client_keys.client_key`, for data that depends on
       the round); by default the client id itself.
 
   Returns:

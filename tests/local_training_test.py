@@ -1,0 +1,121 @@
+"""Tests for tff_methods.local_training: the loop every method shares."""
+
+import collections
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import local_training
+from tff_methods import model_lib
+from tff_methods import optimizers
+from tff_methods import regularizers as regularizers_lib
+
+
+def _linear_model_fn():
+  inputs = tf.keras.Input((3,))
+  logits = tf.keras.layers.Dense(2, name='dense')(inputs)
+  return model_lib.named_outputs(
+    tf.keras.Model(inputs, logits), features='dense'
+  )
+
+
+class _HalfSquaredNorm(regularizers_lib.Regularizer):
+  """`strength / 2 * ||w||^2`: its gradient is `strength * w`."""
+
+  name = 'half_squared_norm'
+  display_name = 'HalfSquaredNorm'
+
+  def __init__(self, strength):
+    self._strength = strength
+
+  def __call__(self, step):
+    return (
+      0.5
+      * self._strength
+      * tf.add_n([tf.reduce_sum(tf.square(w)) for w in step.weights])
+    )
+
+
+def _batches(num_batches, batch_size=4):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(num_batches * batch_size, 3)).astype(np.float32)
+  y = rng.integers(0, 2, num_batches * batch_size).astype(np.int32)
+  return tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(x=x, y=y)
+  ).batch(batch_size)
+
+
+def test_hand_computed_values_of_the_data_terms():
+  logits = tf.constant([[0.0, np.log(3.0)]])
+  # softmax = (1/4, 3/4): label 1 costs -log(3/4).
+  assert local_training.cross_entropy(
+    tf.constant([1]), {'logits': logits}
+  ).numpy() == pytest.approx(-np.log(0.75), rel=1e-6)
+  assert local_training.squared_error(
+    tf.constant([1.0, 3.0]), {'logits': tf.constant([[2.0], [1.0]])}
+  ).numpy() == pytest.approx(0.5 * (1 + 4) / 2)
+
+
+def test_batches_as_tuples_are_named_and_bad_specs_are_refused():
+  batch = local_training.named_batch((1, 2))
+  assert (batch['x'], batch['y']) == (1, 2)
+  local_training.check_element_spec((None, None))
+  with pytest.raises(ValueError, match=r"missing \['y'\]"):
+    local_training.check_element_spec({'x': None, 'label': None})
+  with pytest.raises(TypeError, match=r'OrderedDict\(x=..., y=...\)'):
+    local_training.check_element_spec([None, None, None])
+
+
+def test_each_step_follows_the_objectives_gradient_with_plain_sgd():
+  # With no data term, SGD on strength/2 ||w||^2 scales w by (1 - lr * c)
+  # each step: after k batches the update (start - end) is
+  # (1 - (1 - lr c)^k) w.
+  learning_rate, strength, steps = 0.1, 2.0, 3
+  update_fn = local_training.build_client_update_fn(
+    _linear_model_fn,
+    optimizers.build_client_sgd(learning_rate),
+    [_HalfSquaredNorm(strength)],
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+    loss_fn=lambda labels, outputs: 0.0 * tf.reduce_sum(outputs['logits']),
+  )
+  start = model_lib.initial_weights(_linear_model_fn, seed=1)
+  result, sums, final = update_fn(start, _batches(steps))
+  shrink = (1 - learning_rate * strength) ** steps
+  for w, u, f in zip(start.trainable, result.update, final.trainable):
+    np.testing.assert_allclose(u, (1 - shrink) * np.asarray(w), atol=1e-6)
+    np.testing.assert_allclose(f, shrink * np.asarray(w), atol=1e-6)
+  assert result.update_weight.numpy() == 4 * steps  # NUM_EXAMPLES.
+  assert sums['num_batches'].numpy() == steps
+
+
+def test_a_diverged_client_reports_nothing():
+  update_fn = local_training.build_client_update_fn(
+    _linear_model_fn,
+    optimizers.build_client_sgd(1e30),
+    [],
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+    loss_fn=lambda labels, outputs: tf.reduce_sum(outputs['logits']) ** 4,
+  )
+  start = model_lib.initial_weights(_linear_model_fn, seed=1)
+  result, sums, _ = update_fn(start, _batches(3))
+  assert result.update_weight.numpy() == 0.0
+  assert all(not np.any(u) for u in result.update)
+  assert sums['num_non_finite_clients'].numpy() == 1.0
+
+
+def test_a_regularizer_reading_an_output_the_model_lacks_is_refused():
+  class ReadsZ(_HalfSquaredNorm):
+    display_name = 'ReadsZ'
+    outputs = ('z',)
+
+  with pytest.raises(ValueError, match=r"ReadsZ reads the model's 'z'"):
+    local_training.checked_model_fn(_linear_model_fn, [ReadsZ(1.0)])
+  with pytest.raises(TypeError, match='Pass a function that builds'):
+    local_training.checked_model_fn(_linear_model_fn(), [])
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
