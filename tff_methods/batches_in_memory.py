@@ -33,10 +33,10 @@ class BatchesInMemory:
   """A client's batches for one round, read into TensorArrays first.
 
   TFF's client work iterates the client's data inside the graph; a training
-  step run as `Dataset.reduce`'s function is about 30% slower than the same
-  step in a `tf.while_loop` over batches read beforehand (measured with the
-  FedCKA CNN, 10 clients x 40 steps: 8.3-10.2 s against 6.4 s; a step per
-  numpy batch took 6.8-7.5 s). Up to `max_mb` of batches are kept
+  step run as `Dataset.reduce`'s function is slower than the same step in a
+  `tf.while_loop` over batches read beforehand, since the function runs
+  with less of TensorFlow's graph optimization. Up to `max_mb` of batches
+  are kept
   (`kept` of the `seen`); those past the cap are streamed by
   `Dataset.reduce` from a second pass (`dataset.skip`: the dataset must give
   the same batches when iterated again, as `tasks.datasets.LocalBatches`'

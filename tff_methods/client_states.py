@@ -110,7 +110,7 @@ class ClientStateFiles:
     """The file of the newest version written before `round_num`."""
     round_num = tf.cast(round_num, tf.int64)
     # A client that trained in the last round reads that round's version: a
-    # check for one file (0.1 ms) instead of listing its versions (0.6 ms).
+    # check for one file, cheaper than listing its versions.
     last_round = tf.io.matching_files(
       self.write_path(client_id, round_num - 1, as_pattern=True)
     )

@@ -368,9 +368,8 @@ class ClientBatches:
   With a dataset computation (a client's key -> its batches), the client
   computation receives the key and calls it: the batches are made where they
   are trained on. Passed between two TFF computations instead, a data set is
-  serialized with its data (TFF 0.87's worker turns it into a graph and back):
-  for 500 CIFAR-shaped examples and 5 local epochs, 30 MB copied several
-  times per client and round (docs/performance.md has the cost). Without
+  serialized with its data (TFF 0.87's worker turns it into a graph and back),
+  and copied several times per client and round. Without
   one, the client computation receives its batches.
   """
 

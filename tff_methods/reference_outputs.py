@@ -259,9 +259,9 @@ class ReferenceOutputs:
 
 # The reference models run over a client's examples in chunks of at most
 # this many examples, whose largest layer outputs (over all views) hold at
-# most this much: one chunk of 512 ran the FedCKA CNN's two reference views
-# in 48 ms a client against 60 ms in batches of 64 (medians of 15
-# interleaved runs, one thread); a ResNet-18's chunks hold 128 examples.
+# most this much: larger chunks run the reference passes faster than the
+# training batches would, within a bounded memory (a ResNet-18's chunks
+# hold 128 examples).
 REFERENCE_CHUNK_MAX_EXAMPLES = 512
 REFERENCE_CHUNK_MAX_MB = 64
 

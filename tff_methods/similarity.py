@@ -108,9 +108,7 @@ def _linear_cka_to_each_flat(x: tf.Tensor, *grams_and_norms: tf.Tensor):
   Kc and Lc_r are doubly centred and symmetric, so this is also the
   gradient with respect to the uncentred K = X X^T, and dX = 2 G X, G the
   upstream-weighted sum: one B x B x D matmul, and a few B x B ops where
-  autodiff takes the centring's and norms' gradients and a transpose
-  (FedCKA's loss and gradient for 40 steps of the CNN's two layers, in
-  isolation: 58-75 -> 52-68 ms, medians of interleaved runs).
+  autodiff takes the centring's and norms' gradients and a transpose.
   """
   gram_x, norm_x = _centered_gram_and_norm(x)
   grams, norms = grams_and_norms[0::2], grams_and_norms[1::2]

@@ -138,12 +138,10 @@ def threads_per_client(
 
   With at most k clients at once, small models get the cores split between
   them (cores // k): their many small ops spend much of their time handed
-  between threads otherwise (on 2 cores, one thread a client took FedAvg's
-  round of 100 CNN clients from 0.58 to 0.46 s). Models of
-  `LARGE_MODEL_PARAMETERS` or more get every core: their ops are large,
-  and with one thread each, clients that keep state (MOON, FedCKA,
-  SCAFFOLD) left the cores partly idle (ResNet-18: MOON 59 against 55 s a
-  round, FedAvg unchanged; docs/performance.md).
+  between threads otherwise. Models of `LARGE_MODEL_PARAMETERS` or more get
+  every core: their ops are large enough to share, and with one thread
+  each, clients that keep state (MOON, FedCKA, SCAFFOLD) leave the cores
+  partly idle (docs/performance.md).
 
   Args:
     model_parameters: The model's parameter count; None when unknown (taken

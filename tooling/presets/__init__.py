@@ -17,8 +17,8 @@ choices, not the paper's.
 Each paper's presets live in its own module (`fedcka`, `fedmax`, `fedcos`,
 `fed2`); `base` has the types.
 
-Sources: the seed texts in `shared/seeds/` and, where the text lost a value,
-the authors' reference code (named in the note).
+Sources: each paper's text (cited in its module) and, where the text lost a
+value, the authors' reference code (named in the note).
 """
 
 from tooling.presets import base
