@@ -67,6 +67,18 @@ def _setting(default: Any, help_text: str) -> Any:
   return dataclasses.field(default=default, metadata={'help': help_text})
 
 
+# The library's own defaults for the settings a method's builder takes:
+# the experiment's are the same values, defined once (`methods`).
+_METHOD_DEFAULTS = {
+  f.name: f.default for f in dataclasses.fields(methods.Hyperparameters)
+}
+
+
+def _method_setting(name: str, help_text: str) -> Any:
+  """A config field for `methods.Hyperparameters.<name>`, at its default."""
+  return _setting(_METHOD_DEFAULTS[name], help_text)
+
+
 @dataclasses.dataclass
 class ExperimentConfig:
   """Every setting of one federated training run.
@@ -124,21 +136,27 @@ class ExperimentConfig:
     "Drop each pass's last batch when it is partial (the MOON repo); by "
     "default it is kept, as PyTorch's DataLoader does.",
   )
-  client_learning_rate: float = _setting(0.05, 'Client SGD learning rate.')
-  client_momentum: float = _setting(
-    0.9,
+  client_learning_rate: float = _method_setting(
+    'client_learning_rate', 'Client SGD learning rate.'
+  )
+  client_momentum: float = _method_setting(
+    'client_momentum',
     'Client SGD momentum (not used by scaffold, which trains with plain '
     'SGD).',
   )
-  weight_decay: float = _setting(0.0, 'Client L2 weight decay.')
-  server_learning_rate: Optional[float] = _setting(
-    None,
+  weight_decay: float = _method_setting(
+    'weight_decay', 'Client L2 weight decay.'
+  )
+  server_learning_rate: Optional[float] = _method_setting(
+    'server_learning_rate',
     'Server learning rate (default: 1.0 for averaging, 0.01 for '
     'fedadam/fedyogi).',
   )
-  server_momentum: float = _setting(0.9, 'fedavgm: server momentum.')
-  mu: Optional[float] = _setting(
-    None,
+  server_momentum: float = _method_setting(
+    'server_momentum', 'fedavgm: server momentum.'
+  )
+  mu: Optional[float] = _method_setting(
+    'mu',
     "The strength of the method's term(s) (default: fedprox 0.01, moon 1, "
     'fedcka 3, fedcos 0.02).',
   )
@@ -148,14 +166,18 @@ class ExperimentConfig:
   fedcos_mu: Optional[float] = _setting(
     None, "FedCos's mu in a combination (overrides --mu)."
   )
-  beta: Optional[float] = _setting(
-    None,
+  beta: Optional[float] = _method_setting(
+    'beta',
     "fedmax: the prior's strength (default 1000, the paper's CIFAR value).",
   )
-  temperature: float = _setting(0.5, 'moon: the contrastive temperature.')
-  cka_layers: int = _setting(2, 'fedcka: M, the first M layers regularized.')
-  similarity: str = _setting(
-    'linear_cka',
+  temperature: float = _method_setting(
+    'temperature', 'moon: the contrastive temperature.'
+  )
+  cka_layers: int = _method_setting(
+    'cka_layers', 'fedcka: M, the first M layers regularized.'
+  )
+  similarity: str = _method_setting(
+    'similarity',
     'fedcka: linear_cka, kernel_cka, frobenius (||a1 - a2||^2), cosine '
     '(the inner product), normalized_cosine or normalized_frobenius.',
   )
@@ -165,24 +187,26 @@ class ExperimentConfig:
     '<output_dir>/client_states); given, each run keeps its states in a '
     'directory of its own under it. TFF workers must see it.',
   )
-  fed2_groups: int = _setting(10, 'fed2: G, the number of groups.')
-  fed2_decouple_depth: Optional[int] = _setting(
-    None,
+  fed2_groups: int = _method_setting(
+    'fed2_groups', 'fed2: G, the number of groups.'
+  )
+  fed2_decouple_depth: Optional[int] = _method_setting(
+    'fed2_decouple_depth',
     'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
     'the FedCKA CNN).',
   )
-  server_momentum_form: str = _setting(
-    'heavy_ball',
+  server_momentum_form: str = _method_setting(
+    'server_momentum_form',
     'fedavgm: heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
     'code: m = beta m + (1 - beta) delta).',
   )
-  scaffold_weighting: str = _setting(
-    'uniform',
+  scaffold_weighting: str = _method_setting(
+    'scaffold_weighting',
     'scaffold: the model average, uniform (the paper) or num_examples '
     '(NIID-Bench).',
   )
-  scaffold_momentum: bool = _setting(
-    False,
+  scaffold_momentum: bool = _method_setting(
+    'scaffold_momentum',
     'scaffold: clients use --client_momentum (NIID-Bench, the MOON repo); '
     'by default plain SGD (the paper).',
   )
@@ -192,26 +216,26 @@ class ExperimentConfig:
     'the paper) or contrasts against its own initial model '
     '(initial_model, the MOON repo).',
   )
-  fedcos_direction: str = _setting(
-    'global_move',
+  fedcos_direction: str = _method_setting(
+    'fedcos_direction',
     "fedcos: d, the global model's last move (global_move, the paper) or "
     'the mean client update before the server optimizer '
     '(mean_client_update, the FedCos code).',
   )
-  aggregator: str = _setting(
-    'mean',
+  aggregator: str = _method_setting(
+    'aggregator',
     "TFF's model aggregator for every method: mean (the weighted mean), "
     'robust (tff.learning.robust_aggregator: zeroing and adaptive '
     'clipping), dp (differential privacy: noise on clipped updates, '
     'uniform weighting), compression or secure.',
   )
-  dp_noise_multiplier: float = _setting(
-    0.5,
+  dp_noise_multiplier: float = _method_setting(
+    'dp_noise_multiplier',
     'dp: the Gaussian noise standard deviation over the clip (TFF '
     'needs it below 0.1 x --clients_per_round with adaptive clipping).',
   )
-  dp_clip: Optional[float] = _setting(
-    None,
+  dp_clip: Optional[float] = _method_setting(
+    'dp_clip',
     'dp: a fixed L2 clipping norm; by default adaptive clipping '
     '(tff.learning.dp_aggregator).',
   )
@@ -285,33 +309,23 @@ class ExperimentConfig:
       )
       if value is not None
     )
+    shared = {
+      name: getattr(self, name)
+      for name in _METHOD_DEFAULTS
+      if name in _CONFIG_FIELDS
+    }
     return methods.Hyperparameters(
-      strengths=strengths,
-      beta=self.beta,
-      num_clients=num_clients or self.num_clients,
-      client_learning_rate=self.client_learning_rate,
-      client_momentum=self.client_momentum,
-      weight_decay=self.weight_decay,
-      server_learning_rate=self.server_learning_rate,
-      server_momentum=self.server_momentum,
-      mu=self.mu,
-      temperature=self.temperature,
-      cka_layers=self.cka_layers,
-      similarity=self.similarity,
-      # Kept with the run, so that it resumes exactly.
-      client_state_dir=self.client_state_directory(),
-      fed2_groups=self.fed2_groups,
-      fed2_decouple_depth=self.fed2_decouple_depth,
-      seed=self.seed,
-      server_momentum_form=self.server_momentum_form,
-      scaffold_weighting=self.scaffold_weighting,
-      scaffold_momentum=self.scaffold_momentum,
-      fedcos_direction=self.fedcos_direction,
-      aggregator=self.aggregator,
-      dp_noise_multiplier=self.dp_noise_multiplier,
-      dp_clip=self.dp_clip,
-      clients_per_round=self.clients_per_round,
+      **{
+        **shared,
+        'strengths': strengths,
+        'num_clients': num_clients or self.num_clients,
+        # Kept with the run, so that it resumes exactly.
+        'client_state_dir': self.client_state_directory(),
+      }
     )
+
+
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)}
 
 
 def validate(config: ExperimentConfig) -> None:
