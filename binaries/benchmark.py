@@ -71,6 +71,12 @@ flags.DEFINE_float('client_learning_rate', 0.01, 'Client SGD learning rate.')
 flags.DEFINE_float('client_momentum', 0.9, 'Client SGD momentum.')
 flags.DEFINE_integer('repeats', 3, 'Timed rounds per method (median).')
 flags.DEFINE_integer(
+  'passes',
+  1,
+  'Independent passes of the interleaved rounds, each in a new local '
+  'worker; ratios are judged on the median of the passes.',
+)
+flags.DEFINE_integer(
   'memory_rounds', 200, 'FedAvg rounds of the memory-growth run (0 skips it).'
 )
 flags.DEFINE_integer(
@@ -154,6 +160,7 @@ def _check_flags() -> list[str]:
     'local_epochs',
     'batch_size',
     'repeats',
+    'passes',
   ):
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
@@ -267,6 +274,7 @@ def main(argv):
       num_clients=FLAGS.num_clients,
       batch_size=FLAGS.batch_size,
       repeats=FLAGS.repeats,
+      passes=FLAGS.passes,
       client_learning_rate=FLAGS.client_learning_rate,
       client_momentum=FLAGS.client_momentum,
       max_concurrent_clients=FLAGS.max_concurrent_clients,
@@ -277,11 +285,13 @@ def main(argv):
   worker_threads = workers.threads_per_client(
     None, FLAGS.max_concurrent_clients
   )
+  current_parameters = None  # The model size the worker was started for.
 
   def use_worker_for(model_parameters):
     """Restarts the local worker when a model needs other threads per
     client (`workers.threads_per_client`): ResNet-18 gets every core."""
-    nonlocal worker_threads
+    nonlocal worker_threads, current_parameters
+    current_parameters = model_parameters
     threads = workers.threads_per_client(
       model_parameters, FLAGS.max_concurrent_clients
     )
@@ -293,6 +303,15 @@ def main(argv):
       raise RuntimeError(error)
     worker_threads = threads
     return threads
+
+  def restart_worker():
+    """A new local worker with the same settings: a pass of its own."""
+    if FLAGS.tff_workers:
+      return
+    workers.stop_workers()
+    error = runtime_flags.start(current_parameters)
+    if error:
+      raise RuntimeError(error)
 
   def save():
     with open(os.path.join(FLAGS.output_dir, 'benchmark.json'), 'w') as f:
@@ -324,17 +343,25 @@ def main(argv):
       flush=True,
     )
     benchmark.reset_peak_memory()
-    timings = benchmark.time_methods(
-      model_name,
-      names,
-      data,
-      hparams,
-      FLAGS.local_epochs,
-      FLAGS.batch_size,
-      FLAGS.repeats,
-      FLAGS.seed,
-      on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
-    )
+    passes = []
+    for pass_num in range(FLAGS.passes):
+      if pass_num:
+        print(f'  pass {pass_num + 1} of {FLAGS.passes}', flush=True)
+        restart_worker()
+      passes.append(
+        benchmark.time_methods(
+          model_name,
+          names,
+          data,
+          hparams,
+          FLAGS.local_epochs,
+          FLAGS.batch_size,
+          FLAGS.repeats,
+          FLAGS.seed,
+          on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
+        )
+      )
+    timings = benchmark.combine_passes(passes)
     results['models'][model_name] = dict(
       examples_per_client=examples,
       local_epochs=FLAGS.local_epochs,

@@ -206,6 +206,39 @@ def test_loopback_workers_are_timed_and_stopped(tiny_cifar):
   assert set(workers.worker_pids()) == before  # Every worker it started ended.
 
 
+def test_passes_are_judged_on_their_median_and_show_their_range():
+  def one_pass(fedavg, fedcka):
+    return {
+      'fedavg': dict(seconds=[fedavg], median=fedavg, ratio=1.0),
+      'fedcka': dict(
+        seconds=[fedcka], median=fedcka, ratio=round(fedcka / fedavg, 4)
+      ),
+    }
+
+  combined = benchmark.combine_passes(
+    [one_pass(2.0, 2.6), one_pass(2.0, 3.6), one_pass(2.2, 2.86)]
+  )
+  # Ratios 1.3, 1.8, 1.3: the median is 1.3, not the mean (1.47).
+  assert combined['fedcka']['ratio'] == 1.3
+  assert combined['fedcka']['pass_ratios'] == [1.3, 1.8, 1.3]
+  assert combined['fedavg']['median'] == 2.0
+  assert combined['fedcka']['seconds'] == [2.6, 3.6, 2.86]
+  results = dict(
+    settings=dict(num_clients=10, repeats=3, passes=3, batch_size=64),
+    models={
+      'fedcka_cnn': dict(
+        examples_per_client=500,
+        local_epochs=5,
+        peak_mb=1500.0,
+        methods=combined,
+      )
+    },
+  )
+  text = benchmark.report_markdown(results)
+  assert 'over 3 independent passes' in text
+  assert '| fedcka | 2.86 | 1.30 (1.30-1.80) |' in text
+
+
 def test_report_marks_each_figure_against_its_target():
   timing = lambda median, ratio: dict(median=median, ratio=ratio)
   results = dict(

@@ -960,6 +960,38 @@ def _mark(value: float, target: float) -> str:
   return 'yes' if value <= target else '**no**'
 
 
+def combine_passes(passes: Sequence[dict[str, dict[str, Any]]]) -> dict:
+  """`time_methods`' results of independent passes, as one result.
+
+  Each method's `median` and `ratio` (and `ratio_to_tff_fedavg`) are the
+  medians over the passes of each pass's own; `pass_ratios` lists the
+  passes' ratios, whose range is the spread a single pass can show.
+  """
+  combined = {}
+  for name in passes[0]:
+    timings = [p[name] for p in passes]
+    entry = dict(
+      seconds=[s for t in timings for s in t['seconds']],
+      median=_median([t['median'] for t in timings]),
+      ratio=_median([t['ratio'] for t in timings]),
+      pass_ratios=[t['ratio'] for t in timings],
+    )
+    if 'ratio_to_tff_fedavg' in timings[0]:
+      entry['ratio_to_tff_fedavg'] = _median(
+        [t['ratio_to_tff_fedavg'] for t in timings]
+      )
+    combined[name] = entry
+  return combined
+
+
+def _ratio_cell(timing: dict) -> str:
+  """The ratio to FedAvg, with its range over the passes when several ran."""
+  ratios = timing.get('pass_ratios', [])
+  if len(ratios) < 2:
+    return f"{timing['ratio']:.2f}"
+  return f"{timing['ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def _judged_ratio(timing: dict) -> float:
   """The ratio a target is judged on: the larger of the two FedAvgs'.
 
@@ -984,7 +1016,15 @@ def report_markdown(results: dict) -> str:
     f"{results['settings']['num_clients']} clients, all taking part, "
     'CIFAR-shaped generated data; seconds per round are medians of '
     f"{results['settings']['repeats']} interleaved rounds after a "
-    'warm-up round.',
+    'warm-up round'
+    + (
+      f", over {results['settings']['passes']} independent passes (each "
+      'in a new worker; ratios are the medians of the passes\' ratios, '
+      'their range in brackets)'
+      if results['settings'].get('passes', 1) > 1
+      else ''
+    )
+    + '.',
     '',
   ]
   for model_name, model in results['models'].items():
@@ -1016,7 +1056,7 @@ def report_markdown(results: dict) -> str:
         judged = timing['ratio']
         cell = f'<= {target:.2f} (floor + {TARGET_ABOVE_FLOOR})'
       lines.append(
-        f"| {name} | {timing['median']:.2f} | {timing['ratio']:.2f} | "
+        f"| {name} | {timing['median']:.2f} | {_ratio_cell(timing)} | "
         f"{_format(timing.get('ratio_to_tff_fedavg'))} | {cell} | "
         f"{'' if target is None else _mark(judged, target)}"
         f" | {paper.get(name, '')} |"
