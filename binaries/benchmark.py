@@ -319,6 +319,8 @@ def main(argv):
     with open(os.path.join(FLAGS.output_dir, 'benchmark.md'), 'w') as f:
       f.write(benchmark.report_markdown(results))
 
+  # What the machine can do: the yardstick of every model's arithmetic.
+  results['matmul_flops_per_second'] = benchmark.matmul_flops_per_second()
   for model_name in FLAGS.models:
     examples = (
       FLAGS.resnet_examples_per_client
@@ -368,6 +370,14 @@ def main(argv):
       threads_per_client=threads,
       methods=timings,
       peak_mb=benchmark.resident_mb()['total_peak_mb'],
+      training_flops_per_example=benchmark.training_flops_per_example(
+        task_models.get_model(
+          model_name,
+          data.num_classes,
+          data.input_shape,
+          **benchmark.model_kwargs(model_name),
+        )
+      ),
     )
     for method, extra_seconds in (
       ('fedcka', benchmark.fedcka_extra_seconds),

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
@@ -204,6 +205,44 @@ def test_loopback_workers_are_timed_and_stopped(tiny_cifar):
   for timing in by_count.values():
     assert timing['clients_per_second'] == pytest.approx(3 / timing['median'])
   assert set(workers.worker_pids()) == before  # Every worker it started ended.
+
+
+def test_training_flops_are_counted_by_hand():
+  inputs = tf.keras.Input((8, 8, 1))
+  x = tf.keras.layers.Conv2D(4, 3)(inputs)  # 6x6x4 outputs, 9 MACs each.
+  x = tf.keras.layers.SeparableConv2D(2, 3)(x)  # 4x4: 36 + 8 MACs each.
+  x = tf.keras.layers.Flatten()(x)
+  logits = tf.keras.layers.Dense(3)(x)  # 32 x 3 MACs.
+  model = tf.keras.Model(inputs, logits)
+  forward_macs = 6 * 6 * 4 * 9 + 4 * 4 * (9 * 4 + 4 * 2) + 32 * 3
+  # 2 FLOPs a multiply-add; backward twice the forward.
+  assert benchmark.training_flops_per_example(model) == 3 * 2 * forward_macs
+  # The FedCKA CNN: about 14 MFLOP an example, as the issue counted it.
+  cnn = task_models.get_model('fedcka_cnn', 10, (32, 32, 3))
+  assert 13e6 < benchmark.training_flops_per_example(cnn) < 15e6
+
+
+def test_the_report_gives_each_methods_share_of_the_machine():
+  results = dict(
+    settings=dict(num_clients=10, repeats=3, batch_size=64),
+    matmul_flops_per_second=100e9,
+    models={
+      'fedcka_cnn': dict(
+        examples_per_client=500,
+        local_epochs=5,
+        peak_mb=1500.0,
+        training_flops_per_example=14e6,
+        methods={
+          'fedavg': dict(median=3.5, ratio=1.0),
+          'fedcka': dict(median=7.0, ratio=2.0),
+        },
+      )
+    },
+  )
+  # 14 MFLOP x 500 x 5 x 10 = 350 GFLOP a round: 100 GFLOP/s in 3.5 s.
+  text = benchmark.report_markdown(results)
+  assert '350 GFLOP a round' in text
+  assert 'fedavg 100.0 (100%), fedcka 50.0 (50%)' in text
 
 
 def test_passes_are_judged_on_their_median_and_show_their_range():

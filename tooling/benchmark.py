@@ -646,6 +646,57 @@ class PlainTFFedAvg:
     self.global_weights = [w / total for w in weighted]
 
 
+def training_flops_per_example(model: tf.keras.Model) -> float:
+  """FLOPs to train on one example: forward and backward of the model's
+  convolutions and dense layers.
+
+  A multiply-add is 2 FLOPs; the backward pass is taken as twice the
+  forward (gradients of the inputs and of the weights), the usual count.
+  Other layers (activations, pooling, normalization) are left out: they are
+  a small share of these models' arithmetic.
+  """
+  forward = 0.0
+  for layer in model.layers:
+    if isinstance(layer, tf.keras.layers.SeparableConv2D):
+      # A depthwise convolution, then a 1x1 one over the channels.
+      out = layer.output_shape[1:]
+      channels = layer.input_shape[-1] * layer.depth_multiplier
+      depthwise = np.prod(layer.kernel_size) * channels
+      forward += 2.0 * np.prod(out[:-1]) * (depthwise + channels * out[-1])
+    elif isinstance(layer, tf.keras.layers.DepthwiseConv2D):
+      out = layer.output_shape[1:]
+      kernel = np.prod(layer.kernel_size)
+      forward += 2.0 * kernel * np.prod(out)
+    elif isinstance(layer, tf.keras.layers.Conv2D):
+      out = layer.output_shape[1:]
+      kernel = np.prod(layer.kernel_size) * layer.input_shape[-1]
+      forward += 2.0 * kernel * np.prod(out) / max(1, layer.groups)
+    elif isinstance(layer, tf.keras.layers.Dense):
+      forward += 2.0 * layer.input_shape[-1] * layer.units
+  return 3.0 * forward
+
+
+MATMUL_SIZE = 1024
+
+
+def matmul_flops_per_second(
+  size: int = MATMUL_SIZE, repeats: int = 10
+) -> float:
+  """What this process's TensorFlow does with every core: the FLOP/s of a
+  `size` x `size` float32 matmul (median of `repeats`)."""
+  rng = np.random.default_rng(0)
+  a = tf.constant(rng.normal(size=(size, size)).astype(np.float32))
+  b = tf.constant(rng.normal(size=(size, size)).astype(np.float32))
+  matmul = tf.function(lambda a, b: tf.reduce_sum(tf.linalg.matmul(a, b)))
+  matmul(a, b).numpy()  # Traced and warmed up.
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    matmul(a, b).numpy()
+    seconds.append(time.perf_counter() - start)
+  return 2.0 * size**3 / _median(seconds)
+
+
 def plain_tf_round_seconds(
   model_name: str,
   clients,
@@ -992,6 +1043,34 @@ def _ratio_cell(timing: dict) -> str:
   return f"{timing['ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
+def _flops_lines(results: dict, model: dict) -> list[str]:
+  """Each method's training arithmetic per second, against the machine's."""
+  machine = results.get('matmul_flops_per_second')
+  per_example = model.get('training_flops_per_example')
+  if not machine or not per_example:
+    return []
+  work = (
+    per_example
+    * model['examples_per_client']
+    * model['local_epochs']
+    * results['settings']['num_clients']
+  )
+  achieved = ', '.join(
+    f'{name} {work / t["median"] / 1e9:.1f} '
+    f'({work / t["median"] / machine:.0%})'
+    for name, t in model['methods'].items()
+  )
+  return [
+    f'Arithmetic: training the model is {per_example / 1e6:.1f} MFLOP an '
+    f'example (its convolutions and dense layers, forward and backward), '
+    f'{work / 1e9:.0f} GFLOP a round. A {MATMUL_SIZE}x{MATMUL_SIZE} '
+    f'float32 matmul runs at {machine / 1e9:.1f} GFLOP/s on this '
+    "machine's cores. GFLOP/s a round achieves (FedAvg's arithmetic over "
+    f"the method's time) and its share of the matmul's: {achieved}.",
+    '',
+  ]
+
+
 def _judged_ratio(timing: dict) -> float:
   """The ratio a target is judged on: the larger of the two FedAvgs'.
 
@@ -1116,6 +1195,7 @@ def report_markdown(results: dict) -> str:
       'worker).',
       '',
     ]
+    lines += _flops_lines(results, model)
   floor = results.get('floor')
   if floor:
     plain = floor['plain_tf_seconds']
