@@ -423,7 +423,7 @@ def test_mu_zero_gives_fedavg_and_mu_positive_differs(
   # The client computations wrote one version a round.
   assert store.versions(ids[0]) == [1, 2]
   assert isinstance(process, tff.learning.templates.LearningProcess)
-  assert outputs[1].metrics['client_states']['written'] == 2
+  assert outputs[1].metrics['client_work']['client_states']['written'] == 2
 
 
 @pytest.mark.parametrize('first_round', ['skip', 'initial_model'])

@@ -151,9 +151,10 @@ def build_metrics_aggregation(
     )
   aggregate = aggregator(TRAIN_METRIC_FINALIZERS, unfinalized_type)
 
-  def aggregate_train_metrics(unfinalized):
+  def aggregate_train_metrics(unfinalized, **more):
+    """`OrderedDict(train=..., **more)` at SERVER; `more` is SERVER-placed."""
     return tff.federated_zip(
-      collections.OrderedDict(train=aggregate(unfinalized))
+      collections.OrderedDict(train=aggregate(unfinalized), **more)
     )
 
   return aggregate_train_metrics

@@ -5,11 +5,12 @@ server values of regularizers that keep server state, such as FedCos's last
 global move), the recorder that lets that state learn the round's mean
 update, and the composer of the four pieces into a `LearningProcess`
 (TFF's `compose_learning_process`, for client work whose client data are
-keys too).
+keys too, with recorders after aggregation). Every process of the project
+that TFF's own composer can't build is composed here, stateful or not.
 """
 
 import collections
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -113,16 +114,40 @@ def build_mean_update_recorder(
   return record_mean_update
 
 
-def compose(
+# A step after aggregation that lets the distributor's state learn from the
+# round: `(distributor state@SERVER, mean update@SERVER, the client work's
+# result@CLIENTS) -> distributor state@SERVER`, traced in the round.
+Recorder = Callable[[Any, Any, Any], Any]
+
+
+def mean_update_recording(record_mean_update: tff.Computation) -> Recorder:
+  """The recorder of `build_mean_update_recorder`'s computation."""
+
+  def record(distributor_state, mean_update, client_results):
+    del client_results
+    return tff.federated_map(
+      record_mean_update, (distributor_state, mean_update)
+    )
+
+  return record
+
+
+def compose_computations(
   initial_model_weights_fn,
   distributor,
   client_work,
   aggregator,
   finalizer,
-  recorder=None,
-) -> tff.learning.templates.LearningProcess:
-  """TFF's `compose_learning_process`, for client work of any client data
-  (keys too), plus the recorder, if any, after aggregation."""
+  recorders: Sequence[Recorder] = (),
+) -> tuple[tff.Computation, tff.Computation]:
+  """`initialize` and `next` of the four pieces, as TFF's
+  `compose_learning_process` composes them, for client work of any client
+  data (keys too), with the `recorders` after aggregation.
+
+  The client work's `next(state, received, client_data)` returns, at
+  CLIENTS, a structure with `update` and `update_weight` (a `ClientResult`,
+  or more for the recorders to read), and its measurements at SERVER.
+  """
 
   @tff.federated_computation
   def init_fn():
@@ -154,9 +179,9 @@ def compose(
       state.finalizer, state.global_model_weights, aggregated.result
     )
     distributor_state = distributed.state
-    if recorder is not None:
-      distributor_state = tff.federated_map(
-        recorder, (distributor_state, aggregated.result)
+    for record in recorders:
+      distributor_state = record(
+        distributor_state, aggregated.result, worked.result
       )
     new_state = tff.federated_zip(
       tff.learning.templates.LearningAlgorithmState(
@@ -177,8 +202,30 @@ def compose(
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
+  return init_fn, next_fn
+
+
+def compose(
+  initial_model_weights_fn,
+  distributor,
+  client_work,
+  aggregator,
+  finalizer,
+  recorders: Sequence[Recorder] = (),
+) -> tff.learning.templates.LearningProcess:
+  """`compose_computations`' round as a `LearningProcess`."""
+  init_fn, next_fn = compose_computations(
+    initial_model_weights_fn,
+    distributor,
+    client_work,
+    aggregator,
+    finalizer,
+    recorders,
+  )
   return tff.learning.templates.LearningProcess(
-    init_fn, next_fn, *model_weights_computations(state_type.member)
+    init_fn,
+    next_fn,
+    *model_weights_computations(init_fn.type_signature.result.member),
   )
 
 

@@ -498,7 +498,7 @@ def build_local_training_process(
     client_work,
     aggregator,
     finalizer,
-    recorder,
+    recorders=[composers.mean_update_recording(recorder)] if recorder else [],
   )
 
 

@@ -420,17 +420,47 @@ def build_stateful_local_training_process(
         lambda: tf.nest.map_structure(tf.zeros_like, reports),
       )
     written = client_states.write(client_id, round_num, new_state)
+    client_output = collections.OrderedDict(
+      update=result.update,
+      update_weight=result.update_weight,
+      reports=reports,
+      reported=tf.cast(finite, tf.float32),
+    )
     return (
-      result,
+      client_output,
       aggregation.unfinalized_train_metrics(sums),
       written,
-      reports,
-      tf.cast(finite, tf.float32),
       read_version,
     )
 
   aggregate_metrics = aggregation.build_metrics_aggregation(
     metrics_aggregator, client_update_computation.type_signature.result[1]
+  )
+
+  @tff.federated_computation
+  def client_work_init():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(
+    client_work_init.type_signature.result,
+    tff.FederatedType(received_type, tff.CLIENTS),
+    tff.FederatedType(key_type, tff.CLIENTS),
+  )
+  def client_work_next(state, received, keys):
+    client_outputs, unfinalized, written, read_versions = tff.federated_map(
+      client_update_computation, (received, keys)
+    )
+    return tff.templates.MeasuredProcessOutput(
+      state,
+      client_outputs,
+      aggregate_metrics(
+        unfinalized,
+        client_states=client_states_metrics(written, read_versions),
+      ),
+    )
+
+  client_work = tff.templates.MeasuredProcess(
+    client_work_init, client_work_next
   )
   aggregator = factory.create(
     weights_type.trainable, tff.TensorType(np.float32)
@@ -438,74 +468,38 @@ def build_stateful_local_training_process(
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
     server_optimizer, weights_type
   )
+  recorders = []
+  if mean_update_recorder is not None:
+    recorders.append(composers.mean_update_recording(mean_update_recorder))
   report_recorder = _build_report_recorder(
-    distributor, reporters, client_update_computation.type_signature.result[3]
+    distributor,
+    reporters,
+    client_update_computation.type_signature.result[0]['reports'],
   )
+  if report_recorder is not None:
 
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_zip(
-      tff.learning.templates.LearningAlgorithmState(
-        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
-        distributor.initialize(),
-        tff.federated_value((), tff.SERVER),
-        aggregator.initialize(),
-        finalizer.initialize(),
-      )
-    )
-
-  state_type = initialize_fn.type_signature.result
-
-  @tff.federated_computation(
-    state_type, tff.FederatedType(key_type, tff.CLIENTS)
-  )
-  def next_fn(state, keys):
-    distributed = distributor.next(
-      state.distributor, state.global_model_weights
-    )
-    (client_result, unfinalized, written, reports, reported, read_versions) = (
-      tff.federated_map(client_update_computation, (distributed.result, keys))
-    )
-    aggregated = aggregator.next(
-      state.aggregator, client_result.update, client_result.update_weight
-    )
-    finalized = finalizer.next(
-      state.finalizer, state.global_model_weights, aggregated.result
-    )
-    distributor_state = distributed.state
-    if mean_update_recorder is not None:
-      distributor_state = tff.federated_map(
-        mean_update_recorder, (distributor_state, aggregated.result)
-      )
-    if report_recorder is not None:
-      distributor_state = tff.federated_map(
+    def record_reports(distributor_state, mean_update, client_outputs):
+      del mean_update
+      return tff.federated_map(
         report_recorder,
         (
           distributor_state,
-          tff.federated_mean(reports, weight=reported),
-          tff.federated_sum(reported),
+          tff.federated_mean(
+            client_outputs.reports, weight=client_outputs.reported
+          ),
+          tff.federated_sum(client_outputs.reported),
         ),
       )
-    new_state = tff.federated_zip(
-      tff.learning.templates.LearningAlgorithmState(
-        finalized.result,
-        distributor_state,
-        state.client_work,
-        aggregated.state,
-        finalized.state,
-      )
-    )
-    metrics = tff.federated_zip(
-      collections.OrderedDict(
-        distributor=distributed.measurements,
-        client_work=aggregate_metrics(unfinalized),
-        aggregator=aggregated.measurements,
-        finalizer=finalized.measurements,
-        client_states=client_states_metrics(written, read_versions),
-      )
-    )
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
+    recorders.append(record_reports)
+  initialize_fn, next_fn = composers.compose_computations(
+    initial_model_weights_fn,
+    distributor,
+    client_work,
+    aggregator,
+    finalizer,
+    recorders,
+  )
   return build_process(initialize_fn, next_fn, client_states)
 
 

@@ -339,13 +339,13 @@ def _check_client_states(
   metrics, cohort, expected_read_versions, client_states
 ) -> None:
   """Every client wrote its state, and read the version the store holds."""
-  written = int(metrics['client_states']['written'])
+  written = int(metrics['client_work']['client_states']['written'])
   if written != len(cohort):
     raise RuntimeError(
       f"{len(cohort) - written} of the round's {len(cohort)} clients did "
       f'not write their state under {client_states.directory}.'
     )
-  read = int(metrics['client_states']['read_version_sum'])
+  read = int(metrics['client_work']['client_states']['read_version_sum'])
   if read != sum(expected_read_versions):
     raise RuntimeError(
       f"The round's clients read other versions of their state than "
