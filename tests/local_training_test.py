@@ -59,16 +59,6 @@ def test_hand_computed_values_of_the_data_terms():
   ).numpy() == pytest.approx(0.5 * (1 + 4) / 2)
 
 
-def test_batches_as_tuples_are_named_and_bad_specs_are_refused():
-  batch = local_training.named_batch((1, 2))
-  assert (batch['x'], batch['y']) == (1, 2)
-  local_training.check_element_spec((None, None))
-  with pytest.raises(ValueError, match=r"missing \['y'\]"):
-    local_training.check_element_spec({'x': None, 'label': None})
-  with pytest.raises(TypeError, match=r'OrderedDict\(x=..., y=...\)'):
-    local_training.check_element_spec([None, None, None])
-
-
 def test_each_step_follows_the_objectives_gradient_with_plain_sgd():
   # With no data term, SGD on strength/2 ||w||^2 scales w by (1 - lr * c)
   # each step: after k batches the update (start - end) is

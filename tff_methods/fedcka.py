@@ -112,7 +112,7 @@ def build_fedcka(
     dataset_computation: A client's `[client id, round]` key -> its
       batches (`tasks.datasets.round_dataset_computation`), or TFF's
       client-id form: a batched `ClientData` or its `dataset_computation`
-      (`stateful.key_dataset_computation`).
+      (`client_data.key_dataset_computation`).
     client_optimizer_fn: The client optimizer.
     mu: The strength, >= 0; 0 is FedAvg (paper: 3, 5 or 10).
     num_layers: M, the number of layers regularized (default 2).

@@ -29,6 +29,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import batches_in_memory
+from tff_methods import client_data
 from tff_methods import composers
 from tff_methods import model_lib
 from tff_methods import reference_outputs
@@ -45,8 +46,6 @@ _TRAIN_SUMS = (
 )
 
 
-# Client update weight from the labels the client trained on (a count per
-# class) and the default weight.
 # The data term of the local objective: (labels, model outputs) -> scalar.
 LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
 
@@ -68,36 +67,6 @@ def squared_error(
   """Mean of `0.5 * (logits - labels)^2`: least squares on a 1-d output."""
   predictions = tf.reshape(outputs['logits'], tf.shape(labels))
   return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
-
-
-def named_batch(batch) -> Mapping[str, Any]:
-  """A batch as `OrderedDict(x, y, ...)`: TFF's `(x, y)` tuples too."""
-  if isinstance(batch, collections.abc.Mapping):
-    return batch
-  if isinstance(batch, (tuple, list)) and len(batch) == 2:
-    return collections.OrderedDict(x=batch[0], y=batch[1])
-  raise TypeError(
-    'A batch of client data must be OrderedDict(x=..., y=...) '
-    f'or an (x, y) tuple, not {batch!r}.'
-  )
-
-
-def check_element_spec(element_spec: Any) -> None:
-  """Refuses, at build time, client data the loop can't read."""
-  if isinstance(element_spec, collections.abc.Mapping):
-    missing = [k for k in ('x', 'y') if k not in element_spec]
-    if missing:
-      raise ValueError(
-        f'Client data elements must hold x and y; these have '
-        f'{sorted(element_spec)} (missing {missing}).'
-      )
-    return
-  if isinstance(element_spec, (tuple, list)) and len(element_spec) == 2:
-    return
-  raise TypeError(
-    'Client data elements must be OrderedDict(x=..., y=...) '
-    f'or (x, y) tuples; their spec is {element_spec!r}.'
-  )
 
 
 def _union(names_lists):
@@ -172,7 +141,7 @@ def build_client_update_fn(
     tables = reference.tabulate(batches)
 
     def reduce_fn(state, batch):
-      batch = named_batch(batch)
+      batch = client_data.named_batch(batch)
       sums, optimizer_state, (carried_tables, has_previous) = state
       # Reference models: inference mode, outside the tape.
       references = reference.outputs(batch, carried_tables or None)
@@ -317,7 +286,7 @@ def build_local_training_client_work(
   if received_type is None:
     received_type = model_lib.weights_type(keras_model_fn)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
-  client_batches = ClientBatches(dataset_computation, data_type)
+  client_batches = client_data.ClientBatches(dataset_computation, data_type)
 
   @tff.federated_computation
   def init_fn():
@@ -360,54 +329,6 @@ def build_local_training_client_work(
   if dataset_computation is not None:
     return tff.templates.MeasuredProcess(init_fn, next_fn)
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
-
-
-class ClientBatches:
-  """What a client computation receives, and how it gets its batches.
-
-  With a dataset computation (a client's key -> its batches), the client
-  computation receives the key and calls it: the batches are made where they
-  are trained on. Passed between two TFF computations instead, a data set is
-  serialized with its data (TFF 0.87's worker turns it into a graph and back),
-  and copied several times per client and round. Without
-  one, the client computation receives its batches.
-  """
-
-  def __init__(
-    self, dataset_computation: Optional[tff.Computation], data_type: tff.Type
-  ):
-    dataset_computation = as_dataset_computation(dataset_computation)
-    self._dataset_computation = dataset_computation
-    if dataset_computation is None:
-      self.client_data_type = data_type
-    else:
-      self.client_data_type = dataset_computation.type_signature.parameter
-      made = dataset_computation.type_signature.result
-      if not data_type.is_assignable_from(made):
-        raise TypeError(
-          f'The dataset computation makes {made}, but the '
-          f'process trains on {data_type}.'
-        )
-
-  def __call__(self, client_data):
-    """The client's batches (inside its TFF computation)."""
-    if self._dataset_computation is None:
-      return client_data
-    return self._dataset_computation(client_data)
-
-
-def as_dataset_computation(data: Any) -> Optional[tff.Computation]:
-  """A dataset computation from itself, or from a TFF `ClientData` (its
-  `dataset_computation`: a client id -> its data set); None stays None."""
-  if data is None or isinstance(data, tff.Computation):
-    return data
-  if isinstance(data, tff.simulation.datasets.ClientData):
-    return data.dataset_computation
-  raise TypeError(
-    'dataset_computation must be a tff.Computation (a client key -> its '
-    'batches) or a tff.simulation.datasets.ClientData (preprocessed into '
-    f'batches), got {type(data).__name__}.'
-  )
 
 
 def build_local_training_process(
@@ -454,7 +375,7 @@ def build_local_training_process(
     model_aggregator, client_weighting
   )
   keras_model_fn = checked_model_fn(keras_model_fn, regularizers)
-  check_element_spec(element_spec)
+  client_data.check_element_spec(element_spec)
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
   weights_type = model_lib.weights_type_of(zero_weights)

@@ -145,7 +145,7 @@ def build_moon(
     dataset_computation: A client's `[client id, round]` key -> its
       batches (`tasks.datasets.round_dataset_computation`), or TFF's
       client-id form: a batched `ClientData` or its `dataset_computation`
-      (`stateful.key_dataset_computation`).
+      (`client_data.key_dataset_computation`).
     client_optimizer_fn: The client optimizer.
     mu: The contrastive strength, >= 0; 0 is FedAvg.
     temperature: tau, 0.5 by default as in the paper.

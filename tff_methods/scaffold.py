@@ -137,7 +137,7 @@ def build_scaffold(
     dataset_computation: A client's `[client id, round]` key -> its
       batches (`tasks.datasets.round_dataset_computation`), or TFF's
       client-id form: a batched `ClientData` or its `dataset_computation`
-      (`stateful.key_dataset_computation`).
+      (`client_data.key_dataset_computation`).
     client_learning_rate: eta, the local SGD learning rate.
     num_clients: N, all clients (for the |S|/N update of `c`).
     server_learning_rate: eta_g.

@@ -26,6 +26,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import client_data
 from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
@@ -181,50 +182,6 @@ CLIENT_KEY_TYPE = client_keys.CLIENT_KEY_TYPE
 client_key = client_keys.client_key
 
 
-def key_dataset_computation(data: Any) -> tff.Computation:
-  """A computation from a client's `CLIENT_KEY_TYPE` key to its batches.
-
-  Args:
-    data: A computation of such keys (`tasks.datasets.
-      round_dataset_computation`: the batches may change with the round);
-      or TFF's client-id form, a batched `tff.simulation.datasets.
-      ClientData` or its `dataset_computation`, whose data set the key's
-      client id picks (the same every round).
-
-  Raises:
-    TypeError: naming what was given and what is taken.
-  """
-  computation = local_training.as_dataset_computation(data)
-  if computation is None:
-    raise TypeError(
-      'A process with per-client state needs dataset_computation: a '
-      'batched tff.simulation.datasets.ClientData, its '
-      'dataset_computation, or a [client id, round] key -> batches '
-      'computation (tasks.datasets.round_dataset_computation).'
-    )
-  key_type = computation.type_signature.parameter
-  if key_type == CLIENT_KEY_TYPE:
-    return computation
-  if key_type == tff.TensorType(np.str_):
-
-    @tff.tensorflow.computation(CLIENT_KEY_TYPE)
-    def dataset_for_key(key):
-      return computation(key[0])
-
-    return dataset_for_key
-  raise TypeError(
-    'A process with per-client state needs a dataset computation that '
-    'takes a client id (ClientData.dataset_computation) or [client id, '
-    'round] keys (a string tensor of shape [2], e.g. tasks.datasets.'
-    f'round_dataset_computation); this one takes {key_type}.'
-  )
-
-
-def split_client_key(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-  """(client id, round as int64) of a key, in TF."""
-  return key[0], tf.strings.to_number(key[1], tf.int64)
-
-
 def client_states_metrics(written, read_versions):
   """How many clients wrote their state this round, and the sum of the
   versions they read (SERVER): a program checks both against its store
@@ -344,15 +301,15 @@ def build_stateful_local_training_process(
     model_aggregator, client_weighting
   )
   keras_model_fn = local_training.checked_model_fn(keras_model_fn, regularizers)
-  local_training.check_element_spec(element_spec)
-  dataset_computation = key_dataset_computation(dataset_computation)
+  client_data.check_element_spec(element_spec)
+  dataset_computation = client_data.key_dataset_computation(dataset_computation)
   key_type = CLIENT_KEY_TYPE
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
   weights_type = model_lib.weights_type_of(zero_weights)
   # Each client makes its batches from its key in its own computation
   # (`ClientBatches`); checked here, before any state file is written.
-  client_batches = local_training.ClientBatches(
+  client_batches = client_data.ClientBatches(
     dataset_computation,
     tff.SequenceType(tff.types.tensorflow_to_type(element_spec)),
   )
@@ -377,7 +334,7 @@ def build_stateful_local_training_process(
   @tff.tensorflow.computation(received_type, key_type)
   def client_update_computation(received, key):
     dataset = client_batches(key)
-    client_id, round_num = split_client_key(key)
+    client_id, round_num = client_keys.split_client_key(key)
     client_state, read_version = client_states.read_with_version(
       client_id, round_num
     )

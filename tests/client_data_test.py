@@ -1,0 +1,71 @@
+"""Tests for tff_methods.client_data: how a client gets its batches."""
+
+import collections
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import client_data
+from tff_methods import client_keys
+
+
+def test_batches_as_tuples_are_named_and_bad_specs_are_refused():
+  batch = client_data.named_batch((1, 2))
+  assert (batch['x'], batch['y']) == (1, 2)
+  client_data.check_element_spec((None, None))
+  with pytest.raises(ValueError, match=r"missing \['y'\]"):
+    client_data.check_element_spec({'x': None, 'label': None})
+  with pytest.raises(TypeError, match=r'OrderedDict\(x=..., y=...\)'):
+    client_data.check_element_spec([None, None, None])
+
+
+def _by_client_id():
+  @tff.tensorflow.computation(np.str_)
+  def dataset_for_client(client_id):
+    size = tf.strings.length(client_id)
+    return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(
+        x=tf.fill([size, 1], 1.0), y=tf.zeros([size], tf.int32)
+      )
+    ).batch(2)
+
+  return dataset_for_client
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_client_id_computation_takes_keys_and_ignores_the_round():
+  by_key = client_data.key_dataset_computation(_by_client_id())
+  assert by_key.type_signature.parameter == client_keys.CLIENT_KEY_TYPE
+  # 'abc' has 3 examples, in batches of 2, whatever the round.
+  for round_num in (1, 7):
+    sizes = [
+      len(b['y']) for b in by_key(client_keys.client_key('abc', round_num))
+    ]
+    assert sizes == [2, 1]
+  with pytest.raises(TypeError, match='needs dataset_computation'):
+    client_data.key_dataset_computation(None)
+
+  @tff.tensorflow.computation(np.int32)
+  def by_number(n):
+    return tf.data.Dataset.from_tensors(n)
+
+  with pytest.raises(TypeError, match='this one takes int32'):
+    client_data.key_dataset_computation(by_number)
+
+
+def test_client_batches_refuse_data_of_another_type():
+  data_type = tff.SequenceType(
+    collections.OrderedDict(
+      x=tff.TensorType(np.float32, [None, 2]),
+      y=tff.TensorType(np.int32, [None]),
+    )
+  )
+  with pytest.raises(TypeError, match='The dataset computation makes'):
+    client_data.ClientBatches(_by_client_id(), data_type)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
