@@ -297,10 +297,7 @@ def main(argv):
     )
     if FLAGS.tff_workers or threads == worker_threads:
       return threads
-    workers.stop_workers()
-    error = runtime_flags.start(model_parameters)
-    if error:
-      raise RuntimeError(error)
+    restart_worker()
     worker_threads = threads
     return threads
 

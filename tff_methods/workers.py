@@ -390,25 +390,22 @@ class RemoteWorker:
             self.address,
           ) from None
         time.sleep(0.1)
-    self._wait(
-      max(0.1, deadline - time.monotonic()),
-      'accepts connections but did not serve TFF within the '
-      f'{timeout_seconds:.0f} s (is it a TFF worker?). Nothing has '
-      'run yet.',
-    )
+    if not self._serves_within(max(0.1, deadline - time.monotonic())):
+      raise WorkerUnreachableError(
+        f'The TFF worker at {self.address} accepts connections but did not '
+        f'serve TFF within {timeout_seconds:.0f} s (is it a TFF worker?). '
+        'Nothing has run yet.',
+        self.address,
+      )
 
-  def _wait(self, timeout, reason):
+  def _serves_within(self, timeout: float) -> bool:
     import grpc
 
     try:
       grpc.channel_ready_future(self._channel).result(timeout=timeout)
     except grpc.FutureTimeoutError:
-      # Not TFF's retryable error: a lost worker must end the call, not
-      # make TFF retry it forever.
-      raise WorkerUnreachableError(
-        f'The TFF worker at {self.address} ' + reason.format(timeout=timeout),
-        self.address,
-      ) from None
+      return False
+    return True
 
   def get_stub(self):
     """The worker's stub once it serves; a WorkerUnreachableError if not."""
@@ -417,13 +414,16 @@ class RemoteWorker:
     )
 
     with self._lock:
-      self._wait(
-        self._timeout,
-        'is not reachable (it stopped, or its host did) after '
-        '{timeout:.0f} s, so this computation did not complete. The '
-        'program state saved before it is intact: start the worker '
-        'again and rerun to resume.',
-      )
+      if not self._serves_within(self._timeout):
+        # Not TFF's retryable error: a lost worker must end the call, not
+        # make TFF retry it forever.
+        raise WorkerUnreachableError(
+          f'The TFF worker at {self.address} is not reachable (it stopped, '
+          f'or its host did) after {self._timeout:.0f} s, so this '
+          'computation did not complete. The program state saved before '
+          'it is intact: start the worker again and rerun to resume.',
+          self.address,
+        )
       if self._stub is None:
         self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
           self._channel
