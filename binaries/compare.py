@@ -38,9 +38,10 @@ from tooling import tuning
 
 flags.DEFINE_list(
   'methods',
-  [m for m in methods.SINGLE_METHODS if m != 'tff_fedavg'],
-  'Methods to compare (default: every single method but '
-  'tff_fedavg, which trains as fedavg does; add '
+  [m for m in methods.SINGLE_METHODS if m not in methods.TFF_ALGORITHMS],
+  "Methods to compare (default: every single method but TFF's own "
+  'tff_fedavg, tff_fedavgm, tff_fedadam, tff_fedyogi, which train as '
+  'fedavg, fedavgm, fedadam, fedyogi do; add '
   'combinations such as fedprox+fedcos by name). '
   "METHOD@AGGREGATOR runs a method under one of TFF's "
   'aggregators (fedcka@dp beside fedcka; see --aggregator).',
@@ -128,6 +129,9 @@ def main(argv):
         f'{FLAGS.task}, {FLAGS.partition} partition, '
         f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds'
       )
+      if base.is_tff_baseline():
+        data = ", TFF's synthetic data" if FLAGS.use_synthetic_data else ''
+        title = f"{FLAGS.task} (TFF's clients{data}), {FLAGS.rounds} rounds"
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))

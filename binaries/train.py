@@ -79,8 +79,8 @@ def main(argv):
     f"{config.method} on {config.task}: round {results['rounds']}"
     f'{rejected}, '
     f"{split} accuracy {evals.get('accuracy', float('nan')):.4f}, "
-    f"macro-F1 {evals.get('macro_f1', float('nan')):.4f}, "
-    f"{results['seconds_per_round']:.2f} s/round; "
+    + (f"macro-F1 {evals['macro_f1']:.4f}, " if 'macro_f1' in evals else '')
+    + f"{results['seconds_per_round']:.2f} s/round; "
     f'results in {config.output_dir}'
   )
   return 0

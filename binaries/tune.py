@@ -33,8 +33,9 @@ from tooling import tuning
 
 flags.DEFINE_list(
   'methods',
-  [m for m in methods.SINGLE_METHODS if m != 'tff_fedavg'],
-  'Methods to tune (default: every single method but ' 'tff_fedavg).',
+  [m for m in methods.SINGLE_METHODS if m not in methods.TFF_ALGORITHMS],
+  "Methods to tune (default: every single method but TFF's own "
+  'tff_fedavg, tff_fedavgm, tff_fedadam, tff_fedyogi).',
 )
 flags.DEFINE_list('seeds', ['0'], 'Seeds; the choice averages over them.')
 flags.DEFINE_list(

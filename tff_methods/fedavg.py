@@ -24,7 +24,7 @@ Adam (FedAdam) or Yogi (FedYogi), as in Reddi et al. (2021).
   itself (method `tff_fedavg`), TFF's baseline as TFF ships it.
 """
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow_federated as tff
 
@@ -91,6 +91,9 @@ def build_tff_fedavg(
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  tff_model_fn: Optional[
+    Callable[[], tff.learning.models.VariableModel]
+  ] = None,
 ) -> tff.learning.templates.LearningProcess:
   """TFF's `build_weighted_fed_avg` on a Keras model (its `logits`).
 
@@ -105,12 +108,15 @@ def build_tff_fedavg(
       gives TFF's `build_unweighted_fed_avg`.
     metrics_aggregator: As TFF's builders take it.
     client_weighting: As TFF's builders take it (NUM_EXAMPLES by default).
+    tff_model_fn: A `VariableModel` to train instead of the Keras model's
+      logits with cross-entropy: a TFF baseline task's own
+      (`tooling.tff_baselines`), with its loss and metrics.
   """
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
   )
   return tff.learning.algorithms.build_weighted_fed_avg(
-    model_lib.tff_model_fn(keras_model_fn, element_spec),
+    tff_model_fn or model_lib.tff_model_fn(keras_model_fn, element_spec),
     client_optimizer_fn=client_optimizer_fn,
     server_optimizer_fn=(
       server_optimizer_fn or tff.learning.optimizers.build_sgdm(1.0)

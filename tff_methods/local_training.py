@@ -162,6 +162,11 @@ def build_client_update_fn(
           client_state,
         )
         objective = loss
+        if model.losses:
+          # The model's own weight regularization, which Keras and TFF's
+          # `from_keras_model` train with (TFF's ResNets have L2 on each
+          # layer); the loss reported is the data term, as TFF's.
+          objective += tf.add_n(model.losses)
         for regularizer in regularizers:
           objective += regularizer(step)
       gradients = tape.gradient(objective, trainable)

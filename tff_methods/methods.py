@@ -5,9 +5,11 @@ paper's tables (`fedprox+fedcos`, `fedavgm+fedcos`, `fedadam+fedcos`). A
 component brings a server optimizer (`fedavg`, `fedavgm`, `fedadam`,
 `fedyogi`), a regularizer of the shared local-training loop (`fedprox`,
 `fedmax`, `fedcos`, `moon`, `fedcka`), or both. SCAFFOLD (its own server
-rule), Fed2 (its own model structure and aggregator) and `tff_fedavg` (TFF's
-own `build_weighted_fed_avg`, to check the project's FedAvg against) stand
-alone.
+rule), Fed2 (its own model structure and aggregator) and TFF's own
+algorithms stand alone: `tff_fedavg`, `tff_fedavgm`, `tff_fedadam` and
+`tff_fedyogi` are TFF's `build_weighted_fed_avg` with the server optimizer
+of the project's `fedavg`, `fedavgm`, `fedadam` and `fedyogi`, to compare
+with TFF's baselines literally.
 
 Every method is built by its own module's builder (`fedprox.build_fedprox`,
 `moon.build_moon`, ...), which is the code that runs. A combination is built
@@ -21,7 +23,8 @@ learned from its terms (`Regularizer.previous_outputs`), not listed.
   method without per-client state. A plain `fedavg`/`fedavgm`/`fedadam`/
   `fedyogi` is the shared local-training loop with no regularizer (the
   process `fedavg.build_fedavg` builds: TFF's FedAvg computed faster);
-  `tff_fedavg` is TFF's `build_weighted_fed_avg` itself.
+  `tff_fedavg` (and `tff_fedavgm`, ...) is TFF's `build_weighted_fed_avg`
+  itself.
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
   a `LearningProcess` whose `next` takes client keys, for every method;
   methods with per-client state (`moon`, `fedcka`, `scaffold`) keep it in
@@ -41,11 +44,14 @@ from tff_methods import fedcka
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
+from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import regularizers as regularizers_lib
 from tff_methods import scaffold
+
+TffModelFn = Callable[[], tff.learning.models.VariableModel]
 
 # Each component's strength when none is given: its module's default.
 DEFAULT_STRENGTHS = {
@@ -67,6 +73,8 @@ class Hyperparameters:
     server_learning_rate: The server optimizer's learning rate; None picks
       the method's default (1.0 for averaging, 0.01 for FedAdam/FedYogi).
     server_momentum: FedAvgM's server momentum.
+    server_epsilon: FedAdam's / FedYogi's epsilon (Reddi et al. tune it per
+      task; 1e-3 is their default).
     mu: The strength of every named component's term (FedProx, MOON,
       FedCKA, FedCos) that has no strength of its own in `strengths`; None
       picks each one's default (`DEFAULT_STRENGTHS`).
@@ -104,6 +112,7 @@ class Hyperparameters:
   weight_decay: float = 0.0
   server_learning_rate: Optional[float] = None
   server_momentum: float = 0.9
+  server_epsilon: float = 1e-3
   mu: Optional[float] = None
   strengths: tuple[tuple[str, float], ...] = ()
   beta: Optional[float] = None
@@ -152,6 +161,7 @@ class Hyperparameters:
       default if lr is None else lr,
       momentum=self.server_momentum,
       momentum_form=self.server_momentum_form,
+      epsilon=self.server_epsilon,
     )
 
 
@@ -194,7 +204,14 @@ COMPONENTS = {
     )
   ),
 }
-STANDALONE = ('scaffold', 'fed2', 'tff_fedavg')
+# TFF's own algorithms: `build_weighted_fed_avg` with a server rule.
+TFF_ALGORITHMS = {
+  'tff_fedavg': 'sgd',
+  'tff_fedavgm': 'sgdm',
+  'tff_fedadam': 'adam',
+  'tff_fedyogi': 'yogi',
+}
+STANDALONE = ('scaffold', 'fed2') + tuple(TFF_ALGORITHMS)
 # SCAFFOLD's model average: the paper's, or NIID-Bench's by data size.
 SCAFFOLD_WEIGHTINGS = {
   'uniform': tff.learning.ClientWeighting.UNIFORM,
@@ -317,6 +334,8 @@ def build_method(
   element_spec: Any,
   hparams: Hyperparameters,
   dataset_computation: Optional[tff.Computation] = None,
+  loss_fn: Optional[local_training.LossFn] = None,
+  tff_model_fn: Optional[TffModelFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds method `name` as a `tff.learning.templates.LearningProcess`.
 
@@ -327,6 +346,10 @@ def build_method(
     hparams: Optimizer settings and strengths.
     dataset_computation: A client's key -> its batches; when given, `next`
       takes the clients' keys (see `build_method_for_client_ids`).
+    loss_fn: The methods' data term; cross-entropy on `logits` by default.
+    tff_model_fn: The `VariableModel` TFF's algorithms (`tff_fedavg`, ...)
+      train (a baseline task's own); by default `keras_model_fn`'s logits
+      with cross-entropy.
   """
   parts = parse_method(name)
   if is_stateful(name):
@@ -346,16 +369,18 @@ def build_method(
       server_optimizer_fn=server_optimizer,
       dataset_computation=dataset_computation,
       model_aggregator=model_aggregator,
+      loss_fn=loss_fn,
     )
-  if parts == ['tff_fedavg']:
+  if parts[0] in TFF_ALGORITHMS:
     # TFF's builder as a TFF user composes it: the batches are made by one
     # computation and passed to the client's.
     process = fedavg.build_tff_fedavg(
       keras_model_fn,
       element_spec,
       client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=server_optimizer,
+      server_optimizer_fn=hparams.server_optimizer(TFF_ALGORITHMS[parts[0]]),
       model_aggregator=model_aggregator,
+      tff_model_fn=tff_model_fn,
     )
     if dataset_computation is None:
       return process
@@ -368,6 +393,7 @@ def build_method(
     server_optimizer_fn=server_optimizer,
     dataset_computation=dataset_computation,
     model_aggregator=model_aggregator,
+    loss_fn=loss_fn,
   )
   if main is None:
     return fedavg.build_fedavg(keras_model_fn, element_spec, **shared)
@@ -403,6 +429,8 @@ def build_method_for_client_ids(
   datasets_by_id: tff.Computation,
   spec: Any,
   hparams: Hyperparameters,
+  loss_fn: Optional[local_training.LossFn] = None,
+  tff_model_fn: Optional[TffModelFn] = None,
 ):
   """Builds method `name` as a process whose `next` takes client keys.
 
@@ -413,6 +441,9 @@ def build_method_for_client_ids(
       `tasks.datasets.round_dataset_computation` takes) -> its batches.
     spec: The spec of one batch.
     hparams: Optimizer settings and strengths.
+    loss_fn: The methods' data term; cross-entropy on `logits` by default.
+    tff_model_fn: The `VariableModel` TFF's algorithms train (see
+      `build_method`).
 
   Returns:
     A `tff.learning.templates.LearningProcess` driven as `next(state,
@@ -440,10 +471,17 @@ def build_method_for_client_ids(
       ),
       client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting],
       model_aggregator=hparams.model_aggregator(),
+      loss_fn=loss_fn,
     )
   if not is_stateful(name):
     return build_method(
-      name, keras_model_fn, spec, hparams, dataset_computation=datasets_by_id
+      name,
+      keras_model_fn,
+      spec,
+      hparams,
+      dataset_computation=datasets_by_id,
+      loss_fn=loss_fn,
+      tff_model_fn=tff_model_fn,
     )
   main, others = _main_and_others(parts, hparams)
   shared = dict(
@@ -453,6 +491,7 @@ def build_method_for_client_ids(
     client_state_dir=hparams.client_state_dir,
     base_regularizers=others,
     model_aggregator=hparams.model_aggregator(),
+    loss_fn=loss_fn,
   )
   if main == 'moon':
     return moon.build_moon(

@@ -86,16 +86,12 @@ def _check_logits(model: tf.keras.Model, logits: tf.Tensor) -> None:
   """Refuses logits that come out of a softmax."""
   history = getattr(logits, '_keras_history', None)
   layer = history.layer if history is not None else None
-  activation = getattr(layer, 'activation', None)
-  if (
-    activation is tf.keras.activations.softmax
-    or getattr(layer, '__class__', None) is tf.keras.layers.Softmax
-  ):
+  if _is_softmax(layer):
     raise ValueError(
       f"Model {model.name!r}'s output comes out of a softmax (layer "
       f'{layer.name!r}); the methods train on unnormalized logits: drop '
-      'the softmax, or name the layer before it as logits with '
-      'named_outputs(model, logits=...).'
+      'the softmax (model_lib.without_softmax(model) does), or name the '
+      'layer before it as logits with named_outputs(model, logits=...).'
     )
 
 
@@ -151,6 +147,59 @@ def named_outputs(
     outputs['logits'] = contract_model(model).output['logits']
   _check_logits(model, outputs['logits'])
   return tf.keras.Model(inputs, outputs, name=model.name)
+
+
+class _WithoutActivation(tf.keras.layers.Layer):
+  """Runs a layer with its activation left out, on the layer's own weights.
+
+  The layer is tracked as this one's only sublayer, so its weights (and
+  their regularization losses) are this layer's, in the same order.
+  """
+
+  def __init__(self, layer: tf.keras.layers.Layer, **kwargs):
+    super().__init__(name=f'{layer.name}_logits', **kwargs)
+    self.wrapped = layer
+    self.supports_masking = True
+
+  def call(self, inputs):
+    activation = self.wrapped.activation
+    self.wrapped.activation = tf.keras.activations.linear
+    try:
+      return self.wrapped.call(inputs)
+    finally:
+      self.wrapped.activation = activation
+
+  def compute_mask(self, inputs, mask=None):
+    return mask
+
+
+def _is_softmax(layer: Any) -> bool:
+  return (
+    getattr(layer, 'activation', None) is tf.keras.activations.softmax
+    or getattr(layer, 'activation', None) is tf.nn.softmax
+    or isinstance(layer, tf.keras.layers.Softmax)
+  )
+
+
+def without_softmax(model: tf.keras.Model) -> tf.keras.Model:
+  """`model` with its final softmax left out: its output is the logits.
+
+  The methods train on logits; many published Keras models (TFF's
+  baseline models among them) end in a softmax, inside their last layer
+  (`Dense(..., activation='softmax')`) or as a `Softmax` layer. The
+  returned model shares `model`'s layers and weights, in the same order; a
+  model that does not end in a softmax is returned as it is.
+  """
+  inputs = _checked_input(model)
+  history = getattr(model.output, '_keras_history', None)
+  last = history.layer if history is not None else None
+  if last is None or not _is_softmax(last):
+    return model
+  if isinstance(last, tf.keras.layers.Softmax):
+    logits = last.input
+  else:
+    logits = _WithoutActivation(last)(last.input)
+  return tf.keras.Model(inputs, logits, name=model.name)
 
 
 def contract_model(model: Any) -> tf.keras.Model:

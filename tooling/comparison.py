@@ -444,7 +444,8 @@ def summarize(
       finals.append(np.mean(accuracy[-last_rounds:]))
       bests.append(accuracy.max())
       f1 = [float(r['eval/macro_f1']) for r in rows if r.get('eval/macro_f1')]
-      f1s.append(np.mean(f1[-last_rounds:]))
+      # TFF's baseline tasks report their own metrics, without macro-F1.
+      f1s.append(float(np.mean(f1[-last_rounds:])) if f1 else float('nan'))
       reached = np.flatnonzero(accuracy >= target_accuracy)
       if reached.size:
         to_target.append(rounds[reached[0]])
@@ -466,6 +467,8 @@ def summarize(
 
 
 def _pm(pair, seeds, scale=100.0):
+  if np.isnan(pair[0]):
+    return 'n/a'  # Not measured (macro-F1 on TFF's baseline tasks).
   # One seed has no spread: `-`, not a misleading 0.00.
   spread = f'{pair[1] * scale:.2f}' if seeds > 1 else '-'
   return f'{pair[0] * scale:.2f} ± {spread}'

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from absl import logging
 import numpy as np
@@ -39,6 +39,7 @@ from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
 from tooling import evaluation
+from tooling import tff_baselines
 from tooling import training_loop
 
 DEFAULT_MODELS = {
@@ -97,13 +98,25 @@ class ExperimentConfig:
   task: str = _setting(
     'digits',
     'digits (offline), cifar10, cifar100, fmnist, mnist, emnist, '
-    'shakespeare, synthetic or image_folder.',
+    "shakespeare, synthetic or image_folder; or one of TFF's baseline "
+    f'tasks: {", ".join(tff_baselines.TASK_NAMES)} (docs/tff_baselines.md).',
   )
   model: Optional[str] = _setting(
     None,
     'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, resnet18, resnet50, vgg9, '
     'mobilenet, shakespeare_lstm, shakespeare_lstm100 (and vgg16 for '
-    "fed2); by default the task's usual model.",
+    "fed2); for a tff_baselines task, one of TFF's models for it; by "
+    "default the task's usual model.",
+  )
+  use_synthetic_data: bool = _setting(
+    False,
+    "tff_baselines tasks: TFF's synthetic data, offline (a few clients "
+    'with a handful of examples: for trying a pipeline, not for results).',
+  )
+  max_elements: Optional[int] = _setting(
+    None,
+    "tff_baselines tasks: TFF's cap on a client's examples per round "
+    '(ClientSpec.max_elements); by default all of them.',
   )
   projection_dim: int = _setting(
     0,
@@ -154,6 +167,11 @@ class ExperimentConfig:
   )
   server_momentum: float = _method_setting(
     'server_momentum', 'fedavgm: server momentum.'
+  )
+  server_epsilon: float = _method_setting(
+    'server_epsilon',
+    'fedadam/fedyogi: the epsilon of the server optimizer (Reddi et al. '
+    'tune it per task).',
   )
   mu: Optional[float] = _method_setting(
     'mu',
@@ -282,7 +300,13 @@ class ExperimentConfig:
     digest = hashlib.sha1(run.encode()).hexdigest()[:8]
     return os.path.join(self.client_state_dir, f'{name}-{digest}')
 
+  def is_tff_baseline(self) -> bool:
+    """Whether the task is one of TFF's (`tooling.tff_baselines`)."""
+    return tff_baselines.is_baseline_task(self.task)
+
   def model_name(self) -> str:
+    if self.is_tff_baseline() and self.task in tff_baselines.TASK_NAMES:
+      return self.model or tff_baselines.models(self.task)[0]
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
 
   def local_batches(self) -> datasets.LocalBatches:
@@ -341,16 +365,26 @@ def validate(config: ExperimentConfig) -> None:
   except ValueError as e:
     parts = []
     errors.append(f'--method={config.method!r}: {e}')
+  tff_task = config.is_tff_baseline()
   need(
-    config.task in datasets.TASK_NAMES,
+    config.task in datasets.TASK_NAMES + tff_baselines.TASK_NAMES,
     f'--task={config.task!r} is unknown; choose one of '
-    f'{", ".join(datasets.TASK_NAMES)}',
+    f'{", ".join(datasets.TASK_NAMES + tff_baselines.TASK_NAMES)}',
   )
-  need(
-    config.model_name() in task_models.MODEL_NAMES + task_models.FED2_MODELS,
-    f'--model={config.model!r} is unknown; choose one of '
-    f'{", ".join(task_models.MODEL_NAMES)}',
-  )
+  if tff_task:
+    _validate_tff_baseline(config, parts, need)
+  else:
+    need(
+      config.model_name() in task_models.MODEL_NAMES + task_models.FED2_MODELS,
+      f'--model={config.model!r} is unknown; choose one of '
+      f'{", ".join(task_models.MODEL_NAMES)}',
+    )
+    for flag in ('use_synthetic_data', 'max_elements'):
+      need(
+        not getattr(config, flag),
+        f'--{flag}={getattr(config, flag)} is for the tff_baselines tasks, '
+        f'not --task={config.task}',
+      )
   need(
     config.partition in partition_lib.PARTITIONERS,
     f'--partition={config.partition!r} is unknown; choose one of '
@@ -375,7 +409,8 @@ def validate(config: ExperimentConfig) -> None:
   )
   need(
     1 <= config.clients_per_round <= config.num_clients
-    or config.task in ('emnist', 'shakespeare'),
+    or config.task in ('emnist', 'shakespeare')
+    or tff_task,
     f'--clients_per_round={config.clients_per_round} must be in [1, '
     f'--num_clients={config.num_clients}]',
   )
@@ -410,6 +445,10 @@ def validate(config: ExperimentConfig) -> None:
   need(
     0 <= config.server_momentum < 1,
     f'--server_momentum={config.server_momentum} must be in [0, 1)',
+  )
+  need(
+    config.server_epsilon > 0,
+    f'--server_epsilon={config.server_epsilon} must be > 0',
   )
   need(
     config.server_momentum_form in optimizers.MOMENTUM_FORMS,
@@ -485,16 +524,17 @@ def validate(config: ExperimentConfig) -> None:
     f'{", ".join(similarity_lib.SIMILARITIES)}',
   )
   model_name = config.model_name()
+  zoo_model = not tff_task and model_name in task_models.MODEL_NAMES
   need(
     config.projection_dim >= 0
     and (
       config.projection_dim == 0
-      or model_name in task_models.TAKES_PROJECTION_DIM
+      or (not tff_task and model_name in task_models.TAKES_PROJECTION_DIM)
     ),
     f'--projection_dim={config.projection_dim} must be >= 0, and is for '
     f'--model={"/".join(task_models.TAKES_PROJECTION_DIM)} only',
   )
-  if 'moon' in parts and model_name in task_models.MODEL_NAMES:
+  if 'moon' in parts and zoo_model:
     need(
       task_models.has_projection_head(model_name, config.projection_dim),
       f'--method=moon needs a model with a projection head (z): '
@@ -502,7 +542,7 @@ def validate(config: ExperimentConfig) -> None:
       f'{"/".join(task_models.TAKES_PROJECTION_DIM)} with '
       f'--projection_dim > 0, not --model={model_name}',
     )
-  if 'fed2' in parts:
+  if 'fed2' in parts and not tff_task:
     need(
       model_name in task_models.FED2_MODELS,
       '--method=fed2 supports --model='
@@ -512,7 +552,7 @@ def validate(config: ExperimentConfig) -> None:
       config.fed2_groups >= 1,
       f'--fed2_groups={config.fed2_groups} must be >= 1',
     )
-  if 'fedcka' in parts and model_name in task_models.MODEL_NAMES:
+  if 'fedcka' in parts and zoo_model:
     need(
       config.cka_layers <= task_models.LAYER_OUTPUTS[model_name],
       f'--cka_layers={config.cka_layers} is more than --model='
@@ -530,11 +570,11 @@ def validate(config: ExperimentConfig) -> None:
     0 <= config.validation_fraction < 1
     and (
       config.validation_fraction == 0
-      or config.task not in datasets.NATURAL_TASKS
+      or (config.task not in datasets.NATURAL_TASKS and not tff_task)
     ),
     f'--validation_fraction={config.validation_fraction} must be in '
     '[0, 1), and 0 for tasks with natural clients '
-    f'({", ".join(datasets.NATURAL_TASKS)})',
+    f'({", ".join(datasets.NATURAL_TASKS)}, tff_baselines/...)',
   )
   need(config.image_size >= 8, f'--image_size={config.image_size} must be >= 8')
   if config.task == 'image_folder':
@@ -547,6 +587,46 @@ def validate(config: ExperimentConfig) -> None:
     raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
 
 
+def _validate_tff_baseline(config: ExperimentConfig, parts, need) -> None:
+  """The checks of a run on one of TFF's baseline tasks."""
+  if config.task not in tff_baselines.TASK_NAMES:
+    return  # Named unknown by `validate`.
+  task_models_ids = tff_baselines.models(config.task)
+  model_name = config.model_name()
+  need(
+    model_name in task_models_ids,
+    f'--model={config.model!r} is not a model of {config.task}; TFF builds '
+    f'{", ".join(task_models_ids)}',
+  )
+  need(
+    'fed2' not in parts,
+    f'--method=fed2 groups the layers of the project\'s CNNs and VGGs '
+    f'(--model={"/".join(task_models.FED2_MODELS)}); it does not apply to '
+    f"TFF's {model_name} model of {config.task}",
+  )
+  if 'fedcka' in parts and model_name in task_models_ids:
+    layers = tff_baselines.layer_outputs(config.task, model_name)
+    need(
+      config.cka_layers <= layers,
+      f'--cka_layers={config.cka_layers} is more than the {layers} layers '
+      f"FedCKA can read of TFF's {model_name} model of {config.task}",
+    )
+  need(
+    config.local_steps is None,
+    f"--local_steps={config.local_steps}: TFF's preprocessing of "
+    f'{config.task} trains whole epochs (--local_epochs, --max_elements)',
+  )
+  need(
+    not config.drop_last,
+    f"--drop_last: TFF's preprocessing of {config.task} keeps each "
+    "client's last, partial batch",
+  )
+  need(
+    config.max_elements is None or config.max_elements >= 1,
+    f'--max_elements={config.max_elements} must be >= 1',
+  )
+
+
 def model_parameters(config: ExperimentConfig) -> Optional[int]:
   """The parameter count of the model `config` trains, from the task's
   shapes (no data is read); None for a model only Fed2's grouping builds.
@@ -556,6 +636,8 @@ def model_parameters(config: ExperimentConfig) -> Optional[int]:
   before its data is read: counted with 10 (classes don't move a model
   across `workers.LARGE_MODEL_PARAMETERS`).
   """
+  if config.is_tff_baseline():
+    return tff_baselines.parameter_count(config.task, config.model_name())
   input_shape, num_classes = datasets.TASK_SHAPES[config.task]
   if config.task == 'image_folder':
     input_shape, num_classes = (config.image_size, config.image_size, 3), 10
@@ -598,21 +680,34 @@ def model_fn_for(
   )
 
 
-def build_process(config: ExperimentConfig, data: datasets.FederatedData):
-  """The method's process over client ids, and the Keras model factory."""
+TaskData = Union[datasets.FederatedData, tff_baselines.BaselineTask]
+
+
+def build_process(config: ExperimentConfig, data: TaskData):
+  """The method's process over client ids, and the Keras model factory.
+
+  On a task of the project's zoo, the zoo's model and batches; on one of
+  TFF's baseline tasks, the task's model, batches and loss (and its own
+  `VariableModel` for TFF's algorithms).
+  """
   hparams = config.hyperparameters(len(data.client_data.client_ids))
-  model_kwargs = (
-    {'projection_dim': config.projection_dim} if config.projection_dim else {}
-  )
-  keras_model_fn = model_fn_for(
-    config.method,
-    config.model_name(),
-    data.num_classes,
-    data.input_shape,
-    hparams,
-    **model_kwargs,
-  )
-  batches = config.local_batches()
+  loss_fn = tff_model_fn = None
+  if isinstance(data, tff_baselines.BaselineTask):
+    keras_model_fn, batches = data.keras_model_fn, data.batches
+    loss_fn, tff_model_fn = data.loss_fn, data.tff_model_fn
+  else:
+    model_kwargs = (
+      {'projection_dim': config.projection_dim} if config.projection_dim else {}
+    )
+    keras_model_fn = model_fn_for(
+      config.method,
+      config.model_name(),
+      data.num_classes,
+      data.input_shape,
+      hparams,
+      **model_kwargs,
+    )
+    batches = config.local_batches()
   if (
     config.method == 'scaffold'
     and config.client_momentum
@@ -634,6 +729,8 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
     datasets.round_dataset_computation(data.client_data, batches),
     batches.element_spec(data.client_data.element_type_structure),
     hparams,
+    loss_fn=loss_fn,
+    tff_model_fn=tff_model_fn,
   )
   if 'moon' in methods.parse_method(config.method) and (
     config.moon_first_round == 'initial_model'
@@ -647,8 +744,21 @@ def build_process(config: ExperimentConfig, data: datasets.FederatedData):
   return process, keras_model_fn
 
 
-def load_data(config: ExperimentConfig) -> datasets.FederatedData:
+def load_data(config: ExperimentConfig) -> TaskData:
   """Loads and partitions the config's task (checks the cohort size)."""
+  if config.is_tff_baseline():
+    data = tff_baselines.load(
+      config.task,
+      batch_size=config.batch_size,
+      local_epochs=config.local_epochs,
+      max_elements=config.max_elements,
+      model=config.model,
+      seed=config.seed,
+      use_synthetic_data=config.use_synthetic_data,
+      cache_dir=config.data_dir,
+    )
+    _check_cohort(config, data.client_data.client_ids)
+    return data
   kwargs = dict(
     alpha=config.alpha,
     min_size=config.min_size,
@@ -679,13 +789,16 @@ def load_data(config: ExperimentConfig) -> datasets.FederatedData:
     validation_fraction=config.validation_fraction,
     **kwargs,
   )
-  client_ids = data.client_data.client_ids
+  _check_cohort(config, data.client_data.client_ids)
+  return data
+
+
+def _check_cohort(config: ExperimentConfig, client_ids) -> None:
   if config.clients_per_round > len(client_ids):
     raise ValueError(
       f'--clients_per_round={config.clients_per_round} is '
       f"more than the task's {len(client_ids)} clients."
     )
-  return data
 
 
 def saved_settings_differences(config: ExperimentConfig) -> list[str]:
@@ -763,7 +876,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
   )
   data = data or load_data(config)
   client_ids = data.client_data.client_ids
-  if data.train_labels is not None:
+  if getattr(data, 'train_labels', None) is not None:
     report.write_partition_report(
       data.class_counts(),
       config.output_dir,
@@ -778,7 +891,11 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     config.output_dir,
     initial_weights=model_lib.initial_weights(keras_model_fn, config.seed),
     seed=config.seed,
-    evaluate_fn=evaluation.Evaluator(keras_model_fn, data.test_x, data.test_y),
+    evaluate_fn=(
+      data.evaluator
+      if isinstance(data, tff_baselines.BaselineTask)
+      else evaluation.Evaluator(keras_model_fn, data.test_x, data.test_y)
+    ),
     rounds_per_eval=config.rounds_per_eval,
     rounds_per_checkpoint=config.rounds_per_checkpoint,
     progress=progress,

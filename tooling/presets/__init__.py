@@ -15,7 +15,8 @@ preset says so in its `notes` (printed by the listing): such settings are
 choices, not the paper's.
 
 Each paper's presets live in its own module (`fedcka`, `fedmax`, `fedcos`,
-`fed2`); `base` has the types.
+`fed2`, and `fedopt`: Reddi et al.'s on TFF's baseline tasks); `base` has
+the types.
 
 Sources: each paper's text (cited in its module) and, where the text lost a
 value, the authors' reference code (named in the note).
@@ -26,6 +27,7 @@ from tooling.presets import fed2
 from tooling.presets import fedcka
 from tooling.presets import fedcos
 from tooling.presets import fedmax
+from tooling.presets import fedopt
 
 Preset = base.Preset
 Row = base.Row
@@ -33,11 +35,11 @@ describe = base.describe
 # By name, in the papers' order.
 PRESETS: dict[str, Preset] = {
   preset.name: preset
-  for paper in (fedcka, fedmax, fedcos, fed2)
+  for paper in (fedcka, fedmax, fedcos, fed2, fedopt)
   for preset in paper.PRESETS
 }
 assert len(PRESETS) == sum(
-  len(paper.PRESETS) for paper in (fedcka, fedmax, fedcos, fed2)
+  len(paper.PRESETS) for paper in (fedcka, fedmax, fedcos, fed2, fedopt)
 )
 
 

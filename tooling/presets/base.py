@@ -22,6 +22,8 @@ class Row:
     settings: `ExperimentConfig` fields of this row only.
     reported: The paper's numbers, in percent: `accuracy` (final), and
       where given `accuracy_std`, `best_accuracy`, `seconds_per_round`.
+    note: Why `reported` is empty, when it is (by default, the row is a
+      point of a figure).
   """
 
   key: str
@@ -29,6 +31,7 @@ class Row:
   method: str
   settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   reported: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  note: str = 'not given (a figure)'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +115,10 @@ def add(presets: list[Preset], preset: Preset) -> None:
   presets.append(preset)
 
 
-def _format_reported(reported: Mapping[str, float]) -> str:
+def _format_reported(row: Row) -> str:
+  reported = row.reported
   if not reported:
-    return 'not given (a figure)'
+    return row.note
   parts = []
   if 'best_accuracy' in reported:
     parts.append(f'best {reported["best_accuracy"]:.2f}')
@@ -135,12 +139,12 @@ def describe(preset: Preset, settings: bool = False) -> str:
     mark = '*' if row.key == preset.main else ' '
     lines.append(
       f'  {mark} {row.key:<{width}}  {row.label:<28} paper: '
-      f'{_format_reported(row.reported)}'
+      f'{_format_reported(row)}'
     )
   for row in preset.references:
     lines.append(
       f'    {row.key:<{width}}  {row.label:<28} paper: '
-      f'{_format_reported(row.reported)} (reference: not run '
+      f'{_format_reported(row)} (reference: not run '
       'here)'
     )
   if settings:

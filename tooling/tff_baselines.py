@@ -1,0 +1,472 @@
+"""TFF's own benchmark tasks (`tff.simulation.baselines`) for every method.
+
+The tasks of Reddi et al., "Adaptive Federated Optimization", ICLR 2021
+(https://openreview.net/forum?id=LkFG3lB13U5), as TFF builds them: EMNIST
+character recognition, CIFAR-100 image classification (ResNet-18 with
+group norm), Shakespeare next-character prediction and Stack Overflow
+next-word prediction. Each is named `tff_baselines/<task>` (Reddi et al.'s
+task names in google-research/federated), and each is TFF's `BaselineTask`
+with four adapters for the project's methods:
+
+- **Data**: the task's clients as TFF splits them, through TFF's training
+  preprocessing (`ClientSpec`: batch size, max elements; its element
+  mapping and batching). TFF's shuffle takes no seed on three of the four
+  tasks, so it is replaced by a seeded one: a client's examples are put in
+  a random order for each of its local epochs, a stateless function of
+  (seed, client, round, epoch), before TFF's preprocessing (with TFF's
+  shuffle buffer set to 1) repeats nothing and batches the stream. TFF's
+  algorithms (`tff_fedavg`, ...) get the very same batches.
+- **Model**: TFF's Keras model with its final softmax left out
+  (`model_lib.without_softmax`) and, named by its structure, the outputs
+  the methods read (`model_lib.named_outputs`): `layer_k` the blocks
+  nearest the input (the convolutions and dense layers, the LSTMs, or a
+  ResNet's stem and four stages), `features` the input of the classifier
+  (past any dropout), and `z` the same vector: MOON's code contrasts that
+  representation when a model has no projection head
+  (`ModelFedCon_noheader` in QinbinLi/MOON).
+- **Loss**: TFF's: sparse cross-entropy on the logits, averaged over every
+  position (TFF's `from_keras_model` does not apply the text models'
+  padding masks to the loss), with the model's weight regularization added
+  (as TFF adds `keras_model.losses`; the ResNet has L2 on every layer).
+- **Evaluation**: TFF's model's own metrics (`VariableModel.forward_pass`
+  and its finalizers) on the task's centralized test data, after TFF's
+  evaluation preprocessing; `accuracy` is the task's accuracy metric.
+
+`use_synthetic_data=True` is TFF's own synthetic data for each task: a few
+clients with a handful of examples, for running everything offline. The real
+data downloads on first use; without a network, `load` raises
+`datasets.DataUnavailableError` with a one-line message.
+"""
+
+import collections
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import datasets
+from tff_methods import local_training
+from tff_methods import model_lib
+
+PREFIX = 'tff_baselines/'
+_BASELINES = tff.simulation.baselines
+# Reddi et al.'s Stack Overflow validation set: its first 10,000 examples.
+_STACKOVERFLOW_EVAL_EXAMPLES = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """How one of TFF's baseline tasks is built here.
+
+  Attributes:
+    description: What the task is, for listings and messages.
+    data: The data set's name, for messages.
+    build: `(train_client_spec, model_id, use_synthetic_data, cache_dir,
+      seed) -> tff.simulation.baselines.BaselineTask`.
+    models: TFF's model ids for the task, its default first.
+    layer_outputs: Model id -> how many `layer_k` outputs it names.
+    parameters: Model id -> its parameter count on the real data.
+    accuracy: The name of TFF's accuracy metric for the task.
+    eval_examples: Test examples evaluated (None: all).
+  """
+
+  description: str
+  data: str
+  build: Callable[..., Any]
+  models: tuple[str, ...]
+  layer_outputs: Mapping[str, int]
+  parameters: Mapping[str, int]
+  accuracy: str = 'sparse_categorical_accuracy'
+  eval_examples: Optional[int] = None
+
+
+def _emnist_character(spec, model_id, use_synthetic_data, cache_dir, seed):
+  # `debug_seed` makes TFF's batch mapping ordered; it also seeds the
+  # model's initializers (the runs' initial weights are set by the seed).
+  return _BASELINES.emnist.create_character_recognition_task(
+    spec,
+    model_id=model_id,
+    only_digits=False,
+    cache_dir=cache_dir,
+    use_synthetic_data=use_synthetic_data,
+    debug_seed=seed,
+  )
+
+
+def _cifar100_image(spec, model_id, use_synthetic_data, cache_dir, seed):
+  del seed  # TFF's CIFAR-100 task takes none.
+  return _BASELINES.cifar100.create_image_classification_task(
+    spec,
+    model_id=model_id,
+    cache_dir=cache_dir,
+    use_synthetic_data=use_synthetic_data,
+  )
+
+
+def _shakespeare_character(spec, model_id, use_synthetic_data, cache_dir, seed):
+  del model_id, seed  # One model; no seed.
+  return _BASELINES.shakespeare.create_character_prediction_task(
+    spec, cache_dir=cache_dir, use_synthetic_data=use_synthetic_data
+  )
+
+
+def _stackoverflow_word(spec, model_id, use_synthetic_data, cache_dir, seed):
+  del model_id, seed  # One model; no seed.
+  return _BASELINES.stackoverflow.create_word_prediction_task(
+    spec, cache_dir=cache_dir, use_synthetic_data=use_synthetic_data
+  )
+
+
+TASKS = {
+  'emnist_character': TaskSpec(
+    'EMNIST-62 character recognition, by writer (3,400 clients)',
+    'EMNIST',
+    _emnist_character,
+    ('cnn_dropout', 'cnn', '2nn'),
+    {'cnn_dropout': 3, 'cnn': 3, '2nn': 2},
+    {'cnn_dropout': 1_206_590, 'cnn': 1_690_046, '2nn': 209_662},
+  ),
+  'cifar100_image': TaskSpec(
+    'CIFAR-100 image classification, 500 clients split by TFF (Pachinko '
+    'allocation), 24x24 crops',
+    'CIFAR-100',
+    _cifar100_image,
+    ('resnet18', 'resnet34', 'resnet50'),
+    {'resnet18': 5, 'resnet34': 5, 'resnet50': 5},
+    {'resnet18': 11_227_812, 'resnet34': 21_335_972, 'resnet50': 23_712_932},
+  ),
+  'shakespeare_character': TaskSpec(
+    'Shakespeare next-character prediction, by speaking role (715 ' 'clients)',
+    'Shakespeare',
+    _shakespeare_character,
+    ('lstm',),
+    {'lstm': 2},
+    {'lstm': 820_522},
+    accuracy='accuracy',
+  ),
+  'stackoverflow_word': TaskSpec(
+    'Stack Overflow next-word prediction, by user (342,477 clients)',
+    'Stack Overflow',
+    _stackoverflow_word,
+    ('lstm',),
+    {'lstm': 2},
+    # A 10,000-word vocabulary (TFF's synthetic data has a smaller one).
+    {'lstm': 4_050_748},
+    accuracy='accuracy',
+    eval_examples=_STACKOVERFLOW_EVAL_EXAMPLES,
+  ),
+}
+TASK_NAMES = tuple(PREFIX + name for name in TASKS)
+
+
+def is_baseline_task(name: str) -> bool:
+  """Whether `name` is one of TFF's baseline tasks (`tff_baselines/...`)."""
+  return str(name).startswith(PREFIX)
+
+
+def spec(name: str) -> TaskSpec:
+  """The task's `TaskSpec`; raises naming the tasks there are."""
+  short = str(name)[len(PREFIX) :] if is_baseline_task(name) else None
+  if short not in TASKS:
+    raise ValueError(
+      f'--task={name!r} is unknown; TFF\'s baseline tasks are '
+      f'{", ".join(TASK_NAMES)}.'
+    )
+  return TASKS[short]
+
+
+# ---------------------------------------------------------------------------
+# The model, named for the methods.
+
+
+def _producer(tensor) -> tf.keras.layers.Layer:
+  return tensor._keras_history.layer  # pylint: disable=protected-access
+
+
+def _named_layers(model: tf.keras.Model) -> dict:
+  """`named_outputs`' arguments for one of TFF's baseline models."""
+  layers = [layer for layer in model.layers]
+  classifier = _producer(model.output)
+  features = _producer(classifier.input)
+  while isinstance(features, tf.keras.layers.Dropout):
+    features = _producer(features.input)
+  adds = [layer for layer in layers if isinstance(layer, tf.keras.layers.Add)]
+  if adds:
+    # A ResNet: its stem (first activation), then each stage's last block.
+    stem = next(
+      layer for layer in layers if isinstance(layer, tf.keras.layers.Activation)
+    )
+    stages = [
+      add
+      for add, following in zip(adds, adds[1:] + [None])
+      if following is None
+      or tuple(add.output.shape) != tuple(following.output.shape)
+    ]
+    blocks = [stem] + stages
+  else:
+    blocks = [
+      layer
+      for layer in layers
+      if layer.trainable_weights
+      and layer is not classifier
+      and not isinstance(layer, tf.keras.layers.Embedding)
+    ]
+  return dict(
+    layers=[layer.name for layer in blocks],
+    features=features.name,
+    z=features.name,
+  )
+
+
+def keras_model_of(variable_model) -> tf.keras.Model:
+  """The Keras model inside a task's `VariableModel` (TFF's
+  `from_keras_model` keeps it as `_keras_model`)."""
+  model = getattr(variable_model, '_keras_model', None)
+  if not isinstance(model, tf.keras.Model):
+    raise TypeError(
+      'Expected the baseline task to wrap a Keras model '
+      '(tff.learning.models.from_keras_model); got '
+      f'{type(variable_model).__name__}.'
+    )
+  return model
+
+
+def keras_model(tff_task) -> tf.keras.Model:
+  """A new Keras model of the task, as TFF builds it."""
+  return keras_model_of(tff_task.model_fn())
+
+
+def methods_model(tff_task) -> tf.keras.Model:
+  """TFF's model for the methods: logits out, its layers named."""
+  model = keras_model(tff_task)
+  return model_lib.named_outputs(
+    model_lib.without_softmax(model), **_named_layers(model)
+  )
+
+
+def task_loss(labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]) -> tf.Tensor:
+  """TFF's loss on the methods' logits: the cross-entropy's mean over every
+  position. TFF's `from_keras_model` computes the loss of the text tasks
+  over the padding too (their models' masks do not reach it), and so does
+  this; the masks still shape the LSTMs' outputs, in both."""
+  return local_training.cross_entropy(labels, outputs)
+
+
+# ---------------------------------------------------------------------------
+# The data.
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskBatches:
+  """A client's batches of a round: TFF's preprocessing, seeded.
+
+  Called as `tasks.datasets.LocalBatches` is (`round_dataset_computation`
+  takes either): (client's examples, client id, round) -> batches.
+
+  Attributes:
+    preprocess_fn: TFF's training preprocessing (shuffle buffer 1, one
+      epoch): maps the stream of examples to batches.
+    batch_spec: The spec of one batch it makes.
+    local_epochs: Passes over the client's examples per round, E.
+    seed: The experiment's seed.
+  """
+
+  preprocess_fn: Callable[[tf.data.Dataset], tf.data.Dataset]
+  batch_spec: Any
+  local_epochs: int = 1
+  seed: int = 0
+
+  def element_spec(self, example_spec: Any = None) -> Any:
+    del example_spec  # TFF's preprocessing decides.
+    return self.batch_spec
+
+  def __call__(
+    self, dataset: tf.data.Dataset, client_id: Any = '', round_num: Any = 0
+  ) -> tf.data.Dataset:
+    examples = datasets.read_all(dataset)
+    size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
+    round_seed = tf.random.experimental.stateless_fold_in(
+      tf.stack(
+        [
+          tf.constant(self.seed, tf.int64),
+          tf.strings.to_hash_bucket_fast(client_id, 2**62),
+        ]
+      ),
+      tf.cast(round_num, tf.int64),
+    )
+    # One fresh order per epoch, as TFF's shuffle before its repeat gives.
+    positions = tf.concat(
+      [
+        tf.random.experimental.stateless_shuffle(
+          tf.range(size),
+          tf.random.experimental.stateless_fold_in(round_seed, epoch),
+        )
+        for epoch in range(self.local_epochs)
+      ],
+      0,
+    )
+    stream = tf.data.Dataset.from_tensor_slices(
+      tf.nest.map_structure(lambda v: tf.gather(v, positions), examples)
+    )
+    return self.preprocess_fn(stream)
+
+
+# ---------------------------------------------------------------------------
+# The evaluation.
+
+
+class TaskEvaluator:
+  """TFF's metrics of the task's model on its centralized test data."""
+
+  def __init__(self, tff_task, accuracy: str, eval_examples=None):
+    self._model = tff_task.model_fn()
+    self._keras_model = keras_model_of(self._model)
+    self._accuracy = accuracy
+    test = tff_task.datasets.test_data.create_tf_dataset_from_all_clients()
+    if eval_examples is not None:
+      test = test.take(eval_examples)
+    self._test = tff_task.datasets.eval_preprocess_fn(test)
+
+    @tf.function
+    def accumulate(dataset):
+      for batch in dataset:
+        self._model.forward_pass(batch, training=False)
+
+    self._accumulate = accumulate
+
+  def __call__(self, weights) -> collections.OrderedDict:
+    model_lib.assign_weights(self._keras_model, weights)
+    self._model.reset_metrics()
+    self._accumulate(self._test)
+    # The model's Keras metrics (the task's, and TFF's loss and counts)
+    # hold what its finalizers would compute.
+    metrics = collections.OrderedDict(
+      (metric.name, float(metric.result()))
+      for metric in self._model.get_metrics()
+    )
+    metrics['accuracy'] = metrics[self._accuracy]
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class BaselineTask:
+  """One of TFF's baseline tasks, ready for the methods and TFF's own.
+
+  Attributes:
+    name: `tff_baselines/<task>`.
+    tff_task: TFF's `BaselineTask`.
+    client_data: The training clients' raw examples (TFF's split).
+    batches: A client's round of batches (`TaskBatches`).
+    keras_model_fn: The methods' model (`methods_model`).
+    tff_model_fn: TFF's `VariableModel` of the task, for TFF's algorithms.
+    loss_fn: The methods' data term (`task_loss`).
+    evaluator: Global weights -> TFF's test metrics (`TaskEvaluator`).
+  """
+
+  name: str
+  tff_task: Any
+  client_data: tff.simulation.datasets.ClientData
+  batches: TaskBatches
+  keras_model_fn: model_lib.KerasModelFn
+  tff_model_fn: Callable[[], tff.learning.models.VariableModel]
+  loss_fn: Callable[..., tf.Tensor]
+  evaluator: Callable[[Any], Mapping[str, float]]
+
+
+def load(
+  name: str,
+  *,
+  batch_size: int,
+  local_epochs: int = 1,
+  max_elements: Optional[int] = None,
+  model: Optional[str] = None,
+  seed: int = 0,
+  use_synthetic_data: bool = False,
+  cache_dir: Optional[str] = None,
+) -> BaselineTask:
+  """Builds TFF's baseline task `name` for the methods.
+
+  Args:
+    name: One of `TASK_NAMES`.
+    batch_size: TFF's client batch size.
+    local_epochs: Passes over a client's examples per round.
+    max_elements: TFF's cap on a client's examples per round (None: all).
+    model: One of the task's TFF model ids (`TaskSpec.models`); its default
+      when None.
+    seed: Fixes each client's order of examples per round (and TFF's
+      EMNIST initializers).
+    use_synthetic_data: TFF's synthetic data (offline).
+    cache_dir: Where TFF caches the downloaded data (TFF's default
+      `~/.tff` when None).
+
+  Raises:
+    ValueError: an unknown task or model.
+    DataUnavailableError: the real data can't be had (no network).
+  """
+  task_spec = spec(name)
+  model_id = model or task_spec.models[0]
+  if model_id not in task_spec.models:
+    raise ValueError(
+      f'--model={model_id!r} is not a model of {name}; TFF builds '
+      f'{", ".join(task_spec.models)}.'
+    )
+  client_spec = _BASELINES.ClientSpec(
+    num_epochs=1,
+    batch_size=batch_size,
+    max_elements=max_elements,
+    shuffle_buffer_size=1,
+  )
+  try:
+    tff_task = task_spec.build(
+      client_spec, model_id, use_synthetic_data, cache_dir, seed
+    )
+  except Exception as e:
+    if use_synthetic_data:
+      raise
+    raise datasets.DataUnavailableError(
+      f'{name}: could not load {task_spec.data} through '
+      f'tff.simulation.datasets ({e!r:.200}); it downloads on first use '
+      'and needs a network then. --use_synthetic_data runs the task on '
+      "TFF's synthetic data offline."
+    ) from e
+  task_datasets = tff_task.datasets
+  batches = TaskBatches(
+    task_datasets.train_preprocess_fn,
+    task_datasets.element_type_structure,
+    local_epochs,
+    seed,
+  )
+  return BaselineTask(
+    name=name,
+    tff_task=tff_task,
+    client_data=task_datasets.train_data,
+    batches=batches,
+    keras_model_fn=functools.partial(methods_model, tff_task),
+    tff_model_fn=tff_task.model_fn,
+    loss_fn=task_loss,
+    evaluator=TaskEvaluator(
+      tff_task, task_spec.accuracy, task_spec.eval_examples
+    ),
+  )
+
+
+def layer_outputs(name: str, model: Optional[str] = None) -> int:
+  """How many `layer_k` outputs the task's model names (FedCKA's M at most)."""
+  task_spec = spec(name)
+  return task_spec.layer_outputs[model or task_spec.models[0]]
+
+
+def models(name: str) -> Sequence[str]:
+  """The task's TFF model ids, its default first."""
+  return spec(name).models
+
+
+def parameter_count(name: str, model: Optional[str] = None) -> int:
+  """The parameter count of the task's model on the real data."""
+  task_spec = spec(name)
+  return task_spec.parameters[model or task_spec.models[0]]
