@@ -125,13 +125,7 @@ def main(argv):
       )
       arms = comparison.arms(FLAGS.methods, tuned, FLAGS.reference_rows)
       base = experiment_flags.config_from_flags(output_dir=output_dir)
-      title = (
-        f'{FLAGS.task}, {FLAGS.partition} partition, '
-        f'{FLAGS.num_clients} clients, {FLAGS.rounds} rounds'
-      )
-      if base.is_tff_baseline():
-        data = ", TFF's synthetic data" if FLAGS.use_synthetic_data else ''
-        title = f"{FLAGS.task} (TFF's clients{data}), {FLAGS.rounds} rounds"
+      title = f'{base.data_description()}, {FLAGS.rounds} rounds'
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))

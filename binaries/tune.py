@@ -109,8 +109,8 @@ def main(argv):
     points,
     seeds,
     chosen,
-    f'{FLAGS.task}, {FLAGS.partition} partition, {FLAGS.num_clients} '
-    f'clients, {FLAGS.rounds} rounds: learning rates on held-out data',
+    f'{base.data_description()}, {FLAGS.rounds} rounds: learning rates on '
+    'held-out data',
     FLAGS.last_rounds,
   )
   with open(paths['markdown']) as f:

@@ -217,6 +217,19 @@ def test_every_task_trains_two_rounds_and_evaluates(task, method, tmp_path):
   assert np.abs(trained - model_lib.flat_trainable(initial)).max() > 1e-4
 
 
+def test_tuning_holds_out_whole_training_clients(tmp_path):
+  whole = _load(EMNIST)
+  held_out = _load(EMNIST, validation_fraction=0.5, seed=1)
+  kept = held_out.client_data.client_ids
+  assert len(kept) == 1 and set(kept) < set(whole.client_data.client_ids)
+  weights = model_lib.initial_weights(whole.keras_model_fn, 0)
+  # The other client's 10 examples, not the test data's 20.
+  assert held_out.evaluator(weights)['num_examples'] == 10
+  assert whole.evaluator(weights)['num_examples'] == 20
+  config = _config(EMNIST, 'fedavg', tmp_path, validation_fraction=0.5)
+  experiment.validate(config)
+
+
 # ---------------------------------------------------------------------------
 # Settings.
 

@@ -272,8 +272,9 @@ class ExperimentConfig:
   )
   data_dir: Optional[str] = _setting(
     None,
-    'tensorflow_datasets data directory, or the image folder for '
-    '--task=image_folder.',
+    'tensorflow_datasets data directory, the image folder for '
+    "--task=image_folder, or TFF's download cache for the tff_baselines "
+    'tasks (TFF: ~/.tff).',
   )
   cache_dir: Optional[str] = _setting(
     None, "Clients' data files (default ~/.cache/tff_methods)."
@@ -281,7 +282,8 @@ class ExperimentConfig:
   validation_fraction: float = _setting(
     0.0,
     'If > 0, hold out this share of the training data and evaluate on it '
-    'instead of the test set (for tuning; binaries/tune.py sets it).',
+    "instead of the test set (for tuning; binaries/tune.py sets it); TFF's "
+    'baseline tasks hold out this share of their training clients.',
   )
 
   def client_state_directory(self) -> str:
@@ -303,6 +305,15 @@ class ExperimentConfig:
   def is_tff_baseline(self) -> bool:
     """Whether the task is one of TFF's (`tooling.tff_baselines`)."""
     return tff_baselines.is_baseline_task(self.task)
+
+  def data_description(self) -> str:
+    """The task and its clients, for a report's title."""
+    if self.is_tff_baseline():
+      data = ", TFF's synthetic data" if self.use_synthetic_data else ''
+      return f"{self.task} (TFF's clients{data})"
+    return (
+      f'{self.task}, {self.partition} partition, {self.num_clients} clients'
+    )
 
   def model_name(self) -> str:
     if self.is_tff_baseline() and self.task in tff_baselines.TASK_NAMES:
@@ -570,11 +581,12 @@ def validate(config: ExperimentConfig) -> None:
     0 <= config.validation_fraction < 1
     and (
       config.validation_fraction == 0
-      or (config.task not in datasets.NATURAL_TASKS and not tff_task)
+      or config.task not in datasets.NATURAL_TASKS
     ),
     f'--validation_fraction={config.validation_fraction} must be in '
     '[0, 1), and 0 for tasks with natural clients '
-    f'({", ".join(datasets.NATURAL_TASKS)}, tff_baselines/...)',
+    f'({", ".join(datasets.NATURAL_TASKS)}; TFF\'s baseline tasks hold out '
+    'whole clients)',
   )
   need(config.image_size >= 8, f'--image_size={config.image_size} must be >= 8')
   if config.task == 'image_folder':
@@ -756,6 +768,7 @@ def load_data(config: ExperimentConfig) -> TaskData:
       seed=config.seed,
       use_synthetic_data=config.use_synthetic_data,
       cache_dir=config.data_dir,
+      validation_fraction=config.validation_fraction,
     )
     _check_cohort(config, data.client_data.client_ids)
     return data

@@ -43,6 +43,7 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -318,16 +319,22 @@ class TaskBatches:
 
 
 class TaskEvaluator:
-  """TFF's metrics of the task's model on its centralized test data."""
+  """TFF's metrics of the task's model on centralized examples, after the
+  task's evaluation preprocessing."""
 
-  def __init__(self, tff_task, accuracy: str, eval_examples=None):
+  def __init__(
+    self,
+    tff_task,
+    accuracy: str,
+    examples: tf.data.Dataset,
+    eval_examples: Optional[int] = None,
+  ):
     self._model = tff_task.model_fn()
     self._keras_model = keras_model_of(self._model)
     self._accuracy = accuracy
-    test = tff_task.datasets.test_data.create_tf_dataset_from_all_clients()
     if eval_examples is not None:
-      test = test.take(eval_examples)
-    self._test = tff_task.datasets.eval_preprocess_fn(test)
+      examples = examples.take(eval_examples)
+    self._test = tff_task.datasets.eval_preprocess_fn(examples)
 
     @tf.function
     def accumulate(dataset):
@@ -388,6 +395,7 @@ def load(
   seed: int = 0,
   use_synthetic_data: bool = False,
   cache_dir: Optional[str] = None,
+  validation_fraction: float = 0.0,
 ) -> BaselineTask:
   """Builds TFF's baseline task `name` for the methods.
 
@@ -403,6 +411,10 @@ def load(
     use_synthetic_data: TFF's synthetic data (offline).
     cache_dir: Where TFF caches the downloaded data (TFF's default
       `~/.tff` when None).
+    validation_fraction: If > 0, this seeded share of the training
+      clients (at least one, and one left to train) is held out and
+      evaluated on instead of the test data: for tuning without looking at
+      the test set. The clients are natural, so whole clients are held out.
 
   Raises:
     ValueError: an unknown task or model.
@@ -435,6 +447,12 @@ def load(
       "TFF's synthetic data offline."
     ) from e
   task_datasets = tff_task.datasets
+  train_data = task_datasets.train_data
+  test_examples = task_datasets.test_data.create_tf_dataset_from_all_clients()
+  if validation_fraction:
+    train_data, test_examples = _hold_out_clients(
+      train_data, validation_fraction, seed
+    )
   batches = TaskBatches(
     task_datasets.train_preprocess_fn,
     task_datasets.element_type_structure,
@@ -444,15 +462,38 @@ def load(
   return BaselineTask(
     name=name,
     tff_task=tff_task,
-    client_data=task_datasets.train_data,
+    client_data=train_data,
     batches=batches,
     keras_model_fn=functools.partial(methods_model, tff_task),
     tff_model_fn=tff_task.model_fn,
     loss_fn=task_loss,
     evaluator=TaskEvaluator(
-      tff_task, task_spec.accuracy, task_spec.eval_examples
+      tff_task, task_spec.accuracy, test_examples, task_spec.eval_examples
     ),
   )
+
+
+def _hold_out_clients(train_data, fraction: float, seed: int):
+  """(the clients left to train, the held-out clients' examples)."""
+  client_ids = list(train_data.client_ids)
+  if not 0 < fraction < 1 or len(client_ids) < 2:
+    raise ValueError(
+      f'validation_fraction={fraction} must be in (0, 1), with at least 2 '
+      f'clients to split ({len(client_ids)} here).'
+    )
+  held = int(round(fraction * len(client_ids)))
+  held = min(max(held, 1), len(client_ids) - 1)
+  order = np.random.default_rng([seed, 7]).permutation(len(client_ids))
+  held_ids = sorted(client_ids[i] for i in order[:held])
+  kept = sorted(client_ids[i] for i in order[held:])
+  training = tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+    kept, train_data.serializable_dataset_fn
+  )
+  examples = functools.reduce(
+    lambda a, b: a.concatenate(b),
+    [train_data.create_tf_dataset_for_client(c) for c in held_ids],
+  )
+  return training, examples
 
 
 def layer_outputs(name: str, model: Optional[str] = None) -> int:
