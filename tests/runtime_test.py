@@ -8,10 +8,55 @@ import time
 
 import pytest
 
+from tff_methods import runtime
 from tff_methods import workers
 from tooling import process_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_structured_values_are_serialized_in_place_as_tff_serializes_them():
+  import collections
+
+  import numpy as np
+  import tensorflow_federated as tff
+  from tensorflow_federated.proto.v0 import executor_pb2
+  from tensorflow_federated.python.core.impl.executors import (
+    value_serialization,
+  )
+
+  # A server state's shape: named and unnamed levels, an empty struct.
+  server = tff.FederatedType(
+    tff.StructType(
+      [
+        ('model', tff.StructType([tff.TensorType(np.float32, [3])] * 2)),
+        ('counts', tff.StructType([tff.TensorType(np.int64), ()])),
+      ]
+    ),
+    tff.SERVER,
+  )
+  state = collections.OrderedDict(
+    model=[np.arange(3, dtype=np.float32), np.ones(3, np.float32)],
+    counts=(np.int64(7), ()),
+  )
+  clients = tff.FederatedType(
+    tff.TensorType(np.int32, [2]), tff.CLIENTS, all_equal=False
+  )
+  for value, type_spec in (
+    (state, server),
+    ([np.array([1, 2], np.int32), np.array([3, 4], np.int32)], clients),
+    ([], clients),
+  ):
+    in_place = executor_pb2.Value()
+    runtime._serialize_into(in_place, value, type_spec)  # pylint: disable=protected-access
+    expected, _ = value_serialization.serialize_value(value, type_spec)
+    assert in_place == expected
+  with pytest.raises(TypeError, match='struct value of 1 elements'):
+    runtime._serialize_into(  # pylint: disable=protected-access
+      executor_pb2.Value(),
+      {'a': 1},
+      tff.StructType([]),
+    )
 
 
 def test_importing_the_runtime_changes_no_environment():

@@ -151,7 +151,9 @@ def time_methods(
   Returns:
     By method: `seconds` (each timed round), `median`, `ratio` (to FedAvg's
     median), `ratio_to_tff_fedavg` (when `tff_fedavg` is timed),
-    `build_seconds` and `first_round_seconds`.
+    `build_seconds`, `first_round_seconds`, and `empty_round_seconds`: the
+    median of three rounds with no clients, after the timed ones (a round's
+    fixed cost: the server state's trip to the worker and back).
   """
   if 'fedavg' not in method_names:
     raise ValueError('time_methods needs fedavg, the reference.')
@@ -203,6 +205,13 @@ def time_methods(
       run['seconds'].append(seconds)
       if on_round:
         on_round(name, seconds)
+  for run in runs.values():
+    empty = []
+    for _ in range(3):
+      start = time.perf_counter()
+      run['process'].next(run['state'], [])
+      empty.append(time.perf_counter() - start)
+    run['empty_round_seconds'] = _median(empty)
   reference = _median(runs['fedavg']['seconds'])
   timings = {
     name: dict(
@@ -211,6 +220,7 @@ def time_methods(
       ratio=_median(run['seconds']) / reference,
       build_seconds=run['build_seconds'],
       first_round_seconds=run['first_round_seconds'],
+      empty_round_seconds=run['empty_round_seconds'],
     )
     for name, run in runs.items()
   }
@@ -1027,6 +1037,10 @@ def combine_passes(passes: Sequence[dict[str, dict[str, Any]]]) -> dict:
       ratio=_median([t['ratio'] for t in timings]),
       pass_ratios=[t['ratio'] for t in timings],
     )
+    if 'empty_round_seconds' in timings[0]:
+      entry['empty_round_seconds'] = _median(
+        [t['empty_round_seconds'] for t in timings]
+      )
     if 'ratio_to_tff_fedavg' in timings[0]:
       entry['ratio_to_tff_fedavg'] = _median(
         [t['ratio_to_tff_fedavg'] for t in timings]
@@ -1195,6 +1209,17 @@ def report_markdown(results: dict) -> str:
       'worker).',
       '',
     ]
+    empty = [
+      f'{name} {timing["empty_round_seconds"]:.2f} s'
+      for name, timing in model['methods'].items()
+      if 'empty_round_seconds' in timing
+    ]
+    if empty:
+      lines += [
+        'A round with no clients (the fixed cost of a round: the server '
+        'state to the worker and back): ' + ', '.join(empty) + '.',
+        '',
+      ]
     lines += _flops_lines(results, model)
   floor = results.get('floor')
   if floor:
