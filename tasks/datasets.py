@@ -951,12 +951,6 @@ class LocalBatches:
     )
     per_pass = tf.size(pass_sizes, out_type=tf.int64)
     pass_examples = full_batches * batch + partial
-    client_seed = tf.stack(
-      [
-        tf.constant(self.seed, tf.int64),
-        tf.strings.to_hash_bucket_fast(client_id, _HASH_BUCKETS),
-      ]
-    )
     round_num = tf.cast(round_num, tf.int64)
     if self.local_steps is None:
       first_pass = round_num * self.local_epochs
@@ -977,12 +971,7 @@ class LocalBatches:
       )
 
     def add_pass(pass_num, orders):
-      pass_seed = tf.random.experimental.stateless_fold_in(
-        client_seed, pass_num
-      )
-      order = tf.random.experimental.stateless_shuffle(
-        tf.range(size), pass_seed
-      )
+      order = pass_order(size, self.seed, client_id, pass_num)
       return pass_num + 1, tf.concat([orders, order[:pass_examples]], 0)
 
     _, orders = tf.while_loop(
@@ -996,6 +985,26 @@ class LocalBatches:
     first = skip * batch
     positions = orders[first : first + tf.reduce_sum(batch_sizes)]
     return positions, batch_sizes
+
+
+def pass_order(
+  size: tf.Tensor, seed: int, client_id: Any, pass_num: tf.Tensor
+) -> tf.Tensor:
+  """The order of a client's `size` examples in its pass `pass_num`: a
+  stateless function of (seed, client id, pass), so reruns and any TFF
+  worker repeat it."""
+  client_seed = tf.stack(
+    [
+      tf.constant(seed, tf.int64),
+      tf.strings.to_hash_bucket_fast(client_id, _HASH_BUCKETS),
+    ]
+  )
+  return tf.random.experimental.stateless_shuffle(
+    tf.range(size),
+    tf.random.experimental.stateless_fold_in(
+      client_seed, tf.cast(pass_num, tf.int64)
+    ),
+  )
 
 
 # tf.data's default rewrites and autotuning run whenever an iterator is made,

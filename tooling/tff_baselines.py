@@ -188,7 +188,7 @@ def _producer(tensor) -> tf.keras.layers.Layer:
 
 def _named_layers(model: tf.keras.Model) -> dict:
   """`named_outputs`' arguments for one of TFF's baseline models."""
-  layers = [layer for layer in model.layers]
+  layers = list(model.layers)
   classifier = _producer(model.output)
   features = _producer(classifier.input)
   while isinstance(features, tf.keras.layers.Dropout):
@@ -288,22 +288,12 @@ class TaskBatches:
   ) -> tf.data.Dataset:
     examples = datasets.read_all(dataset)
     size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
-    round_seed = tf.random.experimental.stateless_fold_in(
-      tf.stack(
-        [
-          tf.constant(self.seed, tf.int64),
-          tf.strings.to_hash_bucket_fast(client_id, 2**62),
-        ]
-      ),
-      tf.cast(round_num, tf.int64),
-    )
-    # One fresh order per epoch, as TFF's shuffle before its repeat gives.
+    # One fresh order per epoch, as TFF's shuffle before its repeat gives:
+    # the client's passes numbered across rounds, as `LocalBatches` does.
+    first_pass = tf.cast(round_num, tf.int64) * self.local_epochs
     positions = tf.concat(
       [
-        tf.random.experimental.stateless_shuffle(
-          tf.range(size),
-          tf.random.experimental.stateless_fold_in(round_seed, epoch),
-        )
+        datasets.pass_order(size, self.seed, client_id, first_pass + epoch)
         for epoch in range(self.local_epochs)
       ],
       0,
