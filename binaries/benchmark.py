@@ -73,8 +73,9 @@ flags.DEFINE_integer('repeats', 3, 'Timed rounds per method (median).')
 flags.DEFINE_integer(
   'passes',
   1,
-  'Independent passes of the interleaved rounds, each in a new local '
-  'worker; ratios are judged on the median of the passes.',
+  'Independent passes of the interleaved rounds, and of the floor '
+  'comparison, each in a new local worker; ratios are judged on the '
+  'median of the passes.',
 )
 flags.DEFINE_integer(
   'memory_rounds', 200, 'FedAvg rounds of the memory-growth run (0 skips it).'
@@ -230,6 +231,64 @@ def _check_flags() -> list[str]:
       f'--client_momentum={FLAGS.client_momentum} must be in ' '[0, 1)'
     )
   return errors
+
+
+def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
+  """One pass of the floor comparison: FedAvg through TFF, TFF's builder,
+  the plain TF loop and the PyTorch loop, on the same clients."""
+  tff_timings = benchmark.time_methods(
+    'fedcka_cnn',
+    ['fedavg', benchmark.TFF_FEDAVG],
+    data,
+    hparams,
+    FLAGS.floor_local_epochs,
+    FLAGS.batch_size,
+    FLAGS.repeats,
+    FLAGS.seed,
+  )
+  plain = benchmark.plain_tf_round_seconds(
+    'fedcka_cnn',
+    benchmark.client_arrays(data),
+    data.num_classes,
+    FLAGS.floor_local_epochs,
+    FLAGS.batch_size,
+    FLAGS.client_learning_rate,
+    FLAGS.client_momentum,
+    FLAGS.repeats,
+    FLAGS.seed,
+  )
+  if pytorch_error is None:
+    pytorch, _ = pytorch_loop.run_in(
+      pytorch_python,
+      benchmark.client_arrays(data),
+      pytorch_loop.layer_plan(
+        task_models.get_model('fedcka_cnn', data.num_classes, data.input_shape)
+      ),
+      FLAGS.floor_local_epochs,
+      FLAGS.batch_size,
+      FLAGS.client_learning_rate,
+      FLAGS.client_momentum,
+      FLAGS.repeats,
+      FLAGS.seed,
+    )
+    pytorch_figures = dict(
+      pytorch_seconds=float(sorted(pytorch)[len(pytorch) // 2]),
+      pytorch_all=pytorch,
+    )
+  else:
+    pytorch_figures = dict(pytorch_note=pytorch_error)
+  return dict(
+    model='fedcka_cnn',
+    examples_per_client=FLAGS.examples_per_client,
+    local_epochs=FLAGS.floor_local_epochs,
+    fedavg_seconds=tff_timings['fedavg']['median'],
+    fedavg_all=tff_timings['fedavg']['seconds'],
+    tff_fedavg_seconds=tff_timings[benchmark.TFF_FEDAVG]['median'],
+    tff_fedavg_all=tff_timings[benchmark.TFF_FEDAVG]['seconds'],
+    plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
+    plain_tf_all=plain,
+    **pytorch_figures,
+  )
 
 
 def main(argv):
@@ -410,61 +469,15 @@ def main(argv):
   if FLAGS.floor_local_epochs:
     print('== FedAvg through TFF against a plain TF loop', flush=True)
     data = cnn_data()
-    tff_timings = benchmark.time_methods(
-      'fedcka_cnn',
-      ['fedavg', benchmark.TFF_FEDAVG],
-      data,
-      hparams,
-      FLAGS.floor_local_epochs,
-      FLAGS.batch_size,
-      FLAGS.repeats,
-      FLAGS.seed,
-    )
-    plain = benchmark.plain_tf_round_seconds(
-      'fedcka_cnn',
-      benchmark.client_arrays(data),
-      data.num_classes,
-      FLAGS.floor_local_epochs,
-      FLAGS.batch_size,
-      FLAGS.client_learning_rate,
-      FLAGS.client_momentum,
-      FLAGS.repeats,
-      FLAGS.seed,
-    )
-    if pytorch_error is None:
-      pytorch, _ = pytorch_loop.run_in(
-        pytorch_python,
-        benchmark.client_arrays(data),
-        pytorch_loop.layer_plan(
-          task_models.get_model(
-            'fedcka_cnn', data.num_classes, data.input_shape
-          )
-        ),
-        FLAGS.floor_local_epochs,
-        FLAGS.batch_size,
-        FLAGS.client_learning_rate,
-        FLAGS.client_momentum,
-        FLAGS.repeats,
-        FLAGS.seed,
+    floor_passes = []
+    for pass_num in range(FLAGS.passes):
+      if pass_num:
+        print(f'  pass {pass_num + 1} of {FLAGS.passes}', flush=True)
+        restart_worker()
+      floor_passes.append(
+        _floor_pass(data, hparams, pytorch_python, pytorch_error)
       )
-      pytorch_figures = dict(
-        pytorch_seconds=float(sorted(pytorch)[len(pytorch) // 2]),
-        pytorch_all=pytorch,
-      )
-    else:
-      pytorch_figures = dict(pytorch_note=pytorch_error)
-    results['floor'] = dict(
-      model='fedcka_cnn',
-      examples_per_client=FLAGS.examples_per_client,
-      local_epochs=FLAGS.floor_local_epochs,
-      fedavg_seconds=tff_timings['fedavg']['median'],
-      fedavg_all=tff_timings['fedavg']['seconds'],
-      tff_fedavg_seconds=tff_timings[benchmark.TFF_FEDAVG]['median'],
-      tff_fedavg_all=tff_timings[benchmark.TFF_FEDAVG]['seconds'],
-      plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
-      plain_tf_all=plain,
-      **pytorch_figures,
-    )
+    results['floor'] = benchmark.combine_floor_passes(floor_passes)
     save()
   if FLAGS.scaling_clients:
     counts = [int(c) for c in FLAGS.scaling_clients]

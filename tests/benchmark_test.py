@@ -278,6 +278,58 @@ def test_passes_are_judged_on_their_median_and_show_their_range():
   assert '| fedcka | 2.86 | 1.30 (1.30-1.80) |' in text
 
 
+def test_floor_comparison_is_judged_on_the_median_of_its_passes():
+  def one_pass(fedavg, tff_fedavg, plain, pytorch):
+    return dict(
+      model='fedcka_cnn',
+      examples_per_client=20,
+      local_epochs=1,
+      fedavg_seconds=fedavg,
+      fedavg_all=[fedavg],
+      tff_fedavg_seconds=tff_fedavg,
+      tff_fedavg_all=[tff_fedavg],
+      plain_tf_seconds=plain,
+      plain_tf_all=[plain],
+      pytorch_seconds=pytorch,
+      pytorch_all=[pytorch],
+    )
+
+  floor = benchmark.combine_floor_passes(
+    [
+      one_pass(1.0, 5.0, 2.0, 1.25),  # 0.8 of PyTorch's time
+      one_pass(1.2, 6.0, 2.0, 1.0),  # 1.2
+      one_pass(1.3, 7.0, 2.6, 1.4),  # 0.93
+    ]
+  )
+  # Times: the medians over the passes.
+  assert floor['fedavg_seconds'] == 1.2
+  assert floor['pytorch_seconds'] == 1.25
+  assert floor['fedavg_all'] == [1.0, 1.2, 1.3]
+  # Ratios: the median of the passes' ratios (0.93), not the ratio of the
+  # medians (1.2 / 1.25 = 0.96).
+  over_pytorch = floor['ratios']['fedavg_over_pytorch']
+  assert np.isclose(over_pytorch['median'], 1.3 / 1.4)
+  assert np.allclose(over_pytorch['pass_ratios'], [0.8, 1.2, 1.3 / 1.4])
+  assert benchmark.comparison_ratio(floor, 'fedavg_over_plain_tf') == 0.5
+  results = dict(
+    settings=dict(num_clients=100, repeats=3, passes=3, batch_size=20),
+    models={},
+    floor=floor,
+  )
+  text = benchmark.report_markdown(results)
+  assert 'Each loop timed in 3 independent passes' in text
+  assert "| FedAvg through TFF (the project's `fedavg`) | 1.20 | 0.50 " in text
+  assert (
+    "Faster than PyTorch (target): the project's FedAvg yes (0.93x "
+    "(0.80-1.20) PyTorch's time); TFF's builder 5.00x (4.00-6.00)."
+  ) in text
+  # One pass, or results written before passes: the ratio of the times.
+  del floor['ratios']
+  text = benchmark.report_markdown(results)
+  assert "the project's FedAvg yes (0.96x PyTorch's time)" in text
+  assert 'Each loop timed in' not in text
+
+
 def test_report_marks_each_figure_against_its_target():
   timing = lambda median, ratio: dict(median=median, ratio=ratio)
   results = dict(

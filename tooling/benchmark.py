@@ -1051,6 +1051,66 @@ def combine_passes(passes: Sequence[dict[str, dict[str, Any]]]) -> dict:
   return combined
 
 
+# The floor comparison's ratios: name -> (numerator, denominator) seconds.
+FLOOR_RATIOS = {
+  'fedavg_over_plain_tf': ('fedavg_seconds', 'plain_tf_seconds'),
+  'tff_fedavg_over_plain_tf': ('tff_fedavg_seconds', 'plain_tf_seconds'),
+  'fedavg_over_pytorch': ('fedavg_seconds', 'pytorch_seconds'),
+  'tff_fedavg_over_pytorch': ('tff_fedavg_seconds', 'pytorch_seconds'),
+}
+
+
+def combine_floor_passes(passes: Sequence[dict[str, Any]]) -> dict:
+  """The floor comparison's independent passes, as one result.
+
+  Each pass times FedAvg through TFF, TFF's builder, the plain TF loop and
+  (when measured) the PyTorch loop one after the other. Each time is the
+  median over the passes, each ratio (`FLOOR_RATIOS`) the median of the
+  passes' own ratios, with `pass_ratios` for their spread: a machine's
+  load moves the loops apart within a pass, so a ratio is judged on its
+  median, as the methods' are (`combine_passes`).
+  """
+  combined = dict(passes[0])
+  for key in ('fedavg', 'tff_fedavg', 'plain_tf', 'pytorch'):
+    values = [p[f'{key}_seconds'] for p in passes if p.get(f'{key}_seconds')]
+    if values:
+      combined[f'{key}_seconds'] = _median(values)
+      combined[f'{key}_all'] = [s for p in passes for s in p[f'{key}_all']]
+  combined['ratios'] = {}
+  for name, (numerator, denominator) in FLOOR_RATIOS.items():
+    ratios = [
+      p[numerator] / p[denominator]
+      for p in passes
+      if p.get(numerator) and p.get(denominator)
+    ]
+    if ratios:
+      combined['ratios'][name] = dict(
+        median=_median(ratios), pass_ratios=ratios
+      )
+  return combined
+
+
+def comparison_ratio(floor: dict, name: str) -> Optional[float]:
+  """A `FLOOR_RATIOS` ratio of the floor comparison: the median over its
+  passes, or (one pass, or results written before passes) the ratio of
+  its times; None when one of them was not measured."""
+  if name in floor.get('ratios', {}):
+    return floor['ratios'][name]['median']
+  numerator, denominator = FLOOR_RATIOS[name]
+  if not floor.get(numerator) or not floor.get(denominator):
+    return None
+  return floor[numerator] / floor[denominator]
+
+
+def _comparison_ratio_cell(floor: dict, name: str, unit: str = '') -> str:
+  """A floor ratio, with its range over the passes when several ran."""
+  ratio = comparison_ratio(floor, name)
+  ratios = floor.get('ratios', {}).get(name, {}).get('pass_ratios', [])
+  if len(ratios) < 2:
+    return f'{ratio:.2f}{unit}'
+  return f'{ratio:.2f}{unit} ({min(ratios):.2f}-{max(ratios):.2f})'
+
+
 def _ratio_cell(timing: dict) -> str:
   """The ratio to FedAvg, with its range over the passes when several ran."""
   ratios = timing.get('pass_ratios', [])
@@ -1229,19 +1289,34 @@ def report_markdown(results: dict) -> str:
     overhead = _overhead_ms(
       floor['fedavg_seconds'], plain, results['settings']['num_clients']
     )
-    ratio = floor['fedavg_seconds'] / plain
-    tff_ratio = floor['tff_fedavg_seconds'] / plain
+    ratio = comparison_ratio(floor, 'fedavg_over_plain_tf')
+    floor_passes = len(
+      floor.get('ratios', {})
+      .get('fedavg_over_plain_tf', {})
+      .get('pass_ratios', [])
+    )
     lines += [
       f"## FedAvg through TFF against a plain TF loop "
       f"({floor['model']}, {floor['examples_per_client']} examples "
       f"per client, {floor['local_epochs']} local epochs)",
       '',
+    ]
+    if floor_passes > 1:
+      lines += [
+        f'Each loop timed in {floor_passes} independent passes: seconds '
+        "are the passes' medians, ratios the medians of the passes' "
+        'ratios (their range in brackets).',
+        '',
+      ]
+    lines += [
       '| | s/round | / plain TF |',
       '|---|---|---|',
       f"| FedAvg through TFF (the project's `fedavg`) | "
-      f"{floor['fedavg_seconds']:.2f} | {ratio:.2f} |",
+      f"{floor['fedavg_seconds']:.2f} | "
+      f"{_comparison_ratio_cell(floor, 'fedavg_over_plain_tf')} |",
       f"| FedAvg through TFF (TFF's `build_weighted_fed_avg`) | "
-      f"{floor['tff_fedavg_seconds']:.2f} | {tff_ratio:.2f} |",
+      f"{floor['tff_fedavg_seconds']:.2f} | "
+      f"{_comparison_ratio_cell(floor, 'tff_fedavg_over_plain_tf')} |",
       f'| plain TF loop (the floor) | {plain:.2f} | 1.00 |',
       f"| PyTorch loop (the reference code's way) | "
       f'{_pytorch_cell(floor)} | '
@@ -1255,19 +1330,20 @@ def report_markdown(results: dict) -> str:
       f"The project's FedAvg / plain TF: {ratio:.2f} (target <= "
       f'{TARGET_TFF_OVER_FLOOR}: '
       f"{_mark(ratio, TARGET_TFF_OVER_FLOOR)}); TFF's builder: "
-      f'{tff_ratio:.2f}.',
+      f"{comparison_ratio(floor, 'tff_fedavg_over_plain_tf'):.2f}.",
       "TFF's cost per client beyond the plain loop: "
       f'{overhead:.1f} ms (target <= '
       f'{TARGET_OVERHEAD_MS_PER_CLIENT:.0f}: '
       f'{_mark(overhead, TARGET_OVERHEAD_MS_PER_CLIENT)}).',
     ]
-    if floor.get('pytorch_seconds'):
-      pytorch = floor['pytorch_seconds']
+    over_pytorch = comparison_ratio(floor, 'fedavg_over_pytorch')
+    if over_pytorch is not None:
       lines.append(
         f"Faster than PyTorch (target): the project's FedAvg "
-        f"{_mark(floor['fedavg_seconds'] / pytorch, 1.0)} "
-        f"({floor['fedavg_seconds'] / pytorch:.2f}x PyTorch's time); "
-        f"TFF's builder {floor['tff_fedavg_seconds'] / pytorch:.2f}x."
+        f'{_mark(over_pytorch, 1.0)} '
+        f"({_comparison_ratio_cell(floor, 'fedavg_over_pytorch', 'x')} "
+        "PyTorch's time); TFF's builder "
+        f"{_comparison_ratio_cell(floor, 'tff_fedavg_over_pytorch', 'x')}."
       )
     lines.append('')
   workers = results.get('workers')
