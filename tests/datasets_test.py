@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tasks import datasets
 from tasks import report
@@ -112,6 +113,17 @@ def test_client_files_hold_each_clients_examples_in_order(
       got_x, got_y = _arrays(dataset)
       np.testing.assert_array_equal(got_x, x)
       np.testing.assert_array_equal(got_y, y)
+
+
+def test_a_clients_examples_are_its_data_sets_stacked(tmp_path):
+  data, expected = _written_clients(
+    tmp_path, (4, 4, 2), (), (0.5, -1.0), (2.0, 0.25)
+  )
+  client_data = data.client_data
+  for cid, (x, y) in zip(client_data.client_ids, expected):
+    examples = client_data.serializable_examples_fn(tf.constant(cid))
+    np.testing.assert_array_equal(examples['x'].numpy(), x)
+    np.testing.assert_array_equal(examples['y'].numpy(), y)
 
 
 def test_a_clients_dataset_has_no_tf_data_function(tmp_path):
@@ -287,11 +299,35 @@ def test_dataset_computation_takes_a_client_and_a_round(digits):
   ]
   assert rounds[0] != rounds[1]
   assert sorted(sum(rounds[0], [])) == list(range(len(digits.train_labels[1])))
-  # The TFF worker's batches are the ones computed here in Python.
-  eager = batches(
-    digits.client_data.create_tf_dataset_for_client(client), client, 1
+  # The TFF worker's batches are the ones computed here in Python from the
+  # client's data set (the computation reads its examples as tensors).
+  eager = list(
+    batches(digits.client_data.create_tf_dataset_for_client(client), client, 1)
   )
   assert [b['index'].numpy().tolist() for b in eager] == rounds[0]
+  key_of_round_1 = client_keys.client_key(client, 1)
+  worker = list(computation(key_of_round_1))
+  assert len(worker) == len(eager)
+  for got, want in zip(worker, eager):
+    np.testing.assert_array_equal(got['y'].numpy(), want['y'].numpy())
+    # The worker's graph is optimized (TFF's compiler): the normalized
+    # pixels may round differently in the last bit.
+    np.testing.assert_allclose(got['x'].numpy(), want['x'].numpy(), rtol=1e-6)
+
+  # Exactly the batches of the client's data set read back whole, as TFF's
+  # `ClientData` gives it, in the worker too.
+  @tff.tensorflow.computation(client_keys.CLIENT_KEY_TYPE)
+  def through_the_data_set(key):
+    client_id, round_num = client_keys.split_client_key(key)
+    return batches(
+      digits.client_data.serializable_dataset_fn(client_id),
+      client_id,
+      round_num,
+    )
+
+  for got, want in zip(worker, through_the_data_set(key_of_round_1)):
+    for key in ('x', 'y', 'index'):
+      np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())
 
 
 def test_local_batches_refuse_bad_settings():
