@@ -246,9 +246,10 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
     FLAGS.repeats,
     FLAGS.seed,
   )
+  arrays = benchmark.client_arrays(data)
   plain = benchmark.plain_tf_round_seconds(
     'fedcka_cnn',
-    benchmark.client_arrays(data),
+    arrays,
     data.num_classes,
     FLAGS.floor_local_epochs,
     FLAGS.batch_size,
@@ -260,7 +261,7 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
   if pytorch_error is None:
     pytorch, _ = pytorch_loop.run_in(
       pytorch_python,
-      benchmark.client_arrays(data),
+      arrays,
       pytorch_loop.layer_plan(
         task_models.get_model('fedcka_cnn', data.num_classes, data.input_shape)
       ),
