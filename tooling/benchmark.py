@@ -1055,6 +1055,7 @@ def combine_passes(passes: Sequence[dict[str, dict[str, Any]]]) -> dict:
 FLOOR_RATIOS = {
   'fedavg_over_plain_tf': ('fedavg_seconds', 'plain_tf_seconds'),
   'tff_fedavg_over_plain_tf': ('tff_fedavg_seconds', 'plain_tf_seconds'),
+  'pytorch_over_plain_tf': ('pytorch_seconds', 'plain_tf_seconds'),
   'fedavg_over_pytorch': ('fedavg_seconds', 'pytorch_seconds'),
   'tff_fedavg_over_pytorch': ('tff_fedavg_seconds', 'pytorch_seconds'),
 }
@@ -1321,7 +1322,7 @@ def report_markdown(results: dict) -> str:
       f"| PyTorch loop (the reference code's way) | "
       f'{_pytorch_cell(floor)} | '
       + (
-        f"{floor['pytorch_seconds'] / plain:.2f}"
+        _comparison_ratio_cell(floor, 'pytorch_over_plain_tf')
         if floor.get('pytorch_seconds')
         else ''
       )
