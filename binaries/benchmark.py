@@ -247,16 +247,17 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
     FLAGS.seed,
   )
   arrays = benchmark.client_arrays(data)
-  plain = benchmark.plain_tf_round_seconds(
-    'fedcka_cnn',
-    arrays,
-    data.num_classes,
+  # Both loops train the same clients with the same settings.
+  loop_settings = (
     FLAGS.floor_local_epochs,
     FLAGS.batch_size,
     FLAGS.client_learning_rate,
     FLAGS.client_momentum,
     FLAGS.repeats,
     FLAGS.seed,
+  )
+  plain = benchmark.plain_tf_round_seconds(
+    'fedcka_cnn', arrays, data.num_classes, *loop_settings
   )
   if pytorch_error is None:
     pytorch, _ = pytorch_loop.run_in(
@@ -265,12 +266,7 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
       pytorch_loop.layer_plan(
         task_models.get_model('fedcka_cnn', data.num_classes, data.input_shape)
       ),
-      FLAGS.floor_local_epochs,
-      FLAGS.batch_size,
-      FLAGS.client_learning_rate,
-      FLAGS.client_momentum,
-      FLAGS.repeats,
-      FLAGS.seed,
+      *loop_settings,
     )
     pytorch_figures = dict(
       pytorch_seconds=float(sorted(pytorch)[len(pytorch) // 2]),
