@@ -913,13 +913,9 @@ class LocalBatches:
   ) -> tf.data.Dataset:
     """`__call__` on a client's examples stacked (`read_all` of its data
     set): the same batches, without the data set's round trip."""
-    size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
-    positions, batch_sizes = self._round_plan(size, client_id, round_num)
-    round_examples = collections.OrderedDict(
-      (k, tf.gather(v, positions)) for k, v in examples.items()
+    round_examples, batch_sizes = self.round_examples(
+      examples, client_id, round_num
     )
-    if self.with_index:
-      round_examples['index'] = positions
 
     # No tf.data function (map, flat_map, reduce) anywhere: the TFF worker
     # instantiates a data set's functions on every call, about 4 ms each,
@@ -950,6 +946,22 @@ class LocalBatches:
     return tf.cond(only_last_partial, batch, rebatch).with_options(
       PLAIN_OPTIONS
     )
+
+  def round_examples(
+    self, examples: Any, client_id: Any = '', round_num: Any = 0
+  ) -> tuple[Any, tf.Tensor]:
+    """`of_examples`' batches as (the round's examples in training order,
+    the size of each batch in turn): batch i is the next `sizes[i]`
+    examples. What the training loop reads, without a data set made and
+    read back (`tff_methods.batches_in_memory.SlicedBatches`)."""
+    size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
+    positions, batch_sizes = self._round_plan(size, client_id, round_num)
+    round_examples = collections.OrderedDict(
+      (k, tf.gather(v, positions)) for k, v in examples.items()
+    )
+    if self.with_index:
+      round_examples['index'] = positions
+    return round_examples, batch_sizes
 
   def _round_plan(self, size, client_id, round_num):
     """(positions of the round's examples in order, sizes of its batches)."""
@@ -1048,22 +1060,40 @@ def round_dataset_computation(
   (`ClientData.serializable_dataset_fn`, or `TFRecordClientData.
   serializable_examples_fn`'s tensors) and batches them as `batches` says:
   nothing but the `client_keys.CLIENT_KEY_TYPE` key is shipped.
+
+  With `LocalBatches`, the computation also has `round_examples_fn`: the
+  key -> the same batches as `LocalBatches.round_examples` gives them (the
+  round's examples in order, the batches' sizes), which the project's
+  client computations read in place of the data set
+  (`tff_methods.client_data.ClientBatches`).
   """
 
   # A client's examples as tensors where the client data has them that way
   # (`TFRecordClientData`): a data set of them, read back whole by
   # `LocalBatches`, cost the worker about 0.1 ms a client and round.
   examples_fn = getattr(client_data, 'serializable_examples_fn', None)
+  by_examples = examples_fn is not None and isinstance(batches, LocalBatches)
 
   @tff.tensorflow.computation(client_keys.CLIENT_KEY_TYPE)
   def dataset_for_client_round(key):
     client_id, round_num = client_keys.split_client_key(key)
-    if examples_fn is not None:
+    if by_examples:
       return batches.of_examples(examples_fn(client_id), client_id, round_num)
     return batches(
       client_data.serializable_dataset_fn(client_id), client_id, round_num
     )
 
+  if isinstance(batches, LocalBatches):
+
+    def round_examples_fn(key):
+      client_id, round_num = client_keys.split_client_key(key)
+      if by_examples:
+        examples = examples_fn(client_id)
+      else:
+        examples = read_all(client_data.serializable_dataset_fn(client_id))
+      return batches.round_examples(examples, client_id, round_num)
+
+    dataset_for_client_round.round_examples_fn = round_examples_fn
   return dataset_for_client_round
 
 

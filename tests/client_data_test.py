@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import batches_in_memory
 from tff_methods import client_data
 from tff_methods import client_keys
 
@@ -54,6 +55,36 @@ def test_a_client_id_computation_takes_keys_and_ignores_the_round():
 
   with pytest.raises(TypeError, match='this one takes int32'):
     client_data.key_dataset_computation(by_number)
+
+
+def test_client_batches_are_slices_of_the_examples_a_computation_offers():
+  data_type = _by_client_id().type_signature.result
+  offering = _by_client_id()
+
+  def round_examples(client_id):
+    # 'abc' -> 3 examples in batches of 2 and 1, as the computation cuts them.
+    size = tf.strings.length(client_id)
+    examples = collections.OrderedDict(
+      x=tf.reshape(tf.range(size, dtype=tf.float32), [-1, 1]),
+      y=tf.zeros([size], tf.int32),
+    )
+    return examples, tf.constant([2, 1])
+
+  setattr(offering, client_data.ROUND_EXAMPLES_FN, round_examples)
+  # In a client computation's graph: slices of the examples, not a call of
+  # the computation (the data set's path is every TFF ClientData's).
+  batches = client_data.ClientBatches(offering, data_type)(tf.constant('abc'))
+  assert isinstance(batches, batches_in_memory.SlicedBatches)
+  assert [b['x'].numpy().ravel().tolist() for b in _batches_of(batches)] == [
+    [0.0, 1.0],
+    [2.0],
+  ]
+  # No dataset computation: the client data are the batches.
+  assert client_data.ClientBatches(None, data_type)('batches') == 'batches'
+
+
+def _batches_of(sliced):
+  return [sliced.batch(i) for i in range(int(sliced.kept))]
 
 
 def test_client_batches_refuse_data_of_another_type():

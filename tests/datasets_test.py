@@ -11,6 +11,8 @@ import tensorflow_federated as tff
 
 from tasks import datasets
 from tasks import report
+from tff_methods import batches_in_memory
+from tff_methods import client_data as client_data_lib
 from tff_methods import client_keys
 
 
@@ -277,6 +279,50 @@ def test_batches_cut_each_pass_order_in_turn():
   ]
 
 
+def _sliced(batches, dataset, client='c', round_num=0):
+  sliced = batches_in_memory.SlicedBatches(
+    *batches.round_examples(datasets.read_all(dataset), client, round_num)
+  )
+  assert int(sliced.kept) == int(sliced.seen)
+  return sliced, [sliced.batch(i) for i in range(int(sliced.kept))]
+
+
+@pytest.mark.parametrize(
+  'batches',
+  [
+    # One pass, the last batch partial: the data set's `batch` cut.
+    datasets.LocalBatches(4, local_epochs=1, seed=5, with_index=True),
+    # A partial batch in each of two passes: the `rebatch` cut.
+    datasets.LocalBatches(4, local_epochs=2, seed=5, with_index=True),
+    # Steps across pass ends, partial batches dropped.
+    datasets.LocalBatches(4, local_steps=3, drop_last=True, seed=5),
+    # No batch at all.
+    datasets.LocalBatches(16, local_epochs=2, drop_last=True),
+  ],
+)
+def test_sliced_batches_are_the_data_sets_batches(batches):
+  data = tf.data.Dataset.from_tensor_slices(
+    collections.OrderedDict(
+      x=np.arange(22, dtype=np.float32).reshape(11, 2),
+      y=np.arange(11, dtype=np.int32),
+    )
+  )
+  for round_num in (1, 2):
+    want = list(batches(data, 'c', round_num))
+    sliced, got = _sliced(batches, data, 'c', round_num)
+    assert sliced.element_spec == batches.element_spec(data.element_spec)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+      assert list(g) == list(w)
+      for key in w:
+        np.testing.assert_array_equal(g[key].numpy(), w[key].numpy())
+  # `reduce` visits the batches in turn: here, each one's first label.
+  firsts = sliced.reduce(
+    tf.zeros([0], tf.int32), lambda s, b: tf.concat([s, b['y'][:1]], 0)
+  )
+  assert firsts.numpy().tolist() == [int(b['y'][0]) for b in want]
+
+
 def test_a_client_smaller_than_a_dropped_batch_has_no_batches():
   for batches in (
     datasets.LocalBatches(8, local_epochs=2, drop_last=True),
@@ -328,6 +374,33 @@ def test_dataset_computation_takes_a_client_and_a_round(digits):
   for got, want in zip(worker, through_the_data_set(key_of_round_1)):
     for key in ('x', 'y', 'index'):
       np.testing.assert_array_equal(got[key].numpy(), want[key].numpy())
+
+  # The computation's in-memory batches (what the project's client
+  # computations train on), in the worker: the same batches, each
+  # summarized as [its size, the sum of its indices, the sum of its labels].
+  round_examples = getattr(computation, client_data_lib.ROUND_EXAMPLES_FN)
+
+  def summary(batch):
+    return tf.stack(
+      [
+        tf.size(batch['y'], out_type=tf.int64),
+        tf.reduce_sum(batch['index']),
+        tf.reduce_sum(tf.cast(batch['y'], tf.int64)),
+      ]
+    )
+
+  @tff.tensorflow.computation(client_keys.CLIENT_KEY_TYPE)
+  def sliced_summaries(key):
+    sliced = batches_in_memory.SlicedBatches(*round_examples(key))
+    return tf.map_fn(
+      lambda i: summary(sliced.batch(i)),
+      tf.range(sliced.kept),
+      fn_output_signature=tf.int64,
+    )
+
+  assert sliced_summaries(key_of_round_1).tolist() == [
+    summary(b).numpy().tolist() for b in worker
+  ]
 
 
 def test_local_batches_refuse_bad_settings():

@@ -1,11 +1,18 @@
-"""A client's batches for one round, read into memory before training.
+"""A client's batches for one round, in memory before training.
 
 TFF's client work iterates the client's data inside the graph; a training
 step run as `Dataset.reduce`'s function is slower than the same step in a
-`tf.while_loop` over batches read beforehand. `BatchesInMemory` reads them
-(up to a cap) into TensorArrays; `reduce_over_batches` is its
-`Dataset.reduce`.
+`tf.while_loop` over batches held in memory. Two forms hold them, with one
+interface (`element_spec`, `kept`, `seen`, `batch(i)`, `reduce`):
+
+- `BatchesInMemory` reads a data set's batches (up to a cap) into
+  TensorArrays; `reduce_over_batches` is its `Dataset.reduce`.
+- `SlicedBatches` cuts them from the round's examples, already in memory
+  in order (`tasks.datasets.LocalBatches.round_examples`, through
+  `client_data.ClientBatches`): no data set is made and read back.
 """
+
+from typing import Union
 
 import tensorflow as tf
 
@@ -133,3 +140,46 @@ def reduce_over_batches(
   See `BatchesInMemory`.
   """
   return BatchesInMemory(dataset, max_mb).reduce(initial_state, reduce_fn)
+
+
+class SlicedBatches:
+  """A round's batches as consecutive slices of its examples.
+
+  `examples` holds the round's examples in the order they are trained on
+  (a nested structure of tensors with the examples along the first axis),
+  and `batch_sizes` the size of each batch in turn: batch i is the
+  `batch_sizes[i]` examples after the first i batches'. The interface is
+  `BatchesInMemory`'s, with every batch kept.
+  """
+
+  def __init__(self, examples, batch_sizes: tf.Tensor):
+    self._examples = examples
+    self.element_spec = tf.nest.map_structure(
+      lambda t: tf.TensorSpec([None] + t.shape[1:].as_list(), t.dtype),
+      examples,
+    )
+    sizes = tf.cast(batch_sizes, tf.int32)
+    self._ends = tf.cumsum(sizes)
+    self._starts = self._ends - sizes
+    self.kept = tf.size(sizes)
+    self.seen = self.kept
+
+  def batch(self, i: tf.Tensor):
+    """The i-th batch."""
+    start, end = self._starts[i], self._ends[i]
+    return tf.nest.map_structure(lambda t: t[start:end], self._examples)
+
+  def reduce(self, initial_state, reduce_fn):
+    """`reduce_fn` over the batches in turn, from `initial_state`."""
+
+    def body(i, state):
+      return i + 1, reduce_fn(state, self.batch(i))
+
+    _, state = tf.while_loop(
+      lambda i, _: i < self.kept, body, (tf.constant(0), initial_state)
+    )
+    return state
+
+
+# Either form: what the training loop and `reference_outputs` read.
+Batches = Union[BatchesInMemory, SlicedBatches]

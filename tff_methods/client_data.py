@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_methods import batches_in_memory
 from tff_methods import client_keys
 
 
@@ -47,6 +48,13 @@ def check_element_spec(element_spec: Any) -> None:
   )
 
 
+# The attribute of a dataset computation (a client's key -> its batches)
+# that gives the same batches as (the round's examples in training order,
+# each batch's size in turn), in a graph: `tasks.datasets.
+# round_dataset_computation`'s have it.
+ROUND_EXAMPLES_FN = 'round_examples_fn'
+
+
 class ClientBatches:
   """What a client computation receives, and how it gets its batches.
 
@@ -54,8 +62,11 @@ class ClientBatches:
   computation receives the key and calls it: the batches are made where they
   are trained on. Passed between two TFF computations instead, a data set is
   serialized with its data (TFF 0.87's worker turns it into a graph and back),
-  and copied several times per client and round. Without
-  one, the client computation receives its batches.
+  and copied several times per client and round. From a dataset
+  computation that has `ROUND_EXAMPLES_FN`, the client takes the same
+  batches as slices of the round's examples (`batches_in_memory.
+  SlicedBatches`), without making a data set and reading it back. Without
+  a dataset computation, the client computation receives its batches.
   """
 
   def __init__(
@@ -63,6 +74,9 @@ class ClientBatches:
   ):
     dataset_computation = as_dataset_computation(dataset_computation)
     self._dataset_computation = dataset_computation
+    self._round_examples_fn = getattr(
+      dataset_computation, ROUND_EXAMPLES_FN, None
+    )
     if dataset_computation is None:
       self.client_data_type = data_type
     else:
@@ -75,9 +89,14 @@ class ClientBatches:
         )
 
   def __call__(self, client_data):
-    """The client's batches (inside its TFF computation)."""
+    """The client's batches (inside its TFF computation): a data set, or
+    the same batches in memory (`batches_in_memory.SlicedBatches`)."""
     if self._dataset_computation is None:
       return client_data
+    if self._round_examples_fn is not None:
+      return batches_in_memory.SlicedBatches(
+        *self._round_examples_fn(client_data)
+      )
     return self._dataset_computation(client_data)
 
 

@@ -93,8 +93,9 @@ def build_client_update_fn(
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
     has_previous=False, broadcast=None, client_state=None) ->
-    (ClientResult, train_sums, final_weights)`; `broadcast` and
-    `client_state` reach the regularizers through `LocalStep`.
+    (ClientResult, train_sums, final_weights)`; `dataset` is the client's
+    batches, a data set or `batches_in_memory.SlicedBatches`; `broadcast`
+    and `client_state` reach the regularizers through `LocalStep`.
   """
   loss_fn = loss_fn or cross_entropy
   # Every model here is assigned its weights before its first use.
@@ -137,7 +138,10 @@ def build_client_update_fn(
       global_reference.assign(initial_weights)
     if previous_reference is not None:
       previous_reference.assign(previous_weights)
-    batches = batches_in_memory.BatchesInMemory(dataset)
+    if isinstance(dataset, batches_in_memory.SlicedBatches):
+      batches = dataset
+    else:
+      batches = batches_in_memory.BatchesInMemory(dataset)
     tables = reference.tabulate(batches)
 
     def reduce_fn(state, batch):

@@ -128,7 +128,7 @@ class ReferenceOutputs:
   carry each example's position in the client's data, `batch['index']`
   (`datasets.LocalBatches(..., with_index=True)`), no data augmentation
   (the project has none), every batch in memory
-  (`batches_in_memory.BatchesInMemory`) and the
+  (`batches_in_memory.BatchesInMemory` or `SlicedBatches`) and the
   tables within `max_mb`; otherwise the outputs are computed at every step.
   """
 
@@ -151,7 +151,7 @@ class ReferenceOutputs:
     """The bytes of every view's outputs for one example."""
     return sum(view.bytes_per_example() for view in self._views.values())
 
-  def tabulate(self, batches: batches_in_memory.BatchesInMemory) -> Any:
+  def tabulate(self, batches: batches_in_memory.Batches) -> Any:
     """The tables `outputs` reads, or None when not caching.
 
     Returns (use, outputs): whether the tables are used (all batches in
@@ -276,7 +276,7 @@ def reference_chunk_examples(views: Iterable[ReferenceView]) -> int:
 
 
 def _concat_kept(
-  batches: batches_in_memory.BatchesInMemory,
+  batches: batches_in_memory.Batches,
   key: str,
   rows: Optional[tf.Tensor] = None,
 ) -> tf.Tensor:
