@@ -77,8 +77,11 @@ class _CountingView:
     (0.0, 4, 512, 30),
   ],
 )
+# Batches read from a data set, or slices of the round's examples (the
+# project's own clients).
+@pytest.mark.parametrize('sliced', [False, True])
 def test_reference_outputs_are_computed_once_per_example(
-  max_mb, batch_size, chunk_max, expected_computed, monkeypatch
+  max_mb, batch_size, chunk_max, expected_computed, sliced, monkeypatch
 ):
   monkeypatch.setattr(
     reference_outputs, 'REFERENCE_CHUNK_MAX_EXAMPLES', chunk_max
@@ -89,7 +92,7 @@ def test_reference_outputs_are_computed_once_per_example(
   view = _CountingView(
     reference_outputs.ReferenceView(model_fn, ('layer_1', 'layer_2'))
   )
-  one_round = _round_reading_tables(view, max_mb)
+  one_round = _round_reading_tables(view, max_mb, sliced)
   for _ in range(2):  # A second round computes its own tables.
     # Equal up to float rounding (an example's row computed in another
     # batch).
@@ -97,15 +100,25 @@ def test_reference_outputs_are_computed_once_per_example(
     assert view.computed.numpy() == expected_computed
 
 
-def _round_reading_tables(view, max_mb=1.0):
-  """A round over a data set's batches: the largest difference between
-  the outputs `ReferenceOutputs` reads and `view`'s own."""
+def _round_reading_tables(view, max_mb=1.0, sliced=False):
+  """A round over a data set's batches (`sliced`: cut from the round's
+  examples): the largest difference between the outputs
+  `ReferenceOutputs` reads and `view`'s own."""
   reference = reference_outputs.ReferenceOutputs({'global': view}, max_mb)
 
   @tf.function
   def one_round(dataset):
     view.computed.assign(0)
-    batches = batches_in_memory.BatchesInMemory(dataset)
+    if sliced:
+      batches = batches_in_memory.SlicedBatches(
+        dataset.unbatch().batch(2**31 - 1).get_single_element(),
+        dataset.reduce(
+          tf.zeros([0], tf.int32),
+          lambda sizes, b: tf.concat([sizes, tf.shape(b['y'])[:1]], 0),
+        ),
+      )
+    else:
+      batches = batches_in_memory.BatchesInMemory(dataset)
     tables = reference.tabulate(batches)
 
     def step(largest_error, batch):
