@@ -19,6 +19,7 @@ figure beside its target and the FedCKA paper's Table 4) to
 `--output_dir`. The logic lives in `tooling.benchmark`.
 """
 
+import functools
 import json
 import os
 import sys
@@ -366,6 +367,17 @@ def main(argv):
     if error:
       raise RuntimeError(error)
 
+  def in_passes(run_pass):
+    """`run_pass()`'s results in `--passes` independent passes, each after
+    the first in a new worker."""
+    outcomes = []
+    for pass_num in range(FLAGS.passes):
+      if pass_num:
+        print(f'  pass {pass_num + 1} of {FLAGS.passes}', flush=True)
+        restart_worker()
+      outcomes.append(run_pass())
+    return outcomes
+
   def save():
     with open(os.path.join(FLAGS.output_dir, 'benchmark.json'), 'w') as f:
       json.dump(results, f, indent=2)
@@ -398,24 +410,20 @@ def main(argv):
       flush=True,
     )
     benchmark.reset_peak_memory()
-    passes = []
-    for pass_num in range(FLAGS.passes):
-      if pass_num:
-        print(f'  pass {pass_num + 1} of {FLAGS.passes}', flush=True)
-        restart_worker()
-      passes.append(
-        benchmark.time_methods(
-          model_name,
-          names,
-          data,
-          hparams,
-          FLAGS.local_epochs,
-          FLAGS.batch_size,
-          FLAGS.repeats,
-          FLAGS.seed,
-          on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
-        )
+    passes = in_passes(
+      functools.partial(
+        benchmark.time_methods,
+        model_name,
+        names,
+        data,
+        hparams,
+        FLAGS.local_epochs,
+        FLAGS.batch_size,
+        FLAGS.repeats,
+        FLAGS.seed,
+        on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
       )
+    )
     timings = benchmark.combine_passes(passes)
     results['models'][model_name] = dict(
       examples_per_client=examples,
@@ -466,14 +474,9 @@ def main(argv):
   if FLAGS.floor_local_epochs:
     print('== FedAvg through TFF against a plain TF loop', flush=True)
     data = cnn_data()
-    floor_passes = []
-    for pass_num in range(FLAGS.passes):
-      if pass_num:
-        print(f'  pass {pass_num + 1} of {FLAGS.passes}', flush=True)
-        restart_worker()
-      floor_passes.append(
-        _floor_pass(data, hparams, pytorch_python, pytorch_error)
-      )
+    floor_passes = in_passes(
+      lambda: _floor_pass(data, hparams, pytorch_python, pytorch_error)
+    )
     results['floor'] = benchmark.combine_floor_passes(floor_passes)
     save()
   if FLAGS.scaling_clients:

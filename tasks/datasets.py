@@ -1072,26 +1072,29 @@ def round_dataset_computation(
   # (`TFRecordClientData`): a data set of them, read back whole by
   # `LocalBatches`, cost the worker about 0.1 ms a client and round.
   examples_fn = getattr(client_data, 'serializable_examples_fn', None)
-  by_examples = examples_fn is not None and isinstance(batches, LocalBatches)
+  local_batches = isinstance(batches, LocalBatches)
+
+  def examples_of(client_id):
+    if examples_fn is not None:
+      return examples_fn(client_id)
+    return read_all(client_data.serializable_dataset_fn(client_id))
 
   @tff.tensorflow.computation(client_keys.CLIENT_KEY_TYPE)
   def dataset_for_client_round(key):
     client_id, round_num = client_keys.split_client_key(key)
-    if by_examples:
-      return batches.of_examples(examples_fn(client_id), client_id, round_num)
+    if local_batches:
+      return batches.of_examples(examples_of(client_id), client_id, round_num)
     return batches(
       client_data.serializable_dataset_fn(client_id), client_id, round_num
     )
 
-  if isinstance(batches, LocalBatches):
+  if local_batches:
 
     def round_examples_fn(key):
       client_id, round_num = client_keys.split_client_key(key)
-      if by_examples:
-        examples = examples_fn(client_id)
-      else:
-        examples = read_all(client_data.serializable_dataset_fn(client_id))
-      return batches.round_examples(examples, client_id, round_num)
+      return batches.round_examples(
+        examples_of(client_id), client_id, round_num
+      )
 
     dataset_for_client_round.round_examples_fn = round_examples_fn
   return dataset_for_client_round

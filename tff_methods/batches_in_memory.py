@@ -112,13 +112,7 @@ class BatchesInMemory:
   def reduce(self, initial_state, reduce_fn):
     """`dataset.reduce(initial_state, reduce_fn)`: kept batches, then the
     rest."""
-
-    def body(i, state):
-      return i + 1, reduce_fn(state, self.batch(i))
-
-    _, state = tf.while_loop(
-      lambda i, _: i < self.kept, body, (tf.constant(0), initial_state)
-    )
+    state = _reduce_kept(self, initial_state, reduce_fn)
     # Batches past the cap: streamed, from a second pass over the data.
     return tf.cond(
       self.seen > self.kept,
@@ -171,14 +165,19 @@ class SlicedBatches:
 
   def reduce(self, initial_state, reduce_fn):
     """`reduce_fn` over the batches in turn, from `initial_state`."""
+    return _reduce_kept(self, initial_state, reduce_fn)
 
-    def body(i, state):
-      return i + 1, reduce_fn(state, self.batch(i))
 
-    _, state = tf.while_loop(
-      lambda i, _: i < self.kept, body, (tf.constant(0), initial_state)
-    )
-    return state
+def _reduce_kept(batches, initial_state, reduce_fn):
+  """`reduce_fn` over the first `batches.kept` batches, in a while loop."""
+
+  def body(i, state):
+    return i + 1, reduce_fn(state, batches.batch(i))
+
+  _, state = tf.while_loop(
+    lambda i, _: i < batches.kept, body, (tf.constant(0), initial_state)
+  )
+  return state
 
 
 # Either form: what the training loop and `reference_outputs` read.
