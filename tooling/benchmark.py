@@ -1103,21 +1103,28 @@ def comparison_ratio(floor: dict, name: str) -> Optional[float]:
   return floor[numerator] / floor[denominator]
 
 
+def _with_range(ratio: float, pass_ratios: Sequence[float], unit: str = ''):
+  """A ratio, with its range over the passes when several ran."""
+  if len(pass_ratios) < 2:
+    return f'{ratio:.2f}{unit}'
+  return f'{ratio:.2f}{unit} ({min(pass_ratios):.2f}-{max(pass_ratios):.2f})'
+
+
+def _floor_pass_ratios(floor: dict, name: str) -> list[float]:
+  """A `FLOOR_RATIOS` ratio in each pass of the floor comparison."""
+  return floor.get('ratios', {}).get(name, {}).get('pass_ratios', [])
+
+
 def _comparison_ratio_cell(floor: dict, name: str, unit: str = '') -> str:
   """A floor ratio, with its range over the passes when several ran."""
-  ratio = comparison_ratio(floor, name)
-  ratios = floor.get('ratios', {}).get(name, {}).get('pass_ratios', [])
-  if len(ratios) < 2:
-    return f'{ratio:.2f}{unit}'
-  return f'{ratio:.2f}{unit} ({min(ratios):.2f}-{max(ratios):.2f})'
+  return _with_range(
+    comparison_ratio(floor, name), _floor_pass_ratios(floor, name), unit
+  )
 
 
 def _ratio_cell(timing: dict) -> str:
   """The ratio to FedAvg, with its range over the passes when several ran."""
-  ratios = timing.get('pass_ratios', [])
-  if len(ratios) < 2:
-    return f"{timing['ratio']:.2f}"
-  return f"{timing['ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+  return _with_range(timing['ratio'], timing.get('pass_ratios', []))
 
 
 def _flops_lines(results: dict, model: dict) -> list[str]:
@@ -1291,11 +1298,7 @@ def report_markdown(results: dict) -> str:
       floor['fedavg_seconds'], plain, results['settings']['num_clients']
     )
     ratio = comparison_ratio(floor, 'fedavg_over_plain_tf')
-    floor_passes = len(
-      floor.get('ratios', {})
-      .get('fedavg_over_plain_tf', {})
-      .get('pass_ratios', [])
-    )
+    floor_passes = len(_floor_pass_ratios(floor, 'fedavg_over_plain_tf'))
     lines += [
       f"## FedAvg through TFF against a plain TF loop "
       f"({floor['model']}, {floor['examples_per_client']} examples "
