@@ -13,10 +13,12 @@ same comparison at 10, 100 and 1,000 small clients per round
 (`--scaling_clients`); a cross-device run (EMNIST-shaped data, 3,400
 clients of 100 to 300 examples, 100 sampled per round: seconds per round,
 clients per second, memory growth, and for SCAFFOLD and MOON the
-client-state store's size and read time); and resident memory over 200
-rounds of a small model. Writes `benchmark.json` and `benchmark.md` (each
-figure beside its target and the FedCKA paper's Table 4) to
-`--output_dir`. The logic lives in `tooling.benchmark`.
+client-state store's size and read time); resident memory over 200
+rounds of a small model; and, for `--client_profile_methods`, each
+method's client computation op by op (`tooling.client_profile`). Writes
+`benchmark.json` and `benchmark.md` (each figure beside its target and the
+FedCKA paper's Table 4) to `--output_dir`. The logic lives in
+`tooling.benchmark`.
 """
 
 import functools
@@ -128,6 +130,13 @@ flags.DEFINE_string(
   'Model of the cross-device run (MOON needs one with a '
   'projection head: fedcka_cnn or a ResNet).',
 )
+flags.DEFINE_list(
+  'client_profile_methods',
+  [],
+  'Methods whose client computation to time op by op, on the CNN '
+  'at --num_clients x --examples_per_client, in this process with '
+  "the TFF worker's session options (empty skips it).",
+)
 flags.DEFINE_string(
   'pytorch_python',
   None,
@@ -166,6 +175,12 @@ def _check_flags() -> list[str]:
   ):
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
+  for name in FLAGS.client_profile_methods:
+    if name not in benchmark.BENCHMARK_METHODS:
+      errors.append(
+        f'--client_profile_methods: {name!r} is not one of '
+        f'{", ".join(benchmark.BENCHMARK_METHODS)}'
+      )
   for name in FLAGS.cross_device_methods:
     if name not in benchmark.BENCHMARK_METHODS:
       errors.append(
@@ -471,6 +486,24 @@ def main(argv):
     cache_dir,
     seed=FLAGS.seed,
   )
+  if FLAGS.client_profile_methods:
+    print(
+      f'== client computations op by op: '
+      f'{", ".join(FLAGS.client_profile_methods)}',
+      flush=True,
+    )
+    results['client_profile'] = benchmark.profile_methods(
+      'fedcka_cnn',
+      FLAGS.client_profile_methods,
+      cnn_data(),
+      FLAGS.examples_per_client,
+      hparams,
+      FLAGS.local_epochs,
+      FLAGS.batch_size,
+      rounds=FLAGS.repeats + 1,
+      seed=FLAGS.seed,
+    )
+    save()
   if FLAGS.floor_local_epochs:
     print('== FedAvg through TFF against a plain TF loop', flush=True)
     data = cnn_data()

@@ -38,6 +38,7 @@ from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import runtime
 from tff_methods import workers
+from tooling import client_profile
 from tooling import experiment
 from tooling import pytorch_loop
 
@@ -161,22 +162,8 @@ def time_methods(
   runs = {}
   for name in method_names:
     start = time.perf_counter()
-    batches = datasets.LocalBatches(
-      batch_size,
-      local_epochs,
-      seed=seed,
-      with_index=methods_lib.wants_example_index(name, local_epochs),
-    )
-    model_fn = experiment.model_fn_for(
-      name,
-      model_name,
-      data.num_classes,
-      data.input_shape,
-      hparams,
-      **model_kwargs(model_name),
-    )
-    process = methods_lib.build_method_for_client_ids(
-      name, model_fn, *_round_datasets(data, batches), hparams
+    process, model_fn = _benchmark_process(
+      name, model_name, data, hparams, local_epochs, batch_size, seed
     )
     state = process.initialize()
     state = process.set_model_weights(
@@ -475,6 +462,48 @@ def moon_extra_seconds(
     },
     repeats,
     concurrent_clients,
+  )
+
+
+def profile_methods(
+  model_name: str,
+  method_names: Sequence[str],
+  data: datasets.FederatedData,
+  examples_per_client: int,
+  hparams: methods_lib.Hyperparameters,
+  local_epochs: int,
+  batch_size: int,
+  rounds: int = 3,
+  traced_clients: int = 8,
+  seed: int = 0,
+) -> dict[str, Any]:
+  """Each method's client computation op by op (`client_profile`), built
+  as `time_methods` builds it, on `data`'s clients (of
+  `examples_per_client` examples, as the report says).
+
+  Returns:
+    The report's `client_profile`: the settings and, by method,
+    `client_profile.profile_clients`' figures.
+  """
+  client_ids = list(data.client_data.client_ids)
+  profiles = {}
+  for name in method_names:
+    process, model_fn = _benchmark_process(
+      name, model_name, data, hparams, local_epochs, batch_size, seed
+    )
+    profiles[name] = client_profile.profile_clients(
+      process,
+      client_ids,
+      model_lib.initial_weights(model_fn, seed),
+      rounds=rounds,
+      traced_clients=min(traced_clients, len(client_ids)),
+    )
+  return dict(
+    model=model_name,
+    examples_per_client=examples_per_client,
+    local_epochs=local_epochs,
+    batch_size=batch_size,
+    methods=profiles,
   )
 
 
@@ -1291,6 +1320,10 @@ def report_markdown(results: dict) -> str:
         '',
       ]
     lines += _flops_lines(results, model)
+  if results.get('client_profile'):
+    lines += client_profile.report_markdown(results['client_profile']).split(
+      '\n'
+    )
   floor = results.get('floor')
   if floor:
     plain = floor['plain_tf_seconds']
@@ -1451,6 +1484,31 @@ def report_markdown(results: dict) -> str:
       '',
     ]
   return '\n'.join(lines)
+
+
+def _benchmark_process(
+  name, model_name, data, hparams, local_epochs, batch_size, seed
+):
+  """(Method `name`'s process on `data`'s client keys, its model function),
+  as every timed part of the benchmark builds them."""
+  batches = datasets.LocalBatches(
+    batch_size,
+    local_epochs,
+    seed=seed,
+    with_index=methods_lib.wants_example_index(name, local_epochs),
+  )
+  model_fn = experiment.model_fn_for(
+    name,
+    model_name,
+    data.num_classes,
+    data.input_shape,
+    hparams,
+    **model_kwargs(model_name),
+  )
+  process = methods_lib.build_method_for_client_ids(
+    name, model_fn, *_round_datasets(data, batches), hparams
+  )
+  return process, model_fn
 
 
 def _round_datasets(

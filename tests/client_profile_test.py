@@ -1,0 +1,111 @@
+"""Tests for tooling.client_profile: a client computation, op by op."""
+
+import functools
+import sys
+
+import pytest
+import tensorflow_federated as tff
+
+from tasks import datasets
+from tasks import models as task_models
+from tff_methods import fedavg
+from tff_methods import methods
+from tooling import benchmark
+from tooling import client_profile
+
+
+@pytest.fixture(scope='module')
+def tiny_cifar(tmp_path_factory):
+  return datasets.generated_like(
+    'cifar10',
+    num_clients=3,
+    examples_per_client=8,
+    cache_dir=str(tmp_path_factory.mktemp('cache')),
+    num_test=4,
+  )
+
+
+@pytest.fixture(scope='module')
+def profile(tiny_cifar):
+  return benchmark.profile_methods(
+    'fedcka_cnn',
+    ['fedavg', 'scaffold'],
+    tiny_cifar,
+    8,
+    methods.Hyperparameters(num_clients=3),
+    local_epochs=1,
+    batch_size=4,
+    rounds=2,
+    traced_clients=2,
+  )
+
+
+def test_state_files_are_scaffolds_alone(profile):
+  fedavg_ops = profile['methods']['fedavg']['op_seconds']
+  scaffold_ops = profile['methods']['scaffold']['op_seconds']
+  # SCAFFOLD reads and writes each client's control variate; FedAvg keeps
+  # no client state. Both train the same convolutions.
+  for op in ('ReadFile', 'ParseTensor', 'SerializeTensor', 'WriteFile'):
+    assert scaffold_ops.get(op, 0) > 0, op
+    assert op not in fedavg_ops, op
+  for ops in (fedavg_ops, scaffold_ops):
+    assert any('Conv2D' in op and s > 0 for op, s in ops.items())
+  for timing in profile['methods'].values():
+    assert timing['seconds_per_client'] > 0
+    assert timing['traced_clients'] == 2
+
+
+def test_extras_over_fedavg_are_the_methods_own(profile):
+  extras = dict(
+    client_profile.extra_over(
+      profile['methods']['scaffold']['op_seconds'],
+      profile['methods']['fedavg']['op_seconds'],
+      top=100,
+    )
+  )
+  assert extras['WriteFile'] == pytest.approx(
+    profile['methods']['scaffold']['op_seconds']['WriteFile']
+  )
+  assert all(seconds > 0 for seconds in extras.values())
+  report = client_profile.report_markdown(profile)
+  assert '| op | fedavg | scaffold |' in report
+  assert 'scaffold beyond FedAvg:' in report
+  assert 'WriteFile +' in report
+
+
+def test_refuses_bad_rounds_and_clients(tiny_cifar):
+  process, model_fn = benchmark._benchmark_process(
+    'fedavg',
+    'fedcka_cnn',
+    tiny_cifar,
+    methods.Hyperparameters(),
+    local_epochs=1,
+    batch_size=4,
+    seed=0,
+  )
+  ids = list(tiny_cifar.client_data.client_ids)
+  weights = None  # Never read: the checks come first.
+  with pytest.raises(ValueError, match='rounds must be >= 2'):
+    client_profile.profile_clients(process, ids, weights, rounds=1)
+  with pytest.raises(ValueError, match=r'traced_clients must be in \[1, 3\]'):
+    client_profile.profile_clients(process, ids, weights, traced_clients=4)
+
+
+def test_refuses_a_process_whose_clients_take_data_sets(tiny_cifar):
+  batches = datasets.LocalBatches(4, 1)
+  process = fedavg.build_fedavg(
+    functools.partial(
+      task_models.get_model,
+      'fedcka_cnn',
+      tiny_cifar.num_classes,
+      tiny_cifar.input_shape,
+    ),
+    batches.element_spec(tiny_cifar.client_data.element_type_structure),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+  )
+  with pytest.raises(ValueError, match='takes a client key'):
+    client_profile.client_graph(process)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
