@@ -127,7 +127,9 @@ def _linear_cka_to_each_flat(x: tf.Tensor, *grams_and_norms: tf.Tensor):
     grad_gram_x = tf.add_n(
       [(u / d) * gram_y for u, d, gram_y in zip(upstream, denominators, grams)]
     )
-    grad_x = 2.0 * tf.matmul(grad_gram_x - coefficient_x * gram_x, x)
+    # The factor 2 on the B x B side: one B x D product fewer, and the same
+    # bits (a power of two scales every term of the product exactly).
+    grad_x = tf.matmul(2.0 * (grad_gram_x - coefficient_x * gram_x), x)
     grad_others = []
     for u, h, d in zip(upstream, hsics, denominators):
       grad_others += [(u / d) * gram_x, -u * h * norm_x / d**2]
