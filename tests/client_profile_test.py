@@ -74,21 +74,12 @@ def test_extras_over_fedavg_are_the_methods_own(profile):
 
 
 def test_refuses_bad_rounds_and_clients(tiny_cifar):
-  process, model_fn = benchmark._benchmark_process(
-    'fedavg',
-    'fedcka_cnn',
-    tiny_cifar,
-    methods.Hyperparameters(),
-    local_epochs=1,
-    batch_size=4,
-    seed=0,
-  )
   ids = list(tiny_cifar.client_data.client_ids)
-  weights = None  # Never read: the checks come first.
+  sessions = {}  # Never used: the checks come first.
   with pytest.raises(ValueError, match='rounds must be >= 2'):
-    client_profile.profile_clients(process, ids, weights, rounds=1)
+    client_profile.profile_clients(sessions, ids, rounds=1)
   with pytest.raises(ValueError, match=r'traced_clients must be in \[1, 3\]'):
-    client_profile.profile_clients(process, ids, weights, traced_clients=4)
+    client_profile.profile_clients(sessions, ids, traced_clients=4)
 
 
 def test_refuses_a_process_whose_clients_take_data_sets(tiny_cifar):
@@ -104,7 +95,7 @@ def test_refuses_a_process_whose_clients_take_data_sets(tiny_cifar):
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
   )
   with pytest.raises(ValueError, match='takes a client key'):
-    client_profile.client_graph(process)
+    client_profile.ClientSession(process, None)
 
 
 if __name__ == '__main__':

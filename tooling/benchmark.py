@@ -486,18 +486,24 @@ def profile_methods(
     `client_profile.profile_clients`' figures.
   """
   client_ids = list(data.client_data.client_ids)
-  profiles = {}
-  for name in method_names:
-    process, model_fn = _benchmark_process(
-      name, model_name, data, hparams, local_epochs, batch_size, seed
-    )
-    profiles[name] = client_profile.profile_clients(
-      process,
+  sessions = {}
+  try:
+    for name in method_names:
+      process, model_fn = _benchmark_process(
+        name, model_name, data, hparams, local_epochs, batch_size, seed
+      )
+      sessions[name] = client_profile.ClientSession(
+        process, model_lib.initial_weights(model_fn, seed)
+      )
+    profiles = client_profile.profile_clients(
+      sessions,
       client_ids,
-      model_lib.initial_weights(model_fn, seed),
       rounds=rounds,
       traced_clients=min(traced_clients, len(client_ids)),
     )
+  finally:
+    for session in sessions.values():
+      session.close()
   return dict(
     model=model_name,
     examples_per_client=examples_per_client,

@@ -3,10 +3,11 @@
 TFF's worker runs each client's TensorFlow computation in a session of its
 own, with Grappler's runtime optimizer off (TFF's session options), on the
 graph TFF's native compiler produced in Python (its static Grappler pass,
-control flow already lowered). `profile_clients` takes that same compiled
-graph (`runtime.compile_for_simulation` of the process's `next`), runs it in
-a TensorFlow session in this process with the worker's session options, and
-reads each op's time from TensorFlow's step statistics. So a method's cost
+control flow already lowered). A `ClientSession` takes that same compiled
+graph (`runtime.compile_for_simulation` of the process's `next`) and runs
+it in a TensorFlow session in this process with the worker's session
+options; `profile_clients` reads each op's time from TensorFlow's step
+statistics. So a method's cost
 per client splits by op: what it computes beyond FedAvg (its reference
 passes, Gram matrices, corrections) and what its per-client state costs
 (`ReadFile`, `ParseTensor`, `SerializeTensor`, `WriteFile`).
@@ -110,28 +111,85 @@ def client_graph(process) -> ClientGraph:
   )
 
 
+class ClientSession:
+  """A process's client computation in a TensorFlow session of its own,
+  with the worker's options: `run` a client's round, or `trace` it.
+
+  The computation receives `initial_weights` (and zeros for what a method
+  broadcasts beside them) and the client's key. Close it with `close`.
+  """
+
+  def __init__(
+    self,
+    process,
+    initial_weights: tff.learning.models.ModelWeights,
+    intra_op_threads: int = 1,
+  ):
+    client = client_graph(process)
+    graph = tf.Graph()
+    with graph.as_default():
+      tf.compat.v1.import_graph_def(client.graph_def, name='')
+    self._parameter_names = client.parameter_names
+    self._received = _received_values(
+      graph, client.parameter_names, initial_weights
+    )
+    self._results = [graph.get_tensor_by_name(n) for n in client.result_names]
+    self._session = tf.compat.v1.Session(
+      graph=graph, config=worker_session_config(intra_op_threads)
+    )
+    if client.initialize_op:
+      self._session.run(client.initialize_op)
+
+  def _feed(self, client_id: str, round_num: int):
+    key = np.array([client_id.encode(), str(round_num).encode()])
+    return dict(zip(self._parameter_names, self._received + [key]))
+
+  def run(self, client_id: str, round_num: int) -> None:
+    self._session.run(self._results, self._feed(client_id, round_num))
+
+  def trace(self, client_id: str, round_num: int) -> dict[str, float]:
+    """The client's round, traced: seconds by op type."""
+    metadata = tf.compat.v1.RunMetadata()
+    self._session.run(
+      self._results,
+      self._feed(client_id, round_num),
+      options=tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE
+      ),
+      run_metadata=metadata,
+    )
+    seconds = collections.Counter()
+    for device in metadata.step_stats.dev_stats:
+      for node in device.node_stats:
+        seconds[_op_type(node)] += node.all_end_rel_micros / 1e6
+    return dict(seconds)
+
+  def close(self) -> None:
+    self._session.close()
+
+
 def profile_clients(
-  process,
+  sessions: dict[str, ClientSession],
   client_ids: Sequence[str],
-  initial_weights: tff.learning.models.ModelWeights,
   *,
   rounds: int = 3,
-  traced_clients: int = 4,
-  intra_op_threads: int = 1,
-) -> dict[str, Any]:
-  """Times `process`'s client computation, in all and op by op.
+  traced_clients: int = 8,
+) -> dict[str, dict[str, Any]]:
+  """Times each session's client computation, in all and op by op.
 
-  Rounds 1 to `rounds` train every client in turn (round 1 untimed); a
-  last round traces `traced_clients` of them. The computation receives
-  `initial_weights` (and zeros for what a method broadcasts beside them).
+  Rounds 1 to `rounds` train every client in turn (round 1 untimed), a
+  last round traces the first `traced_clients`; the sessions take turns
+  (a round of each, then each traced client in each), so that the
+  machine's noise falls on all of them alike.
 
   Returns:
-    `seconds_per_client`: the median over the timed rounds of a round's
-    time over its clients; `op_seconds`: each op type's seconds per
-    traced client, largest first; `traced_clients`.
+    By name: `seconds_per_client`, the median over the timed rounds of a
+    round's time over its clients; `op_seconds`, each op type's median over
+    the traced clients (largest first); `traced_clients`.
 
   Raises:
-    ValueError: on fewer than 2 rounds or no traced client.
+    ValueError: on fewer than 2 rounds or traced clients not in
+      [1, len(client_ids)].
   """
   if rounds < 2:
     raise ValueError(f'rounds must be >= 2 (one untimed), got {rounds}.')
@@ -140,51 +198,31 @@ def profile_clients(
       f'traced_clients must be in [1, {len(client_ids)}] (the clients '
       f'given), got {traced_clients}.'
     )
-  client = client_graph(process)
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.compat.v1.import_graph_def(client.graph_def, name='')
-  received = _received_values(graph, client.parameter_names, initial_weights)
-  results = [graph.get_tensor_by_name(n) for n in client.result_names]
-
-  def feed(client_id, round_num):
-    key = np.array([client_id.encode(), str(round_num).encode()])
-    return dict(zip(client.parameter_names, received + [key]))
-
-  with tf.compat.v1.Session(
-    graph=graph, config=worker_session_config(intra_op_threads)
-  ) as session:
-    if client.initialize_op:
-      session.run(client.initialize_op)
-    per_client = []
-    for round_num in range(1, rounds + 1):
+  per_client = collections.defaultdict(list)
+  for round_num in range(1, rounds + 1):
+    for name, session in sessions.items():
       start = time.perf_counter()
       for client_id in client_ids:
-        session.run(results, feed(client_id, round_num))
+        session.run(client_id, round_num)
       if round_num > 1:
-        per_client.append((time.perf_counter() - start) / len(client_ids))
-    op_seconds = collections.Counter()
-    options = tf.compat.v1.RunOptions(
-      trace_level=tf.compat.v1.RunOptions.FULL_TRACE
+        per_client[name].append((time.perf_counter() - start) / len(client_ids))
+  traces = collections.defaultdict(list)
+  for client_id in client_ids[:traced_clients]:
+    for name, session in sessions.items():
+      traces[name].append(session.trace(client_id, rounds + 1))
+  profiles = {}
+  for name in sessions:
+    ops = {op for trace in traces[name] for op in trace}
+    medians = {
+      op: float(np.median([trace.get(op, 0.0) for trace in traces[name]]))
+      for op in ops
+    }
+    profiles[name] = dict(
+      seconds_per_client=float(np.median(per_client[name])),
+      op_seconds=dict(sorted(medians.items(), key=lambda item: -item[1])),
+      traced_clients=traced_clients,
     )
-    for client_id in client_ids[:traced_clients]:
-      metadata = tf.compat.v1.RunMetadata()
-      session.run(
-        results,
-        feed(client_id, rounds + 1),
-        options=options,
-        run_metadata=metadata,
-      )
-      for device in metadata.step_stats.dev_stats:
-        for node in device.node_stats:
-          op_seconds[_op_type(node)] += (
-            node.all_end_rel_micros / 1e6 / traced_clients
-          )
-  return dict(
-    seconds_per_client=float(np.median(per_client)),
-    op_seconds=dict(op_seconds.most_common()),
-    traced_clients=traced_clients,
-  )
+  return profiles
 
 
 def extra_over(
