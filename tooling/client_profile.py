@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import onednn_max_pool
 from tff_methods import runtime
 
 
@@ -77,13 +78,15 @@ def client_graph(process) -> ClientGraph:
     ValueError: `next` has no such computation (its clients take data sets,
       not keys).
   """
-  from tensorflow_federated.proto.v0 import computation_pb2
   from tensorflow_federated.python.core.impl.computation import computation_impl
 
-  compiled = runtime.compile_for_simulation(process.next)
+  # As the local worker's context compiles it.
+  compiled = runtime.compile_for_simulation(
+    process.next, pair_max_pool_gradients=onednn_max_pool.applies()
+  )
   proto = computation_impl.ConcreteComputation.get_proto(compiled)
   candidates = []
-  for computation in _tensorflow_computations(proto, computation_pb2):
+  for computation in runtime.tensorflow_computations(proto):
     graph_def = tf.compat.v1.GraphDef()
     computation.tensorflow.graph_def.Unpack(graph_def)
     parameter_names = _bound_names(computation.tensorflow.parameter)
@@ -284,20 +287,6 @@ def report_markdown(profile: dict[str, Any], top: int = 15) -> str:
         + '.'
       )
   return '\n'.join(lines) + '\n'
-
-
-def _tensorflow_computations(message, computation_pb2):
-  """Every TensorFlow computation inside a computation proto."""
-  if (
-    isinstance(message, computation_pb2.Computation)
-    and message.WhichOneof('computation') == 'tensorflow'
-  ):
-    yield message
-  for field, value in message.ListFields():
-    if field.type != field.TYPE_MESSAGE:
-      continue
-    for item in value if field.label == field.LABEL_REPEATED else [value]:
-      yield from _tensorflow_computations(item, computation_pb2)
 
 
 def _bound_names(binding) -> list[str]:
