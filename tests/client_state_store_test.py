@@ -121,6 +121,43 @@ def test_a_directory_holding_another_runs_states_is_refused(tmp_path):
 
 
 @pytest.mark.usefixtures('tff_worker')
+def test_overlapping_saves_run_one_after_the_other(tmp_path):
+  # train_model saves in background tasks; TFF's file manager removes old
+  # versions on each save, so two at once would remove one twice.
+  class SlowManager(tff.program.ProgramStateManager):
+    def __init__(self):
+      self.running, self.most_at_once, self.saved = 0, 0, []
+
+    async def get_versions(self):
+      return self.saved or None
+
+    async def load(self, version, structure):
+      raise NotImplementedError
+
+    async def save(self, program_state, version):
+      self.running += 1
+      self.most_at_once = max(self.most_at_once, self.running)
+      await asyncio.sleep(0.01)
+      self.saved.append(version)
+      self.running -= 1
+
+  inner = SlowManager()
+  files = client_states.ClientStateFiles(
+    dict(w=np.zeros(2, np.float32)), str(tmp_path)
+  )
+  manager = client_states.PruningProgramStateManager(inner, files)
+
+  async def three_saves():
+    await asyncio.gather(*(manager.save({}, v) for v in (1, 2, 3)))
+
+  asyncio.new_event_loop().run_until_complete(three_saves())
+  assert inner.most_at_once == 1
+  assert inner.saved == [1, 2, 3]
+  # A program run in another event loop saves too.
+  asyncio.new_event_loop().run_until_complete(manager.save({}, 4))
+  assert inner.saved[-1] == 4
+
+
 def test_pruning_under_train_model_keeps_the_directory_bounded(tmp_path):
   config = _config(tmp_path, 'program', method='fedcka', rounds=6)
   data = experiment.load_data(config)

@@ -16,12 +16,14 @@ housekeeping between rounds: `discard` the versions of a rejected round,
 under TFF's program logic), and `claim_directory` for a run.
 """
 
+import asyncio
 import atexit
 import os
 import re
 import shutil
 import tempfile
 from typing import Any, Optional, Sequence
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -346,6 +348,8 @@ class PruningProgramStateManager(tff.program.ProgramStateManager):
   ):
     self._manager = program_state_manager
     self._client_states = client_states
+    # One save at a time, per event loop (each program runs in its own).
+    self._save_locks = weakref.WeakKeyDictionary()
 
   async def get_versions(self) -> Optional[list[int]]:
     return await self._manager.get_versions()
@@ -354,8 +358,14 @@ class PruningProgramStateManager(tff.program.ProgramStateManager):
     return await self._manager.load(version, structure)
 
   async def save(self, program_state: Any, version: int) -> None:
-    await self._manager.save(program_state, version)
-    self._client_states.prune_all(version)
+    # `train_model` saves in background tasks, so two saves can overlap,
+    # and TFF's `FileProgramStateManager` then removes the same old
+    # version twice (a NotFoundError): saves here run one after the other.
+    loop = asyncio.get_running_loop()
+    lock = self._save_locks.setdefault(loop, asyncio.Lock())
+    async with lock:
+      await self._manager.save(program_state, version)
+      self._client_states.prune_all(version)
 
 
 def has_client_states(directory: str) -> bool:
