@@ -474,6 +474,55 @@ def test_moon_client_taking_part_late(setup, first_round):
     )
 
 
+def test_a_client_keeps_only_the_layers_read_of_its_previous_model(setup):
+  process = fedcka.build_fedcka(
+    setup['model_fn'],
+    setup['spec'],
+    dataset_computation=setup['datasets_by_key'],
+    client_optimizer_fn=setup['optimizer'],
+    mu=1.0,
+    num_layers=2,
+  )
+  full = setup['initial']
+  ids = setup['client_data'].client_ids[:2]
+  _, outputs = _rounds(process, full, [ids])
+  kept = process.client_states.get(ids[0])['model']
+  # FedCKA reads the previous model's first two layers: the two
+  # convolutions' kernels and biases, of the CNN's fourteen tensors.
+  assert len(full.trainable) == 14
+  view = reference_outputs.ReferenceView(
+    setup['model_fn'], fedcka.CKAContrastiveTerm(1.0, 2).previous_outputs
+  )
+  assert (
+    [np.shape(w) for w in kept.trainable]
+    == [tuple(v.shape) for v in view.model.trainable_variables]
+    == [np.shape(w) for w in full.trainable[:4]]
+  )
+  # What it keeps is its local model's, not the initial weights.
+  assert not np.allclose(kept.trainable[0], full.trainable[0])
+  # MOON reads up to z: every layer but the classifier.
+  moon_process = moon.build_moon(
+    setup['model_fn'],
+    setup['spec'],
+    dataset_computation=setup['datasets_by_key'],
+    client_optimizer_fn=setup['optimizer'],
+    mu=1.0,
+  )
+  moon_kept = moon_process.client_states.initial_state['model']
+  assert len(moon_kept.trainable) == 12
+
+
+def test_a_state_of_another_shape_is_refused(setup, tmp_path):
+  files = client_states.ClientStateFiles(
+    collections.OrderedDict(w=np.zeros((2, 3), np.float32)), str(tmp_path)
+  )
+  with pytest.raises(
+    ValueError, match=r'shape \(3, 2\) where the files hold \(2, 3\)'
+  ):
+    files.put('a', collections.OrderedDict(w=np.zeros((3, 2))), round_num=1)
+  assert 'a' not in files
+
+
 def test_a_rejected_round_restores_the_clients_states(setup, tmp_path):
   process = moon.build_moon(
     setup['model_fn'],

@@ -1,8 +1,9 @@
 """Each client's state in files, named by client and round.
 
-MOON and FedCKA need each client's previous local model, SCAFFOLD each
-client's control variate. `ClientStateFiles` keeps them in files that the
-client's own TensorFlow reads and writes, named by the client and the round:
+MOON and FedCKA need the layers they read of each client's previous local
+model (`stateful.kept_previous_weights`), SCAFFOLD each client's control
+variate. `ClientStateFiles` keeps them in files that the client's own
+TensorFlow reads and writes, named by the client and the round:
 
   <directory>/<client>/<round>.state
 
@@ -281,6 +282,12 @@ class ClientStateFiles:
         f'State of client {client_id!r} has {len(flat)} '
         f'tensors; the files hold states of {len(template)}.'
       )
+    for a, t in zip(flat, template):
+      if a.shape != t.shape:
+        raise ValueError(
+          f'State of client {client_id!r} has a tensor of shape {a.shape} '
+          f'where the files hold {t.shape}.'
+        )
     flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
     os.makedirs(self.client_dir(client_id), exist_ok=True)
     self._write_file(self._file(client_id, round_num), flat)

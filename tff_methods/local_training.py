@@ -94,8 +94,11 @@ def build_client_update_fn(
     A function `(initial_weights, dataset, previous_weights=None,
     has_previous=False, broadcast=None, client_state=None) ->
     (ClientResult, train_sums, final_weights)`; `dataset` is the client's
-    batches, a data set or `batches_in_memory.SlicedBatches`; `broadcast`
-    and `client_state` reach the regularizers through `LocalStep`.
+    batches, a data set or `batches_in_memory.SlicedBatches`;
+    `previous_weights` is the part of the previous model the regularizers'
+    previous-model view reads (`reference_outputs.ReferenceView.
+    kept_weights`); `broadcast` and `client_state` reach the regularizers
+    through `LocalStep`.
   """
   loss_fn = loss_fn or cross_entropy
   # Every model here is assigned its weights before its first use.
@@ -137,7 +140,7 @@ def build_client_update_fn(
     if global_reference is not None:
       global_reference.assign(initial_weights)
     if previous_reference is not None:
-      previous_reference.assign(previous_weights)
+      previous_reference.assign_kept(previous_weights)
     if isinstance(dataset, batches_in_memory.SlicedBatches):
       batches = dataset
     else:

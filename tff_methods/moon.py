@@ -34,6 +34,7 @@ from tff_methods import aggregation
 from tff_methods import client_states as client_states_lib
 from tff_methods import local_training
 from tff_methods import model_lib
+from tff_methods import reference_outputs
 from tff_methods import regularizers
 from tff_methods import stateful
 
@@ -104,6 +105,8 @@ def write_own_initial_models(
   Clients that already have one keep it (a resumed run).
   """
   own_initial = client_states_lib.OWN_INITIAL_VERSION
+  # A client keeps the layers MOON reads of its previous model, up to z.
+  kept = reference_outputs.kept_weights(keras_model_fn, ('z',))
   for client_id in client_ids:
     if own_initial in client_states.versions(client_id):
       continue
@@ -112,7 +115,7 @@ def write_own_initial_models(
       client_id,
       collections.OrderedDict(
         has_previous=np.int32(1),
-        model=model_lib.initial_weights(keras_model_fn, client_seed),
+        model=kept(model_lib.initial_weights(keras_model_fn, client_seed)),
       ),
       own_initial,
     )

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_methods import batches_in_memory
 from tff_methods import model_lib
@@ -33,26 +34,7 @@ class ReferenceView:
   def __init__(
     self, keras_model_fn: model_lib.KerasModelFn, output_names: Sequence[str]
   ):
-    # Trace the full model in a scratch graph only to find which of its
-    # weights the truncated model keeps, and in which order.
-    with tf.Graph().as_default():
-      full = keras_model_fn()
-      missing = sorted(set(output_names) - set(full.output))
-      if missing:
-        raise ValueError(
-          f'A regularizer reads outputs {missing} that model {full.name!r} '
-          f'does not have (it has {sorted(full.output)}).'
-        )
-      view = tf.keras.Model(
-        full.input, {name: full.output[name] for name in output_names}
-      )
-      self._trainable_indices = _indices(
-        view.trainable_variables, full.trainable_variables
-      )
-      self._non_trainable_indices = _indices(
-        view.non_trainable_variables, full.non_trainable_variables
-      )
-      config = view.get_config()
+    config, self._kept = _truncated(keras_model_fn, output_names)
     self.model = tf.keras.Model.from_config(config)
 
   def __call__(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -84,16 +66,65 @@ class ReferenceView:
     ]
     return 4 * max(sizes + [1])
 
+  def kept_weights(self, weights) -> tff.learning.models.ModelWeights:
+    """The part of the FULL model's `ModelWeights` this copy keeps, in its
+    variables' order (arrays or tensors, as given)."""
+    return self._kept(weights)
+
   def assign(self, weights) -> None:
     """Sets the copy's variables from the FULL model's `ModelWeights`."""
+    self.assign_kept(self.kept_weights(weights))
+
+  def assign_kept(self, kept_weights) -> None:
+    """Sets the copy's variables from `kept_weights(full weights)`."""
+    model_lib.assign_weights(self.model, kept_weights)
+
+
+class KeptWeights:
+  """Which of a full model's weights its copy up to some outputs keeps:
+  called on the full model's `ModelWeights`, the kept part, in the copy's
+  variables' order."""
+
+  def __init__(self, trainable_indices, non_trainable_indices):
+    self._trainable_indices = list(trainable_indices)
+    self._non_trainable_indices = list(non_trainable_indices)
+
+  def __call__(self, weights) -> tff.learning.models.ModelWeights:
     trainable, non_trainable = weights
-    model_lib.assign_weights(
-      self.model,
-      (
-        [trainable[i] for i in self._trainable_indices],
-        [non_trainable[i] for i in self._non_trainable_indices],
-      ),
+    return tff.learning.models.ModelWeights(
+      trainable=[trainable[i] for i in self._trainable_indices],
+      non_trainable=[non_trainable[i] for i in self._non_trainable_indices],
     )
+
+
+def kept_weights(
+  keras_model_fn: model_lib.KerasModelFn, output_names: Sequence[str]
+) -> KeptWeights:
+  """`ReferenceView(keras_model_fn, output_names).kept_weights`, without
+  building the copy."""
+  return _truncated(keras_model_fn, output_names)[1]
+
+
+def _truncated(keras_model_fn, output_names):
+  """(The config of the model truncated to `output_names`, its
+  `KeptWeights`). The full model is traced in a scratch graph only to find
+  which of its weights the truncated model keeps, and in which order."""
+  with tf.Graph().as_default():
+    full = keras_model_fn()
+    missing = sorted(set(output_names) - set(full.output))
+    if missing:
+      raise ValueError(
+        f'A regularizer reads outputs {missing} that model {full.name!r} '
+        f'does not have (it has {sorted(full.output)}).'
+      )
+    view = tf.keras.Model(
+      full.input, {name: full.output[name] for name in output_names}
+    )
+    kept = KeptWeights(
+      _indices(view.trainable_variables, full.trainable_variables),
+      _indices(view.non_trainable_variables, full.non_trainable_variables),
+    )
+    return view.get_config(), kept
 
 
 def _indices(subset, variables):

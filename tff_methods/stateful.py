@@ -1,8 +1,9 @@
 """Learning processes whose clients keep state between rounds.
 
 A `tff.learning.templates.LearningProcess` carries no per-client state, yet
-MOON and FedCKA need each client's previous local model (and SCAFFOLD its
-control variate). Here each client's state lives in files that the client's
+MOON and FedCKA need each client's previous local model (the layers they
+read of it, `kept_previous_weights`), and SCAFFOLD its control variate.
+Here each client's state lives in files that the client's
 own TensorFlow reads and writes (`client_states.ClientStateFiles`), and the
 processes are ordinary `LearningProcess`es whose clients are keys,
 `[client_id, round_num]` (`client_key`):
@@ -32,6 +33,7 @@ from tff_methods import client_states as client_states_lib
 from tff_methods import composers
 from tff_methods import local_training
 from tff_methods import model_lib
+from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
 
 
@@ -204,19 +206,40 @@ def previous_model_client_state(weights: tff.learning.models.ModelWeights):
   )
 
 
+def kept_previous_weights(
+  keras_model_fn: model_lib.KerasModelFn,
+  regularizers: Sequence[regularizers_lib.Regularizer],
+) -> Optional[reference_outputs.KeptWeights]:
+  """What a client keeps of its local model for `regularizers` (None when
+  none reads the previous model): the weights of the layers they read the
+  previous model's outputs from (`reference_outputs.ReferenceView`), for
+  FedCKA's first layers a small part of the model."""
+  names = sorted(set(n for r in regularizers for n in r.previous_outputs))
+  if not names:
+    return None
+  return reference_outputs.kept_weights(keras_model_fn, names)
+
+
 def initial_client_state(
   regularizers: Sequence[regularizers_lib.Regularizer],
   zero_weights: tff.learning.models.ModelWeights,
+  kept_previous: Optional[reference_outputs.KeptWeights] = None,
 ):
   """A new client's state: what `regularizers` keep on each client.
 
-  `has_previous` and `model` (its local model at the end of the last round
-  it took part in) when a regularizer reads the previous model, and each
-  regularizer's own state (`keeps_client_state`) under its name.
+  `has_previous` and `model` (what `kept_previous` keeps of its local model
+  at the end of the last round it took part in, `kept_previous_weights`)
+  when a regularizer reads the previous model, and each regularizer's own
+  state (`keeps_client_state`) under its name.
   """
   state = collections.OrderedDict()
   if regularizers_lib.needs_previous_model(regularizers):
-    state.update(previous_model_client_state(zero_weights))
+    if kept_previous is None:
+      raise ValueError(
+        'The regularizers read the previous model: pass what a client '
+        'keeps of it (stateful.kept_previous_weights).'
+      )
+    state.update(previous_model_client_state(kept_previous(zero_weights)))
   for r in regularizers:
     if r.keeps_client_state:
       if r.name in state:
@@ -329,8 +352,10 @@ def build_stateful_local_training_process(
   initial_model_weights_fn = model_lib.initial_weights_computation(
     keras_model_fn
   )
+  kept_previous = kept_previous_weights(keras_model_fn, regularizers)
   client_states = client_states_lib.ClientStateFiles(
-    initial_client_state(regularizers, zero_weights), client_state_dir
+    initial_client_state(regularizers, zero_weights, kept_previous),
+    client_state_dir,
   )
 
   @tff.tensorflow.computation(received_type, key_type)
@@ -357,7 +382,10 @@ def build_stateful_local_training_process(
     )
     trained = collections.OrderedDict()
     if reads_previous:
-      trained.update(has_previous=tf.constant(1), model=final_weights)
+      trained.update(
+        has_previous=tf.constant(1),
+        model=kept_previous(final_weights),
+      )
     reports = collections.OrderedDict()
     for r in state_keepers:
       trained[r.name], report = r.next_client_state(
