@@ -13,6 +13,7 @@ from tasks import datasets
 from tasks import models as task_models
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import reference_outputs
 from tff_methods import workers
 from tooling import benchmark
 from tooling import experiment
@@ -600,7 +601,7 @@ def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):
   assert 'state_store' not in results['methods']['fedavg']
   store = results['methods']['moon']['state_store']
   # Every one of the 8 clients has exactly one stored state (MOON's previous
-  # model: the model's weights), sampled or not.
+  # model up to z, all but the classifier), sampled or not.
   state_dirs = [
     d
     for d in os.listdir(tmp_path / 'client_states' / 'moon')
@@ -611,10 +612,12 @@ def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):
     len(os.listdir(tmp_path / 'client_states' / 'moon' / d)) == 1
     for d in state_dirs
   )
-  weights = experiment.model_fn_for(
-    'fedavg', 'fedcka_cnn', 62, (28, 28, 1), hparams
-  )().trainable_weights
-  state_bytes = sum(int(np.prod(w.shape)) * 4 for w in weights)
+  model_fn = experiment.model_fn_for(
+    'moon', 'fedcka_cnn', 62, (28, 28, 1), hparams
+  )
+  kept = reference_outputs.ReferenceView(model_fn, ('z',)).model
+  assert len(kept.trainable_weights) == len(model_fn().trainable_weights) - 2
+  state_bytes = sum(int(np.prod(w.shape)) * 4 for w in kept.trainable_weights)
   assert store['megabytes'] * 2**20 >= 8 * state_bytes
   for run in results['methods'].values():
     assert run['clients_per_second'] == pytest.approx(3 / run['median'])
