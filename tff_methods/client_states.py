@@ -1,9 +1,9 @@
 """Each client's state in files, named by client and round.
 
 MOON and FedCKA need the layers they read of each client's previous local
-model (`stateful.kept_previous_weights`), SCAFFOLD each client's control
-variate. `ClientStateFiles` keeps them in files that the client's own
-TensorFlow reads and writes, named by the client and the round:
+model (`reference_outputs.kept_previous_weights`), SCAFFOLD each client's
+control variate. `ClientStateFiles` keeps them in files that the client's
+own TensorFlow reads and writes, named by the client and the round:
 
   <directory>/<client>/<round>.state
 
@@ -329,6 +329,20 @@ def _prune_directory(client_dir: str, checkpoint_round: int) -> None:
   older = [v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round]
   for version in older[:-1]:
     _remove(os.path.join(client_dir, f'{version}.state'))
+
+
+def summed_counts(state_counts):
+  """How many clients wrote their state this round, and the sum of the
+  versions they read (SERVER): a program checks both against its store
+  (`ClientStateFiles.expected_read_version`), so that a
+  stale read (a shared file system's cached listing) does not go
+  unnoticed.
+
+  `state_counts` is each client's `OrderedDict(written, read_version_sum)`:
+  one sum of both, as a TFF worker reduces every sum client by client (two
+  sums cost twice one, about 75 us a client each).
+  """
+  return tff.federated_sum(state_counts)
 
 
 class PruningProgramStateManager(tff.program.ProgramStateManager):

@@ -105,6 +105,19 @@ def kept_weights(
   return _truncated(keras_model_fn, output_names)[1]
 
 
+def kept_previous_weights(
+  keras_model_fn: model_lib.KerasModelFn, regularizers: Sequence[Any]
+) -> Optional[KeptWeights]:
+  """What a client keeps of its local model for `regularizers` (None when
+  none reads the previous model): the weights of the layers they read the
+  previous model's outputs from (their `previous_outputs`), for FedCKA's
+  first layers a small part of the model."""
+  names = sorted(set(n for r in regularizers for n in r.previous_outputs))
+  if not names:
+    return None
+  return kept_weights(keras_model_fn, names)
+
+
 def _truncated(keras_model_fn, output_names):
   """(The config of the model truncated to `output_names`, its
   `KeptWeights`). The full model is traced in a scratch graph only to find

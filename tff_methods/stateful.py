@@ -2,7 +2,8 @@
 
 A `tff.learning.templates.LearningProcess` carries no per-client state, yet
 MOON and FedCKA need each client's previous local model (the layers they
-read of it, `kept_previous_weights`), and SCAFFOLD its control variate.
+read of it, `reference_outputs.kept_previous_weights`), and SCAFFOLD its
+control variate.
 Here each client's state lives in files that the client's
 own TensorFlow reads and writes (`client_states.ClientStateFiles`), and the
 processes are ordinary `LearningProcess`es whose clients are keys,
@@ -184,40 +185,12 @@ CLIENT_KEY_TYPE = client_keys.CLIENT_KEY_TYPE
 client_key = client_keys.client_key
 
 
-def client_states_metrics(state_counts):
-  """How many clients wrote their state this round, and the sum of the
-  versions they read (SERVER): a program checks both against its store
-  (`client_states.ClientStateFiles.expected_read_version`), so that a
-  stale read (a shared file system's cached listing) does not go
-  unnoticed.
-
-  `state_counts` is each client's `OrderedDict(written, read_version_sum)`:
-  one sum of both, as a TFF worker reduces every sum client by client (two
-  sums cost twice one, about 75 us a client each).
-  """
-  return tff.federated_sum(state_counts)
-
-
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
   """The initial state of a client that keeps its previous model."""
   return collections.OrderedDict(
     has_previous=np.int32(0),
     model=tf.nest.map_structure(np.zeros_like, weights),
   )
-
-
-def kept_previous_weights(
-  keras_model_fn: model_lib.KerasModelFn,
-  regularizers: Sequence[regularizers_lib.Regularizer],
-) -> Optional[reference_outputs.KeptWeights]:
-  """What a client keeps of its local model for `regularizers` (None when
-  none reads the previous model): the weights of the layers they read the
-  previous model's outputs from (`reference_outputs.ReferenceView`), for
-  FedCKA's first layers a small part of the model."""
-  names = sorted(set(n for r in regularizers for n in r.previous_outputs))
-  if not names:
-    return None
-  return reference_outputs.kept_weights(keras_model_fn, names)
 
 
 def initial_client_state(
@@ -228,16 +201,17 @@ def initial_client_state(
   """A new client's state: what `regularizers` keep on each client.
 
   `has_previous` and `model` (what `kept_previous` keeps of its local model
-  at the end of the last round it took part in, `kept_previous_weights`)
-  when a regularizer reads the previous model, and each regularizer's own
-  state (`keeps_client_state`) under its name.
+  at the end of the last round it took part in,
+  `reference_outputs.kept_previous_weights`) when a regularizer reads the
+  previous model, and each regularizer's own state (`keeps_client_state`)
+  under its name.
   """
   state = collections.OrderedDict()
   if regularizers_lib.needs_previous_model(regularizers):
     if kept_previous is None:
       raise ValueError(
         'The regularizers read the previous model: pass what a client '
-        'keeps of it (stateful.kept_previous_weights).'
+        'keeps of it (reference_outputs.kept_previous_weights).'
       )
     state.update(previous_model_client_state(kept_previous(zero_weights)))
   for r in regularizers:
@@ -352,7 +326,9 @@ def build_stateful_local_training_process(
   initial_model_weights_fn = model_lib.initial_weights_computation(
     keras_model_fn
   )
-  kept_previous = kept_previous_weights(keras_model_fn, regularizers)
+  kept_previous = reference_outputs.kept_previous_weights(
+    keras_model_fn, regularizers
+  )
   client_states = client_states_lib.ClientStateFiles(
     initial_client_state(regularizers, zero_weights, kept_previous),
     client_state_dir,
@@ -443,7 +419,7 @@ def build_stateful_local_training_process(
       state,
       client_outputs,
       aggregate_metrics(
-        unfinalized, client_states=client_states_metrics(state_counts)
+        unfinalized, client_states=client_states_lib.summed_counts(state_counts)
       ),
     )
 

@@ -974,22 +974,8 @@ def cross_device(
     method_hparams = dataclasses.replace(
       hparams, num_clients=num_clients, client_state_dir=state_dir
     )
-    batches = datasets.LocalBatches(
-      batch_size,
-      1,
-      seed=seed,
-      with_index=methods_lib.wants_example_index(name, 1),
-    )
-    model_fn = experiment.model_fn_for(
-      name,
-      model_name,
-      data.num_classes,
-      data.input_shape,
-      method_hparams,
-      **model_kwargs(model_name),
-    )
-    process = methods_lib.build_method_for_client_ids(
-      name, model_fn, *_round_datasets(data, batches), method_hparams
+    process, model_fn = _benchmark_process(
+      name, model_name, data, method_hparams, 1, batch_size, seed
     )
     state = process.set_model_weights(
       process.initialize(), model_lib.initial_weights(model_fn, seed)
