@@ -22,17 +22,6 @@ from tooling import pytorch_loop
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
 
-@pytest.fixture(scope='module')
-def tiny_cifar(tmp_path_factory):
-  return datasets.generated_like(
-    'cifar10',
-    num_clients=3,
-    examples_per_client=6,
-    cache_dir=str(tmp_path_factory.mktemp('cache')),
-    num_test=4,
-  )
-
-
 def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
   # One batch per client and one epoch: the order of examples inside the
   # batch does not change the mean gradient, so the plain loop and TFF's

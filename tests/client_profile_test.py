@@ -15,23 +15,12 @@ from tooling import client_profile
 
 
 @pytest.fixture(scope='module')
-def tiny_cifar(tmp_path_factory):
-  return datasets.generated_like(
-    'cifar10',
-    num_clients=3,
-    examples_per_client=8,
-    cache_dir=str(tmp_path_factory.mktemp('cache')),
-    num_test=4,
-  )
-
-
-@pytest.fixture(scope='module')
 def profile(tiny_cifar):
   return benchmark.profile_methods(
     'fedcka_cnn',
     ['fedavg', 'scaffold'],
     tiny_cifar,
-    8,
+    6,
     methods.Hyperparameters(num_clients=3),
     local_epochs=1,
     batch_size=4,

@@ -48,6 +48,18 @@ def digits_task(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def tiny_cifar(tmp_path_factory):
+  """3 clients of 6 CIFAR-shaped generated examples (and 4 test ones)."""
+  return datasets.generated_like(
+    'cifar10',
+    num_clients=3,
+    examples_per_client=6,
+    cache_dir=str(tmp_path_factory.mktemp('cache')),
+    num_test=4,
+  )
+
+
+@pytest.fixture(scope='session')
 def small_model_fn():
   """A small MLP for the 8x8 digits: fast to build and train."""
   return functools.partial(models.get_model, 'mlp', 10, (8, 8, 1), hidden=(32,))

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import datasets
 from tff_methods import methods
 from tff_methods import onednn_max_pool
 from tooling import benchmark
@@ -108,11 +107,10 @@ def test_leaves_a_graph_without_max_pool_gradients_alone():
 
 @needs_onednn
 def test_the_local_workers_client_graph_has_only_onednn_max_pool_gradients(
-  tmp_path,
+  tiny_cifar,
 ):
-  data = datasets.generated_like('cifar10', 2, 8, str(tmp_path), num_test=4)
   process, _ = benchmark._benchmark_process(
-    'fedcka', 'fedcka_cnn', data, methods.Hyperparameters(), 2, 4, seed=0
+    'fedcka', 'fedcka_cnn', tiny_cifar, methods.Hyperparameters(), 2, 4, 0
   )
   graph_def = client_profile.client_graph(process).graph_def
   ops = [n.op for n in graph_def.node]

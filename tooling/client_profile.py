@@ -99,7 +99,7 @@ def client_graph(process) -> ClientGraph:
   if not candidates:
     raise ValueError(
       "The process's next has no client computation that takes a client "
-      'key ([client id, round]); profile_clients needs a process built '
+      'key ([client id, round]); a client profile needs a process built '
       'with a dataset computation of keys (methods.'
       'build_method_for_client_ids).'
     )
