@@ -472,7 +472,8 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
   )
   text = benchmark.report_markdown(results)
   assert (
-    'reference passes 30 ms and the Gram products 20 ms, against '
+    "reference passes 30 ms and the Gram products on each batch's rows "
+    'of the reference tables 20 ms, against '
     "FedAvg's 200 ms per client: FedCKA cannot go below 1.25 of "
     'FedAvg here. It ran at 1.30: 0.05 above its floor (target <= '
     '0.07 above: yes).'
@@ -490,7 +491,8 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
   )
   text = benchmark.report_markdown(results)
   assert (
-    'reference passes 10 ms and the contrastive terms 2 ms, against '
+    "reference passes 10 ms and the contrastive terms on each batch's "
+    'rows of the reference tables 2 ms, against '
     "FedAvg's 200 ms per client: MOON cannot go below 1.06 of FedAvg "
     'here. It ran at 1.20: 0.14 above its floor (target <= 0.07 '
     'above: **no**).'
@@ -533,6 +535,18 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
     benchmark.fedcka_extra_seconds(
       'fedcka_cnn', 10, (32, 32, 3), 6, 4, 1, num_layers=8, repeats=1
     )
+
+
+def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
+  # 10 examples in batches of 4, 2 passes: `_per_step_fn` numbers the
+  # passes' full steps 0-1 and 2-3, then their last steps (2 rows) 4 and 5.
+  rows = benchmark._step_rows(np.random.default_rng(0), 10, 4, 2).numpy()
+  assert rows.shape == (6, 4)
+  for full, last in (((0, 1), 4), ((2, 3), 5)):
+    taken = np.concatenate([rows[s] for s in full] + [rows[last][:2]])
+    assert sorted(taken) == list(range(10))
+  # A new permutation each pass.
+  assert not np.array_equal(rows[:2], rows[2:4])
 
 
 def test_moon_extra_work_is_timed_on_the_models_shapes():

@@ -298,9 +298,9 @@ def _per_step_fn(
   batch_size: int,
   local_epochs: int,
 ):
-  """`step(batch_index, rows, total)` over a round's local steps, as
-  `tasks.datasets.LocalBatches` cuts it: each pass's full batches, then
-  one of the rest."""
+  """`step(step_number, rows, total)` over a round's local steps, as
+  `tasks.datasets.LocalBatches` cuts them: each pass's full batches, then
+  one of the rest (`_step_rows` numbers them alike)."""
   full_per_pass, last_rows = divmod(examples_per_client, batch_size)
   full_steps = local_epochs * full_per_pass
 
@@ -308,14 +308,35 @@ def _per_step_fn(
   def steps():
     _, total = tf.while_loop(
       lambda i, _: i < full_steps,
-      lambda i, total: (i + 1, step(i % 2, batch_size, total)),
+      lambda i, total: (i + 1, step(i, batch_size, total)),
       (tf.constant(0), tf.constant(0.0)),
     )
-    for _ in range(local_epochs if last_rows else 0):
-      total = step(0, last_rows, total)
+    for epoch in range(local_epochs if last_rows else 0):
+      total = step(tf.constant(full_steps + epoch), last_rows, total)
     return total
 
   return steps
+
+
+def _step_rows(
+  rng: np.random.Generator,
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+) -> tf.Tensor:
+  """Each local step's example indices (a row per step, numbered as
+  `_per_step_fn` numbers them, padded to `batch_size`): a new permutation
+  of the client's examples each pass, as the round's batches take them."""
+  full_per_pass, last_rows = divmod(examples_per_client, batch_size)
+  full, last = [], []
+  for _ in range(local_epochs):
+    order = rng.permutation(examples_per_client)
+    full += list(order[: full_per_pass * batch_size].reshape(-1, batch_size))
+    if last_rows:
+      rest = np.zeros(batch_size, np.int64)
+      rest[:last_rows] = order[full_per_pass * batch_size :]
+      last.append(rest)
+  return tf.constant(np.array(full + last, np.int32).reshape(-1, batch_size))
 
 
 def fedcka_extra_seconds(
@@ -337,7 +358,11 @@ def fedcka_extra_seconds(
   each of the client's examples once (the reference passes), and at each
   local step, for each regularized layer of D values, the B x B Gram
   matrices of the local, global and previous activations and the B x B by
-  B x D product of the local activations' gradient. This times those alone,
+  B x D product of the local activations' gradient. The reference
+  activations of a step's batch are its rows of the passes' tables (one
+  per model and layer, of the client's size), read at the step: the
+  Grams' reads of them are memory-bound, so timing them on a batch that
+  stays in the cache would undercount. This times those alone,
   each a `tf.function` on random data of the benchmark's shapes called
   `repeats` times by each of `concurrent_clients` threads (as the TFF
   worker runs clients): a call's share is the wall time over the calls,
@@ -361,21 +386,32 @@ def fedcka_extra_seconds(
     'fedcka', model_name, num_classes, input_shape, layers, examples, batch_size
   )
   sizes = [int(np.prod(s)) for s in view.output_shapes().values()]
-  # Two different batches per layer, alternated, so no step repeats the
-  # previous one's inputs.
-  activations = [
-    tf.constant(
-      rng.standard_normal((2, 3, batch_size, size)).astype(np.float32)
-    )
+  # The local activations: two batches per layer, alternated, so no step
+  # repeats the previous one's inputs (the forward pass has just written
+  # them). The references: the global and previous model's tables.
+  local_activations = [
+    tf.constant(rng.standard_normal((2, batch_size, size)).astype(np.float32))
     for size in sizes
   ]
+  reference_tables = [
+    [
+      tf.constant(
+        rng.standard_normal((examples_per_client, size)).astype(np.float32)
+      )
+      for _ in ('global', 'previous')
+    ]
+    for size in sizes
+  ]
+  step_rows = _step_rows(rng, examples_per_client, batch_size, local_epochs)
 
   def gram(a):
     return tf.matmul(a, a, transpose_b=True)
 
-  def gram_step(batch_index, rows, total):
-    for stacked in activations:
-      local, global_, previous = tf.unstack(stacked[batch_index, :, :rows])
+  def gram_step(step_number, rows, total):
+    indices = step_rows[step_number, :rows]
+    for local, tables in zip(local_activations, reference_tables):
+      local = local[step_number % 2, :rows]
+      global_, previous = [tf.gather(t, indices) for t in tables]
       upstream = gram(local) + gram(global_) + gram(previous)
       total += tf.reduce_sum(tf.matmul(upstream, local)[0])
     return total
@@ -408,7 +444,8 @@ def moon_extra_seconds(
   Beyond FedAvg's training MOON computes the global and the previous
   model up to the projection `z` over each of the client's examples once
   (the reference passes), and at each local step the model-contrastive
-  term on B x d projections: the cosine similarities of the local `z` with
+  term on B x d projections (the references read from the passes'
+  tables): the cosine similarities of the local `z` with
   both references, the two-way softmax, and its gradient with respect to
   the local `z` (the rest of the backward pass is FedAvg's). Timed as
   `fedcka_extra_seconds` times FedCKA's; `1 + extra_seconds / (FedAvg's
@@ -428,12 +465,22 @@ def moon_extra_seconds(
     'moon', model_name, num_classes, input_shape, ('z',), examples, batch_size
   )
   dim = int(np.prod(view.output_shapes()['z']))
-  projections = tf.constant(
-    rng.standard_normal((2, 3, batch_size, dim)).astype(np.float32)
+  # As FedCKA's: the local z alternated, the references read from tables.
+  local_projections = tf.constant(
+    rng.standard_normal((2, batch_size, dim)).astype(np.float32)
   )
+  reference_tables = [
+    tf.constant(
+      rng.standard_normal((examples_per_client, dim)).astype(np.float32)
+    )
+    for _ in ('global', 'previous')
+  ]
+  step_rows = _step_rows(rng, examples_per_client, batch_size, local_epochs)
 
-  def contrastive_step(batch_index, rows, total):
-    local, global_, previous = tf.unstack(projections[batch_index, :, :rows])
+  def contrastive_step(step_number, rows, total):
+    local = local_projections[step_number % 2, :rows]
+    indices = step_rows[step_number, :rows]
+    global_, previous = [tf.gather(t, indices) for t in reference_tables]
     with tf.GradientTape() as tape:
       tape.watch(local)
       logits = (
@@ -1246,8 +1293,18 @@ def report_markdown(results: dict) -> str:
         f" | {paper.get(name, '')} |"
       )
     for method, label, per_step_key, per_step_label in (
-      ('fedcka', 'FedCKA', 'grams_seconds', 'the Gram products'),
-      ('moon', 'MOON', 'contrastive_seconds', 'the contrastive terms'),
+      (
+        'fedcka',
+        'FedCKA',
+        'grams_seconds',
+        "the Gram products on each batch's rows of the reference tables",
+      ),
+      (
+        'moon',
+        'MOON',
+        'contrastive_seconds',
+        "the contrastive terms on each batch's rows of the reference tables",
+      ),
     ):
       extra = model.get(f'{method}_extra')
       if not extra:
