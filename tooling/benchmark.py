@@ -339,6 +339,19 @@ def _step_rows(
   return tf.constant(np.array(full + last, np.int32).reshape(-1, batch_size))
 
 
+def _reference_tables(
+  rng: np.random.Generator, examples_per_client: int, size: int
+) -> list[tf.Tensor]:
+  """The global and the previous model's tables of one output of `size`
+  values: a row per example of the client, random."""
+  return [
+    tf.constant(
+      rng.standard_normal((examples_per_client, size)).astype(np.float32)
+    )
+    for _ in ('global', 'previous')
+  ]
+
+
 def fedcka_extra_seconds(
   model_name: str,
   num_classes: int,
@@ -394,13 +407,7 @@ def fedcka_extra_seconds(
     for size in sizes
   ]
   reference_tables = [
-    [
-      tf.constant(
-        rng.standard_normal((examples_per_client, size)).astype(np.float32)
-      )
-      for _ in ('global', 'previous')
-    ]
-    for size in sizes
+    _reference_tables(rng, examples_per_client, size) for size in sizes
   ]
   step_rows = _step_rows(rng, examples_per_client, batch_size, local_epochs)
 
@@ -469,12 +476,7 @@ def moon_extra_seconds(
   local_projections = tf.constant(
     rng.standard_normal((2, batch_size, dim)).astype(np.float32)
   )
-  reference_tables = [
-    tf.constant(
-      rng.standard_normal((examples_per_client, dim)).astype(np.float32)
-    )
-    for _ in ('global', 'previous')
-  ]
+  reference_tables = _reference_tables(rng, examples_per_client, dim)
   step_rows = _step_rows(rng, examples_per_client, batch_size, local_epochs)
 
   def contrastive_step(step_number, rows, total):
