@@ -81,6 +81,35 @@ def test_each_step_follows_the_objectives_gradient_with_plain_sgd():
   assert sums['num_batches'].numpy() == steps
 
 
+@pytest.mark.parametrize('label_shape', [(-1,), (-1, 1)])
+def test_training_accuracy_counts_each_label_once_whatever_its_shape(
+  label_shape,
+):
+  # TFF's tutorials batch labels as (B, 1); compared with (B,) predictions
+  # without a reshape they broadcast to (B, B). With a zero learning rate the
+  # model never moves, so the count is the initial model's, by hand.
+  update_fn = local_training.build_client_update_fn(
+    _linear_model_fn,
+    tff.learning.optimizers.build_sgdm(learning_rate=0.0),
+    [],
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+  )
+  start = model_lib.initial_weights(_linear_model_fn, seed=1)
+  data = _batches(3)
+  x = np.concatenate([b['x'].numpy() for b in data])
+  y = np.concatenate([b['y'].numpy() for b in data])
+  kernel, bias = start.trainable
+  expected = np.sum(np.argmax(x @ kernel + bias, axis=-1) == y)
+  shaped = data.map(
+    lambda b: collections.OrderedDict(
+      x=b['x'], y=tf.reshape(b['y'], label_shape)
+    )
+  )
+  _, sums, _ = update_fn(start, shaped)
+  assert sums['correct'].numpy() == expected
+  assert sums['num_labels'].numpy() == len(y)
+
+
 def test_a_diverged_client_reports_nothing():
   update_fn = local_training.build_client_update_fn(
     _linear_model_fn,

@@ -277,6 +277,37 @@ def test_tuple_elements_train_as_dict_elements_do():
 
 
 @pytest.mark.usefixtures('tff_worker')
+def test_training_accuracy_with_column_labels_equals_tffs():
+  # TFF's tutorials shape labels (B, 1): the training accuracy must read as
+  # TFF's own builder reports it on the same data, not a broadcast (B, B).
+  client_data = _raw_client_data().preprocess(
+    lambda ds: ds.map(
+      lambda b: collections.OrderedDict(x=b['x'], y=tf.reshape(b['y'], [-1, 1]))
+    )
+  )
+  data = [
+    client_data.create_tf_dataset_for_client(c) for c in client_data.client_ids
+  ]
+  spec = client_data.element_type_structure
+  ours = fedavg.build_fedavg(
+    _sequential, spec, client_optimizer_fn=optimizers.build_client_sgd(0.5)
+  )
+  theirs = tff.learning.algorithms.build_weighted_fed_avg(
+    model_lib.tff_model_fn(_sequential, spec),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+  )
+  accuracies = []
+  for process in (ours, theirs):
+    state = process.set_model_weights(
+      process.initialize(), model_lib.initial_weights(_sequential, 0)
+    )
+    train = process.next(state, data).metrics['client_work']['train']
+    accuracies.append(train['sparse_categorical_accuracy'])
+  assert 0.2 < accuracies[1] < 1.0
+  assert accuracies[0] == pytest.approx(accuracies[1], abs=1e-6)
+
+
+@pytest.mark.usefixtures('tff_worker')
 def test_a_stateful_method_takes_tffs_client_data_by_id(tmp_path):
   # FedCKA at mu = 0 is FedAvg: given the ClientData itself, each key's
   # client id must reach that client's data.

@@ -69,6 +69,21 @@ def squared_error(
   return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
 
 
+def _labels_like(labels: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
+  """`labels` shaped as `predictions`, as Keras' sparse accuracy takes them.
+
+  TFF's tutorials batch labels as `(B, 1)`; compared with `(B,)`
+  predictions, `tf.equal` would broadcast to `(B, B)`.
+  """
+  if (
+    labels.shape.rank is not None
+    and predictions.shape.rank is not None
+    and labels.shape.rank == predictions.shape.rank + 1
+  ):
+    labels = tf.squeeze(labels, axis=-1)
+  return labels
+
+
 def _union(names_lists):
   return tuple(sorted(set(n for names in names_lists for n in names)))
 
@@ -188,7 +203,7 @@ def build_client_update_fn(
         ):
           variable.assign_sub(delta)
       predictions = tf.argmax(outputs['logits'], axis=-1, output_type=tf.int32)
-      labels = tf.cast(batch['y'], tf.int32)
+      labels = _labels_like(tf.cast(batch['y'], tf.int32), predictions)
       batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)
       sums = collections.OrderedDict(
         loss_sum=sums['loss_sum'] + loss * batch_size,
