@@ -5,6 +5,7 @@ shared local-training loop (faster than TFF's builder: README, "Benchmark");
 `tff_fedavg` is TFF's `build_weighted_fed_avg` itself.
 """
 
+import functools
 import sys
 
 import numpy as np
@@ -16,6 +17,7 @@ from tasks import datasets
 from tff_methods import fedavg
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import optimizers
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
@@ -80,6 +82,43 @@ def test_projects_fedavg_gives_tffs_weights_and_metrics(
   assert np.isclose(
     our_metrics['sparse_categorical_accuracy'],
     their_metrics['sparse_categorical_accuracy'],
+  )
+
+
+def _l2_regularized_mlp(l2):
+  regularizer = tf.keras.regularizers.l2(l2) if l2 else None
+  return tf.keras.Sequential(
+    [
+      tf.keras.Input((8, 8, 1)),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(
+        16, activation='relu', kernel_regularizer=regularizer
+      ),
+      tf.keras.layers.Dense(10, kernel_regularizer=regularizer),
+    ]
+  )
+
+
+def test_a_models_own_l2_trains_as_in_tffs_fedavg(setup):
+  # Keras' `model.losses` (TFF's ResNets carry L2 on each layer) are part
+  # of what TFF's `from_keras_model` trains on: the project's loop must add
+  # them too. The strength is large enough to move the weights visibly.
+  runs = {}
+  for l2 in (0.0, 0.05):
+    model_fn = functools.partial(_l2_regularized_mlp, l2)
+    initial = model_lib.initial_weights(model_fn, seed=0)
+    optimizer = optimizers.build_client_sgd(0.1)
+    for name, build in (
+      ('ours', fedavg.build_fedavg),
+      ('theirs', fedavg.build_tff_fedavg),
+    ):
+      if (name, l2) == ('ours', 0.0):
+        continue
+      process = build(model_fn, setup['spec'], client_optimizer_fn=optimizer)
+      runs[name, l2] = _run(dict(setup, initial=initial), process)[0]
+  assert np.abs(runs['theirs', 0.05] - runs['theirs', 0.0]).max() > 1e-3
+  np.testing.assert_allclose(
+    runs['ours', 0.05], runs['theirs', 0.05], rtol=1e-5, atol=1e-6
   )
 
 
