@@ -205,6 +205,41 @@ def compose_computations(
   return init_fn, next_fn
 
 
+class KeyedClientWork(tff.templates.MeasuredProcess):
+  """Client work whose client data may be keys, with TFF's hyperparameter
+  computations (a `ClientWorkProcess` takes only data sets)."""
+
+  def __init__(self, initialize_fn, next_fn, get_hparams_fn, set_hparams_fn):
+    super().__init__(initialize_fn, next_fn)
+    self.get_hparams = get_hparams_fn
+    self.set_hparams = set_hparams_fn
+
+
+def hparams_computations(state_type: tff.Type, client_work, finalizer):
+  """`get_hparams` and `set_hparams` of a `LearningAlgorithmState`, as TFF's
+  `compose_learning_process` makes them: the client work's and the
+  finalizer's hyperparameters (the client and server optimizers')."""
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return collections.OrderedDict(
+      client_work=client_work.get_hparams(state.client_work),
+      finalizer=finalizer.get_hparams(state.finalizer),
+    )
+
+  @tff.tensorflow.computation(state_type, get_hparams_fn.type_signature.result)
+  def set_hparams_fn(state, hparams):
+    return tff.learning.templates.LearningAlgorithmState(
+      state.global_model_weights,
+      state.distributor,
+      client_work.set_hparams(state.client_work, hparams['client_work']),
+      state.aggregator,
+      finalizer.set_hparams(state.finalizer, hparams['finalizer']),
+    )
+
+  return get_hparams_fn, set_hparams_fn
+
+
 def compose(
   initial_model_weights_fn,
   distributor,
@@ -222,10 +257,16 @@ def compose(
     finalizer,
     recorders,
   )
+  state_type = init_fn.type_signature.result.member
+  get_hparams_fn, set_hparams_fn = hparams_computations(
+    state_type, client_work, finalizer
+  )
   return tff.learning.templates.LearningProcess(
     init_fn,
     next_fn,
-    *model_weights_computations(init_fn.type_signature.result.member),
+    *model_weights_computations(state_type),
+    get_hparams_fn=get_hparams_fn,
+    set_hparams_fn=set_hparams_fn,
   )
 
 

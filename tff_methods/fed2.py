@@ -36,7 +36,7 @@ import dataclasses
 import functools
 import math
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -314,6 +314,7 @@ def build_fed2(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
+  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds Fed2 as a `tff.learning.templates.LearningProcess`.
 
@@ -343,6 +344,10 @@ def build_fed2(
       default, UNIFORM with an unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
+      for the client optimizer's own, which `get_hparams`/`set_hparams`
+      read and set.
 
   Raises:
     ValueError: a model without grouped layers.
@@ -363,6 +368,7 @@ def build_fed2(
     dataset_computation=dataset_computation,
     metrics_aggregator=metrics_aggregator,
     loss_fn=loss_fn,
+    client_learning_rate_fn=client_learning_rate_fn,
   )
 
 

@@ -44,6 +44,7 @@ def build_fedavg(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
+  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg / FedAvgM / FedAdam / FedYogi through the project's loop.
 
@@ -68,6 +69,10 @@ def build_fedavg(
       default, UNIFORM with an unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
+      for the client optimizer's own, which `get_hparams`/`set_hparams`
+      read and set.
   """
   return local_training.build_local_training_process(
     keras_model_fn,
@@ -79,6 +84,7 @@ def build_fedavg(
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,
     loss_fn=loss_fn,
+    client_learning_rate_fn=client_learning_rate_fn,
   )
 
 

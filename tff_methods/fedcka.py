@@ -21,7 +21,7 @@ no previous model, so the term is 0 (as in MOON). Needs per-client state.
 Server rule: FedAvg's example-weighted mean of the updates.
 """
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -100,6 +100,7 @@ def build_fedcka(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
+  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds FedCKA as a stateful-client learning process.
 
@@ -134,6 +135,10 @@ def build_fedcka(
       default, UNIFORM with an unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
+      for the client optimizer's own, which `get_hparams`/`set_hparams`
+      read and set.
   """
   return stateful.build_stateful_local_training_process(
     keras_model_fn,
@@ -147,4 +152,5 @@ def build_fedcka(
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,
     loss_fn=loss_fn,
+    client_learning_rate_fn=client_learning_rate_fn,
   )

@@ -15,7 +15,7 @@ Server rule: FedAvg's example-weighted mean of the client updates, through
 the chosen server optimizer (SGD with learning rate 1 by default).
 """
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -62,6 +62,7 @@ def build_fedprox(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
+  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedProx as a `tff.learning.templates.LearningProcess`.
 
@@ -87,6 +88,10 @@ def build_fedprox(
       default, UNIFORM with an unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
+      for the client optimizer's own, which `get_hparams`/`set_hparams`
+      read and set.
   """
   return local_training.build_local_training_process(
     keras_model_fn,
@@ -99,4 +104,5 @@ def build_fedprox(
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,
     loss_fn=loss_fn,
+    client_learning_rate_fn=client_learning_rate_fn,
   )

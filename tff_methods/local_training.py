@@ -30,6 +30,7 @@ import tensorflow_federated as tff
 from tff_methods import aggregation
 from tff_methods import batches_in_memory
 from tff_methods import client_data
+from tff_methods import client_hparams
 from tff_methods import composers
 from tff_methods import model_lib
 from tff_methods import reference_outputs
@@ -107,13 +108,15 @@ def build_client_update_fn(
 
   Returns:
     A function `(initial_weights, dataset, previous_weights=None,
-    has_previous=False, broadcast=None, client_state=None) ->
-    (ClientResult, train_sums, final_weights)`; `dataset` is the client's
-    batches, a data set or `batches_in_memory.SlicedBatches`;
+    has_previous=False, broadcast=None, client_state=None,
+    optimizer_hparams=None) -> (ClientResult, train_sums, final_weights)`;
+    `dataset` is the client's batches, a data set or
+    `batches_in_memory.SlicedBatches`;
     `previous_weights` is the part of the previous model the regularizers'
     previous-model view reads (`reference_outputs.ReferenceView.
     kept_weights`); `broadcast` and `client_state` reach the regularizers
-    through `LocalStep`.
+    through `LocalStep`; `optimizer_hparams` are the round's
+    hyperparameters of the optimizer (`client_hparams`), its own when None.
   """
   loss_fn = loss_fn or cross_entropy
   # Every model here is assigned its weights before its first use.
@@ -148,8 +151,12 @@ def build_client_update_fn(
     has_previous=False,
     broadcast=None,
     client_state=None,
+    optimizer_hparams=None,
   ):
     trainable = model.trainable_variables
+    learning_rate = None
+    if optimizer_hparams is not None:
+      learning_rate = optimizer_hparams.get('learning_rate')
     model_lib.assign_weights(model, initial_weights)
     global_weights = list(initial_weights.trainable)
     if global_reference is not None:
@@ -182,6 +189,7 @@ def build_client_update_fn(
           has_previous,
           broadcast,
           client_state,
+          learning_rate,
         )
         objective = loss
         if model.losses:
@@ -226,8 +234,13 @@ def build_client_update_fn(
     # forward op and leave it on the slow generic kernel
     # (docs/performance.md).
     carried = (tables or (), tf.convert_to_tensor(has_previous))
+    optimizer_state = optimizer.initialize(specs)
+    if optimizer_hparams is not None:
+      optimizer_state = optimizer.set_hparams(
+        optimizer_state, optimizer_hparams
+      )
     sums, _, _ = batches.reduce(
-      (initial_sums, optimizer.initialize(specs), carried), reduce_fn
+      (initial_sums, optimizer_state, carried), reduce_fn
     )
     update = [g - w for g, w in zip(global_weights, trainable)]
     if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
@@ -275,8 +288,12 @@ def build_local_training_client_work(
   loss_fn: Optional[LossFn] = None,
   dataset_computation: Optional[tff.Computation] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
 ) -> tff.templates.MeasuredProcess:
   """Local training on cross-entropy plus `regularizers`, as client work.
+
+  Its state is the client optimizer's hyperparameters, or the round number
+  under `client_learning_rate_fn` (`client_hparams`), as TFF's client works.
 
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models
@@ -295,9 +312,11 @@ def build_local_training_client_work(
       (`ClientBatches`).
     metrics_aggregator: TFF's metrics aggregator (`aggregation`);
       `tff.learning.metrics.sum_then_finalize` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`.
 
   Returns:
-    A `tff.learning.templates.ClientWorkProcess` with stateless server state;
+    A `tff.learning.templates.ClientWorkProcess`;
     with `dataset_computation`, a `tff.templates.MeasuredProcess` of the
     same form whose client data are keys (a `ClientWorkProcess` takes only
     data sets).
@@ -314,25 +333,27 @@ def build_local_training_client_work(
     received_type = model_lib.weights_type(keras_model_fn)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
   client_batches = client_data.ClientBatches(dataset_computation, data_type)
+  hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)
 
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value((), tff.SERVER)
-
-  @tff.tensorflow.computation(received_type, client_batches.client_data_type)
-  def client_update_computation(received, client_data):
+  @tff.tensorflow.computation(
+    received_type, client_batches.client_data_type, hparams.hparams_type
+  )
+  def client_update_computation(received, client_data, optimizer_hparams):
     initial_weights, broadcast = composers.split_received(
       received, has_broadcast
     )
     client_update = build_client_update_fn(
       keras_model_fn,
-      optimizer,
+      hparams.optimizer,
       regularizers,
       client_weighting,
       loss_fn,
     )
     result, sums, _ = client_update(
-      initial_weights, client_batches(client_data), broadcast=broadcast
+      initial_weights,
+      client_batches(client_data),
+      broadcast=broadcast,
+      optimizer_hparams=optimizer_hparams,
     )
     return result, aggregation.unfinalized_train_metrics(sums)
 
@@ -341,21 +362,34 @@ def build_local_training_client_work(
   )
 
   @tff.federated_computation(
-    init_fn.type_signature.result,
+    hparams.init_fn.type_signature.result,
     tff.FederatedType(received_type, tff.CLIENTS),
     tff.FederatedType(client_batches.client_data_type, tff.CLIENTS),
   )
   def next_fn(state, received, client_data):
+    at_clients, new_state, measurements = hparams.round_values(state)
     client_result, unfinalized_metrics = tff.federated_map(
-      client_update_computation, (received, client_data)
+      client_update_computation, (received, client_data, at_clients)
     )
     return tff.templates.MeasuredProcessOutput(
-      state, client_result, aggregate_metrics(unfinalized_metrics)
+      new_state,
+      client_result,
+      aggregate_metrics(unfinalized_metrics, **measurements),
     )
 
   if dataset_computation is not None:
-    return tff.templates.MeasuredProcess(init_fn, next_fn)
-  return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
+    return composers.KeyedClientWork(
+      hparams.init_fn,
+      next_fn,
+      hparams.get_hparams_fn,
+      hparams.set_hparams_fn,
+    )
+  return tff.learning.templates.ClientWorkProcess(
+    hparams.init_fn,
+    next_fn,
+    get_hparams_fn=hparams.get_hparams_fn,
+    set_hparams_fn=hparams.set_hparams_fn,
+  )
 
 
 def build_local_training_process(
@@ -369,6 +403,7 @@ def build_local_training_process(
   loss_fn: Optional[LossFn] = None,
   dataset_computation: Optional[tff.Computation] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess`: local training with regularizers, then FedOpt.
 
@@ -397,6 +432,10 @@ def build_local_training_process(
       makes its batches in its own computation (`ClientBatches`).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`;
+      None for the client optimizer's own (`get_hparams`/`set_hparams`
+      read and set it).
   """
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
@@ -425,6 +464,7 @@ def build_local_training_process(
     loss_fn=loss_fn,
     dataset_computation=dataset_computation,
     metrics_aggregator=metrics_aggregator,
+    client_learning_rate_fn=client_learning_rate_fn,
   )
   weight_type = client_work.next.type_signature.result.result.member[
     'update_weight'

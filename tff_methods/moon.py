@@ -23,7 +23,7 @@ Server rule: FedAvg's example-weighted mean of the updates.
 """
 
 import collections
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 import zlib
 
 import numpy as np
@@ -136,6 +136,7 @@ def build_moon(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
+  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds MOON as a stateful-client learning process.
 
@@ -166,6 +167,10 @@ def build_moon(
       default, UNIFORM with an unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
+      for the client optimizer's own, which `get_hparams`/`set_hparams`
+      read and set.
 
   Returns:
     A `tff.learning.templates.LearningProcess` whose `next` takes the
@@ -185,4 +190,5 @@ def build_moon(
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,
     loss_fn=loss_fn,
+    client_learning_rate_fn=client_learning_rate_fn,
   )

@@ -43,6 +43,9 @@ class LocalStep:
     client_state: In stateful processes, the client's own state of each
       regularizer that keeps one (`keeps_client_state`), by regularizer
       name (e.g. SCAFFOLD's control variate under 'scaffold'); else None.
+    learning_rate: The client optimizer's learning rate this round (its
+      `learning_rate` hyperparameter, scheduled or set by `set_hparams`);
+      None for an optimizer without one.
   """
 
   weights: Sequence[tf.Variable]
@@ -54,6 +57,7 @@ class LocalStep:
   has_previous: Any = False
   broadcast: Optional[Mapping[str, Any]] = None
   client_state: Any = None
+  learning_rate: Any = None
 
 
 class Regularizer(abc.ABC):
@@ -142,6 +146,7 @@ class Regularizer(abc.ABC):
     update: Sequence[tf.Tensor],
     num_steps: tf.Tensor,
     broadcast: Any,
+    learning_rate: Any = None,
   ) -> tuple[Any, Any]:
     """(the client's new state, its report) after its local training.
 
@@ -154,6 +159,8 @@ class Regularizer(abc.ABC):
       update: Its update `w_g - w`, by trainable weight.
       num_steps: The local steps it took (float scalar).
       broadcast: This regularizer's broadcast value of the round.
+      learning_rate: The client optimizer's learning rate of the round
+        (`LocalStep.learning_rate`).
     """
     raise NotImplementedError(f'{self.name} keeps no client state.')
 

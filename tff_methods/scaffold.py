@@ -28,7 +28,7 @@ Either way `c` moves by the unweighted mean over the clients with a finite
 update. Needs per-client state (`tff_methods.stateful`).
 """
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -48,7 +48,10 @@ class ControlVariateCorrection(regularizers.Regularizer):
   client; a client reports `c_i_new - c_i`, whose mean moves `c`.
 
   Args:
-    client_learning_rate: eta, the local learning rate in `c_i_new`.
+    client_learning_rate: eta, the local learning rate in the correction
+      and in `c_i_new`, where a step does not carry the round's
+      (`LocalStep.learning_rate`: the client optimizer's, scheduled or set
+      by `set_hparams`), which the processes' steps do.
     num_clients: N, all clients (for the |S|/N update of `c`).
   """
 
@@ -82,16 +85,25 @@ class ControlVariateCorrection(regularizers.Regularizer):
     del step  # No term in the objective: the correction is a weight move.
     return tf.constant(0.0)
 
+  def _eta(self, learning_rate):
+    if learning_rate is None:
+      return self.client_learning_rate
+    return learning_rate
+
   def weight_correction(self, step: regularizers.LocalStep):
+    eta = self._eta(step.learning_rate)
     return [
-      self.client_learning_rate * (c - ci)
+      eta * (c - ci)
       for c, ci in zip(step.broadcast[self.name], step.client_state[self.name])
     ]
 
-  def next_client_state(self, client_state, *, update, num_steps, broadcast):
+  def next_client_state(
+    self, client_state, *, update, num_steps, broadcast, learning_rate=None
+  ):
     steps = tf.maximum(num_steps, 1.0)
+    eta = self._eta(learning_rate)
     new_control = [
-      ci - c + u / (steps * self.client_learning_rate)
+      ci - c + u / (steps * eta)
       for ci, c, u in zip(client_state, broadcast, update)
     ]
     return new_control, [n - o for n, o in zip(new_control, client_state)]
@@ -104,14 +116,63 @@ class ControlVariateCorrection(regularizers.Regularizer):
     ]
 
 
+# The hyperparameters of the client optimizers SCAFFOLD's option II holds
+# to: SGD, with momentum in NIID-Bench's variant.
+_SGD_HPARAMS = frozenset({'learning_rate', 'momentum'})
+
+
+def _client_sgd(
+  client_optimizer_fn, client_learning_rate, client_momentum, weight_decay
+) -> tff.learning.optimizers.Optimizer:
+  """The client optimizer from TFF's argument or the learning rate's."""
+  if client_optimizer_fn is None:
+    if client_learning_rate is None:
+      raise ValueError(
+        "SCAFFOLD needs client_optimizer_fn (TFF's SGD, e.g. "
+        'tff.learning.optimizers.build_sgdm(0.1)) or client_learning_rate.'
+      )
+    return optimizers.build_client_sgd(
+      client_learning_rate, momentum=client_momentum, weight_decay=weight_decay
+    )
+  if client_learning_rate is not None or client_momentum or weight_decay:
+    raise ValueError(
+      "Pass SCAFFOLD's client_optimizer_fn or client_learning_rate "
+      '(with client_momentum and weight_decay), not both: e.g. '
+      'client_optimizer_fn=tff_methods.optimizers.build_client_sgd(lr, '
+      'momentum, weight_decay).'
+    )
+  if callable(client_optimizer_fn) and not isinstance(
+    client_optimizer_fn, tff.learning.optimizers.Optimizer
+  ):
+    client_optimizer_fn = client_optimizer_fn(1.0)  # TFF's schedule form.
+  if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+      'client_optimizer_fn must be a tff.learning.optimizers.Optimizer, '
+      f'got {client_optimizer_fn!r}.'
+    )
+  hparams = client_optimizer_fn.get_hparams(
+    client_optimizer_fn.initialize(tf.TensorSpec((), tf.float32))
+  )
+  if 'learning_rate' not in hparams or set(hparams) - _SGD_HPARAMS:
+    raise ValueError(
+      "SCAFFOLD's control variates assume SGD steps of learning rate eta "
+      '(option II); the client optimizer has hyperparameters '
+      f'{sorted(hparams)}: use tff.learning.optimizers.build_sgdm '
+      "(with momentum for NIID-Bench's variant)."
+    )
+  return client_optimizer_fn
+
+
 def build_scaffold(
   keras_model_fn: model_lib.KerasModelFn,
   element_spec: Any,
   *,
   dataset_computation: tff.Computation,
-  client_learning_rate: float,
   num_clients: int,
-  server_learning_rate: float = 1.0,
+  client_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  client_learning_rate: Optional[float] = None,
+  server_learning_rate: Optional[float] = None,
   weight_decay: float = 0.0,
   client_state_dir: Optional[str] = None,
   client_momentum: float = 0.0,
@@ -119,6 +180,7 @@ def build_scaffold(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_weighting: Optional[tff.learning.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
+  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
@@ -126,8 +188,11 @@ def build_scaffold(
   with one term, `ControlVariateCorrection`: `c` lives in the process's
   distributor state (`state.distributor['scaffold']`), each `c_i` in the
   client's state files (`client_states.get(id)['scaffold']`). The client
-  optimizer is SGD at `client_learning_rate` (the eta of `c_i`'s update),
-  so SCAFFOLD takes a learning rate, not an optimizer.
+  optimizer is SGD, given as TFF's builders take it (`client_optimizer_fn`)
+  or by its learning rate (`client_learning_rate`, `client_momentum`,
+  `weight_decay`); eta in the correction and in `c_i`'s update is its
+  learning rate of the round, so a schedule (`client_learning_rate_fn`) or
+  `set_hparams` changes both.
 
   Args:
     keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
@@ -138,14 +203,22 @@ def build_scaffold(
       batches (`tasks.datasets.round_dataset_computation`), or TFF's
       client-id form: a batched `ClientData` or its `dataset_computation`
       (`client_data.key_dataset_computation`).
-    client_learning_rate: eta, the local SGD learning rate.
     num_clients: N, all clients (for the |S|/N update of `c`).
-    server_learning_rate: eta_g.
-    weight_decay: Local L2 weight decay.
+    client_optimizer_fn: TFF's SGD (`tff.learning.optimizers.build_sgdm`,
+      with momentum for NIID-Bench's variant, or
+      `optimizers.build_client_sgd` with weight decay); or pass
+      `client_learning_rate`.
+    server_optimizer_fn: The server optimizer; SGD at
+      `server_learning_rate` (1.0 by default: `w_g += eta_g mean(w - w_g)`).
+    client_learning_rate: eta, the local SGD learning rate, in place of
+      `client_optimizer_fn`.
+    server_learning_rate: eta_g, in place of `server_optimizer_fn`.
+    weight_decay: Local L2 weight decay, with `client_learning_rate`.
     client_state_dir: Where the clients' state files live; a temporary
       directory by default, which a resumed program can't use (`next`
       refuses to start past round 1 with it).
-    client_momentum: Local SGD momentum (0, plain SGD, is the paper's).
+    client_momentum: Local SGD momentum (0, plain SGD, is the paper's),
+      with `client_learning_rate`.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff_methods.aggregation`); it averages the model updates, while
       `c` moves by the plain mean of the clients' control-variate changes.
@@ -154,24 +227,41 @@ def build_scaffold(
     client_weighting: How client models are averaged: UNIFORM (the paper,
       default) or NUM_EXAMPLES (NIID-Bench).
     loss_fn: The data term; cross-entropy by default.
+    client_learning_rate_fn: Round number (from 0) -> eta, as TFF's
+      `build_weighted_fed_avg_with_optimizer_schedule`.
+
+  Raises:
+    ValueError: both or neither of the client optimizer's forms, both of
+      the server's, a client optimizer that is not SGD.
   """
-  correction = ControlVariateCorrection(client_learning_rate, num_clients)
+  client_optimizer = _client_sgd(
+    client_optimizer_fn, client_learning_rate, client_momentum, weight_decay
+  )
+  if server_optimizer_fn is not None and server_learning_rate is not None:
+    raise ValueError(
+      "Pass SCAFFOLD's server_optimizer_fn or server_learning_rate, not both."
+    )
+  if server_optimizer_fn is None:
+    server_optimizer_fn = optimizers.build_server_optimizer(
+      'sgd', 1.0 if server_learning_rate is None else server_learning_rate
+    )
+  eta = client_optimizer.get_hparams(
+    client_optimizer.initialize(tf.TensorSpec((), tf.float32))
+  )['learning_rate']
+  correction = ControlVariateCorrection(eta, num_clients)
   if client_weighting is None:
     client_weighting = tff.learning.ClientWeighting.UNIFORM
   return stateful.build_stateful_local_training_process(
     keras_model_fn,
     element_spec,
     dataset_computation,
-    client_optimizer=optimizers.build_client_sgd(
-      client_learning_rate, momentum=client_momentum, weight_decay=weight_decay
-    ),
-    server_optimizer=optimizers.build_server_optimizer(
-      'sgd', server_learning_rate
-    ),
+    client_optimizer=client_optimizer,
+    server_optimizer=server_optimizer_fn,
     regularizers=[correction],
     client_state_dir=client_state_dir,
     model_aggregator=model_aggregator,
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,
     loss_fn=loss_fn,
+    client_learning_rate_fn=client_learning_rate_fn,
   )

@@ -29,6 +29,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import client_data
+from tff_methods import client_hparams
 from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
@@ -53,9 +54,16 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     get_model_weights,
     set_model_weights,
     client_states: client_states_lib.ClientStateFiles,
+    get_hparams_fn: Optional[tff.Computation] = None,
+    set_hparams_fn: Optional[tff.Computation] = None,
   ):
     super().__init__(
-      initialize_fn, next_fn, get_model_weights, set_model_weights
+      initialize_fn,
+      next_fn,
+      get_model_weights,
+      set_model_weights,
+      get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn,
     )
     self.client_states = client_states
     self._last_round = None
@@ -160,6 +168,7 @@ def build_process(
   initialize_fn: tff.Computation,
   next_fn: tff.Computation,
   client_states: client_states_lib.ClientStateFiles,
+  hparams_fns: Optional[tuple[tff.Computation, tff.Computation]] = None,
 ) -> StatefulClientsLearningProcess:
   """The learning process of a round's computations.
 
@@ -168,7 +177,10 @@ def build_process(
     next_fn: `(state, keys@CLIENTS) -> LearningProcessOutput`; each client
       reads and writes its state through `client_states`.
     client_states: The clients' state files.
+    hparams_fns: `get_hparams` and `set_hparams`
+      (`composers.hparams_computations`); TFF's empty ones when None.
   """
+  get_hparams_fn, set_hparams_fn = hparams_fns or (None, None)
   return StatefulClientsLearningProcess(
     initialize_fn,
     next_fn,
@@ -176,6 +188,8 @@ def build_process(
       initialize_fn.type_signature.result.member
     ),
     client_states,
+    get_hparams_fn=get_hparams_fn,
+    set_hparams_fn=set_hparams_fn,
   )
 
 
@@ -239,6 +253,7 @@ def build_stateful_local_training_process(
   loss_fn: Optional[local_training.LossFn] = None,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
 ) -> StatefulClientsLearningProcess:
   """Local training whose clients keep state between rounds.
 
@@ -276,6 +291,8 @@ def build_stateful_local_training_process(
       by default.
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate (`client_hparams`); None for the client optimizer's own.
 
   Returns:
     A `tff.learning.templates.LearningProcess` whose `next` takes the
@@ -334,8 +351,12 @@ def build_stateful_local_training_process(
     client_state_dir,
   )
 
-  @tff.tensorflow.computation(received_type, key_type)
-  def client_update_computation(received, key):
+  hparams = client_hparams.ClientHparams(
+    client_optimizer, client_learning_rate_fn
+  )
+
+  @tff.tensorflow.computation(received_type, key_type, hparams.hparams_type)
+  def client_update_computation(received, key, optimizer_hparams):
     dataset = client_batches(key)
     client_id, round_num = client_keys.split_client_key(key)
     client_state, read_version = client_states.read_with_version(
@@ -345,7 +366,7 @@ def build_stateful_local_training_process(
       received, has_broadcast
     )
     client_update = local_training.build_client_update_fn(
-      keras_model_fn, client_optimizer, regularizers, client_weighting, loss_fn
+      keras_model_fn, hparams.optimizer, regularizers, client_weighting, loss_fn
     )
     own_states = {r.name: client_state[r.name] for r in state_keepers}
     result, sums, final_weights = client_update(
@@ -355,6 +376,7 @@ def build_stateful_local_training_process(
       client_state['has_previous'] > 0 if reads_previous else False,
       broadcast,
       own_states or None,
+      optimizer_hparams,
     )
     trained = collections.OrderedDict()
     if reads_previous:
@@ -369,6 +391,7 @@ def build_stateful_local_training_process(
         update=result.update,
         num_steps=sums['num_batches'],
         broadcast=broadcast[r.name] if r.keeps_server_state else None,
+        learning_rate=optimizer_hparams.get('learning_rate'),
       )
       if r.reads_client_reports:
         reports[r.name] = report
@@ -402,29 +425,31 @@ def build_stateful_local_training_process(
     metrics_aggregator, client_update_computation.type_signature.result[1]
   )
 
-  @tff.federated_computation
-  def client_work_init():
-    return tff.federated_value((), tff.SERVER)
-
   @tff.federated_computation(
-    client_work_init.type_signature.result,
+    hparams.init_fn.type_signature.result,
     tff.FederatedType(received_type, tff.CLIENTS),
     tff.FederatedType(key_type, tff.CLIENTS),
   )
   def client_work_next(state, received, keys):
+    at_clients, new_state, measurements = hparams.round_values(state)
     client_outputs, unfinalized, state_counts = tff.federated_map(
-      client_update_computation, (received, keys)
+      client_update_computation, (received, keys, at_clients)
     )
     return tff.templates.MeasuredProcessOutput(
-      state,
+      new_state,
       client_outputs,
       aggregate_metrics(
-        unfinalized, client_states=client_states_lib.summed_counts(state_counts)
+        unfinalized,
+        client_states=client_states_lib.summed_counts(state_counts),
+        **measurements,
       ),
     )
 
-  client_work = tff.templates.MeasuredProcess(
-    client_work_init, client_work_next
+  client_work = composers.KeyedClientWork(
+    hparams.init_fn,
+    client_work_next,
+    hparams.get_hparams_fn,
+    hparams.set_hparams_fn,
   )
   aggregator = factory.create(
     weights_type.trainable, tff.TensorType(np.float32)
@@ -458,7 +483,14 @@ def build_stateful_local_training_process(
     finalizer,
     recorders,
   )
-  return build_process(initialize_fn, next_fn, client_states)
+  return build_process(
+    initialize_fn,
+    next_fn,
+    client_states,
+    composers.hparams_computations(
+      initialize_fn.type_signature.result.member, client_work, finalizer
+    ),
+  )
 
 
 def _build_report_recorder(distributor, reporters, report_sum_type):
