@@ -1100,80 +1100,8 @@ def round_dataset_computation(
   return dataset_for_client_round
 
 
-def sample_clients(
-  client_ids: Sequence[str], clients_per_round: int, round_num: int, seed: int
-) -> list[str]:
-  """The round's cohort: a seeded sample without replacement, sorted.
-
-  It depends on (seed, round) only, so a resumed run samples as the
-  uninterrupted one.
-  """
-  rng = np.random.default_rng([seed, round_num])
-  chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
-  return [client_ids[i] for i in sorted(chosen)]
-
-
-class ClientRoundDataSource(tff.program.FederatedDataSource):
-  """The clients' data for TFF's program logic, as `(client, round)` keys.
-
-  A `tff.program.FederatedDataSource` for `tff.learning.programs.
-  train_model` and its kin: each `select(k)` is the next round's seeded
-  cohort of k clients (`sample_clients`), as `client_keys.CLIENT_KEY_TYPE`
-  keys for a process composed with `round_dataset_computation`. Its
-  iterator is saved with the program state, so a resumed program samples
-  as the uninterrupted one.
-  """
-
-  def __init__(self, client_ids: Sequence[str], seed: int = 0):
-    self._client_ids = list(client_ids)
-    self._seed = seed
-
-  @property
-  def federated_type(self) -> tff.FederatedType:
-    return tff.FederatedType(client_keys.CLIENT_KEY_TYPE, tff.CLIENTS)
-
-  def iterator(self) -> 'ClientRoundIterator':
-    return ClientRoundIterator(self._client_ids, self._seed)
-
-
-class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
-  """`ClientRoundDataSource`'s iterator: the rounds selected so far."""
-
-  def __init__(self, client_ids: Sequence[str], seed: int, round_num: int = 0):
-    self._client_ids = list(client_ids)
-    self._seed = seed
-    self.round_num = round_num
-
-  @property
-  def federated_type(self) -> tff.FederatedType:
-    return tff.FederatedType(client_keys.CLIENT_KEY_TYPE, tff.CLIENTS)
-
-  def select(self, k: Optional[int] = None) -> list[np.ndarray]:
-    if k is None or not 1 <= k <= len(self._client_ids):
-      raise ValueError(
-        f'select takes k in [1, {len(self._client_ids)}] '
-        f'(the number of clients), got {k!r}.'
-      )
-    self.round_num += 1
-    return [
-      client_keys.client_key(c, self.round_num)
-      for c in sample_clients(self._client_ids, k, self.round_num, self._seed)
-    ]
-
-  def to_bytes(self) -> bytes:
-    return json.dumps(
-      dict(
-        client_ids=self._client_ids, seed=self._seed, round_num=self.round_num
-      )
-    ).encode()
-
-  @classmethod
-  def from_bytes(cls, buffer: bytes) -> 'ClientRoundIterator':
-    saved = json.loads(buffer.decode())
-    return cls(saved['client_ids'], saved['seed'], saved['round_num'])
-
-  def __eq__(self, other) -> bool:
-    return (
-      isinstance(other, ClientRoundIterator)
-      and self.to_bytes() == other.to_bytes()
-    )
+# The round's cohort and TFF's program data source of `[client id, round]`
+# keys live in the library (`tff_methods.client_keys`).
+sample_clients = client_keys.sample_clients
+ClientRoundDataSource = client_keys.ClientRoundDataSource
+ClientRoundIterator = client_keys.ClientRoundIterator

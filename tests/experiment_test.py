@@ -93,6 +93,30 @@ def test_the_aggregator_settings_are_checked_before_any_work():
   )
 
 
+def test_a_dp_cohort_too_small_for_the_adaptive_clip_is_refused_in_one_line():
+  config = experiment.ExperimentConfig(
+    method='fedavg',
+    task='digits',
+    aggregator='dp',
+    dp_noise_multiplier=0.5,
+    clients_per_round=5,
+  )
+  with pytest.raises(ValueError) as refused:
+    experiment.validate(config)
+  message = str(refused.value)
+  # What to change, by flag; not TFF's text about clipped_count_stddev.
+  assert 'clipped_count_stddev' not in message
+  for advice in (
+    'more than 5 clients per round',
+    'raise --clients_per_round',
+    'lower --dp_noise_multiplier below 0.5',
+    '--dp_clip',
+  ):
+    assert advice in message
+  assert message.strip().splitlines()[0] == 'Bad settings:'
+  assert len(message.strip().splitlines()) == 2  # one line for the one error
+
+
 @pytest.mark.usefixtures('tff_worker')
 def test_a_run_under_an_aggregator_records_its_measurements(tmp_path):
   config = experiment.ExperimentConfig(

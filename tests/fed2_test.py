@@ -111,6 +111,33 @@ def test_decoupled_layers_are_grouped_and_shared_ones_are_not():
     fed2.grouped_model(_plan('vgg9'), 10, (32, 32, 3), decouple_depth=20)
 
 
+def test_a_model_of_other_groups_than_num_groups_is_refused():
+  # A user's own grouped model of 5 groups under the default num_groups=10
+  # would train as if it were Fed2 with 10.
+  model_fn = fed2.grouped_model_fn(
+    fed2.LayerPlan('fed2_mlp', (('fc', 40),), decouple_depth=2),
+    10,
+    (8, 8, 1),
+    num_groups=5,
+  )
+  spec = collections.OrderedDict(
+    x=tf.TensorSpec([None, 8, 8, 1], tf.float32),
+    y=tf.TensorSpec([None], tf.int32),
+  )
+  with pytest.raises(
+    ValueError, match=r'model has 5 groups .* num_groups=10: pass num_groups=5'
+  ):
+    fed2.build_fed2(
+      model_fn, spec, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+    )
+  fed2.build_fed2(
+    model_fn,
+    spec,
+    client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    num_groups=5,
+  )
+
+
 def test_total_variance_by_hand():
   assert np.isclose(
     fed2.layer_total_variance(np.array([[1.0, 0.0], [0.0, 1.0]])), 0.5

@@ -220,6 +220,21 @@ def test_bad_client_count_is_named(problem):
     _build_scaffold(problem, num_clients=0)
 
 
+def test_more_clients_than_num_clients_are_refused_before_the_round(problem):
+  # N is |S|/N's population: 4 clients in a round built for 2 would move c
+  # by 4/2 of the mean change.
+  process = _build_scaffold(problem, num_clients=2)
+  state = process.initialize()
+  state = process.next(state, _keys(['client_0', 'client_1'], 1)).state
+  with pytest.raises(
+    ValueError,
+    match=r'SCAFFOLD num_clients=2 is the number of all clients, but 3 '
+    r'distinct clients have taken part by round 2',
+  ):
+    process.next(state, _keys(['client_2'], 2))
+  assert process.client_states.versions('client_2') == []
+
+
 def _niid_bench_round(x, y, w_global, c, c_i, momentum):
   """NIID-Bench's `train_net_scaffold` for one client, in numpy: SGD with
   momentum (a fresh buffer each round) on the data loss, then

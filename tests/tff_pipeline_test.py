@@ -208,6 +208,40 @@ def test_elements_that_are_neither_dicts_nor_pairs_are_refused():
     )
 
 
+@pytest.mark.parametrize('build', [fedavg.build_fedavg, moon.build_moon])
+def test_unbatched_client_data_is_refused_with_the_batching_named(build):
+  # Keras would say "Negative dimension size..." deep inside the client.
+  unbatched = collections.OrderedDict(
+    x=tf.TensorSpec([4], tf.float32), y=tf.TensorSpec([], tf.int32)
+  )
+  kwargs = dict(client_optimizer_fn=optimizers.build_client_sgd(0.1))
+  if build is moon.build_moon:
+    kwargs['dataset_computation'] = _ids_computation()
+  with pytest.raises(
+    ValueError,
+    match=r'x of shape \[4\], one example.*\[None, 4\].*ds\.batch\(32\)',
+  ):
+    build(model_lib.named_outputs(_sequential, z='hidden'), unbatched, **kwargs)
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_data_sets_given_to_a_process_that_makes_its_batches_are_refused():
+  client_data = _raw_client_data()
+  process = fedavg.build_fedavg(
+    _sequential,
+    client_data.element_type_structure,
+    client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    dataset_computation=client_data,
+  )
+  data_sets = [
+    client_data.create_tf_dataset_for_client(c) for c in ['client_0']
+  ]
+  with pytest.raises(
+    TypeError, match=r'built with a dataset_computation.*Pass the client ids'
+  ):
+    process.next(process.initialize(), data_sets)
+
+
 def test_a_non_factory_aggregator_and_a_weighted_dp_are_refused():
   with pytest.raises(TypeError, match='model_aggregator must be'):
     fedavg.build_fedavg(
@@ -361,6 +395,20 @@ def test_stateful_next_refuses_data_sets(moon_process):
     match=r'takes client keys, \[client id, ' r'round\].*given data sets',
   ):
     moon_process.next(moon_process.initialize(), datasets)
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_stateful_next_names_the_key_source_for_tffs_client_id_source(
+  moon_process,
+):
+  # What train_model hands `next` from TFF's ClientIdDataSource: ids alone.
+  ids = tff.program.ClientIdDataSource(['a', 'b']).iterator().select(2)
+  with pytest.raises(
+    TypeError, match=r'stateful\.ClientRoundDataSource.*train_data_source'
+  ):
+    moon_process.next(moon_process.initialize(), ids)
+  keys = stateful.ClientRoundDataSource(['a', 'b'], seed=0).iterator()
+  assert [k[1] for k in keys.select(2)] == [b'1', b'1']
 
 
 def test_stateful_next_refuses_round_zero_and_a_lost_temporary_store(

@@ -209,6 +209,18 @@ def build_model_aggregator(
       f'{clients_per_round!r}.'
     )
   if clip is None:
+    # TFF's adaptive clip spends part of the budget on counting clipped
+    # clients, with noise 0.05 * clients_per_round; it needs more than
+    # half the noise multiplier (Andrew et al., 2021), or TFF refuses.
+    if 0 < noise_multiplier >= 2 * (0.05 * clients_per_round):
+      raise ValueError(
+        f'adaptive clipping at noise multiplier {noise_multiplier} needs '
+        f'more than {int(10 * noise_multiplier)} clients per round, got '
+        f'{clients_per_round} (TFF counts clipped clients with noise '
+        '0.05 x clients per round, which must exceed half the noise '
+        'multiplier): raise clients_per_round, lower noise_multiplier '
+        f'below {0.1 * clients_per_round:g}, or fix the clip (clip=...).'
+      )
     return tff.learning.dp_aggregator(
       float(noise_multiplier), clients_per_round
     )

@@ -12,6 +12,7 @@ import collections.abc
 from typing import Any, Mapping, Optional
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import batches_in_memory
@@ -30,8 +31,14 @@ def named_batch(batch) -> Mapping[str, Any]:
   )
 
 
-def check_element_spec(element_spec: Any) -> None:
-  """Refuses, at build time, client data the loop can't read."""
+def check_element_spec(
+  element_spec: Any, model_input_shape: Optional[tf.TensorShape] = None
+) -> None:
+  """Refuses, at build time, client data the loop can't read.
+
+  With the model's input shape, also unbatched client data: elements of
+  one example where the model takes batches.
+  """
   if isinstance(element_spec, collections.abc.Mapping):
     missing = [k for k in ('x', 'y') if k not in element_spec]
     if missing:
@@ -39,13 +46,30 @@ def check_element_spec(element_spec: Any) -> None:
         f'Client data elements must hold x and y; these have '
         f'{sorted(element_spec)} (missing {missing}).'
       )
+    x = element_spec['x']
+  elif isinstance(element_spec, (tuple, list)) and len(element_spec) == 2:
+    x = element_spec[0]
+  else:
+    raise TypeError(
+      'Client data elements must be OrderedDict(x=..., y=...) '
+      f'or (x, y) tuples; their spec is {element_spec!r}.'
+    )
+  shape = getattr(x, 'shape', None)
+  if model_input_shape is None or shape is None:
     return
-  if isinstance(element_spec, (tuple, list)) and len(element_spec) == 2:
-    return
-  raise TypeError(
-    'Client data elements must be OrderedDict(x=..., y=...) '
-    f'or (x, y) tuples; their spec is {element_spec!r}.'
-  )
+  model_input_shape = tf.TensorShape(model_input_shape)
+  shape = tf.TensorShape(shape)
+  if (
+    shape.rank is not None
+    and model_input_shape.rank == shape.rank + 1
+    and model_input_shape[1:].is_compatible_with(shape)
+  ):
+    raise ValueError(
+      f'Client data elements hold x of shape {shape.as_list()}, one '
+      f'example, where the model takes batches of shape '
+      f'{model_input_shape.as_list()}: batch the client data, e.g. '
+      'client_data.preprocess(lambda ds: ds.batch(32)).'
+    )
 
 
 # The attribute of a dataset computation (a client's key -> its batches)

@@ -7,7 +7,14 @@ a stateful client finds its state by it. The key is two strings,
 `[client id, round in decimal]`: a tensor, not a structure, so that TFF's
 program platform passes a list of keys as CLIENTS-placed values (it would
 read a list of structures as one structure).
+
+`ClientRoundDataSource` is TFF's program data source of such keys, for
+`tff.learning.programs.train_model`: each round a seeded cohort
+(`sample_clients`), numbered from 1.
 """
+
+import json
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -24,3 +31,105 @@ def client_key(client_id: str, round_num: int) -> np.ndarray:
 def split_client_key(key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """(client id, round as int64) of a `CLIENT_KEY_TYPE` key, in TF."""
   return key[0], tf.strings.to_number(key[1], tf.int64)
+
+
+def round_of_key(key: Any) -> int:
+  """The round of one `[client id, round]` key; names a bad one."""
+  if isinstance(key, tf.data.Dataset):
+    raise TypeError(
+      'A process with per-client state takes client keys, [client id, '
+      'round] (tff_methods.stateful.client_key(client_id, round_num)), and '
+      "makes each client's batches from its dataset_computation; it was "
+      'given data sets.'
+    )
+  try:
+    parts = np.asarray(key)
+    if parts.shape != (2,):
+      raise ValueError
+    return int(parts[1])
+  except (ValueError, TypeError):
+    raise TypeError(
+      f'A client key is [client id, round] (two strings, tff_methods.'
+      f'stateful.client_key(client_id, round_num)); got {key!r}. Under '
+      'tff.learning.programs.train_model, use tff_methods.stateful.'
+      'ClientRoundDataSource(client_ids, seed) as the train_data_source: '
+      'a client-id source (tff.program.ClientIdDataSource) gives no round.'
+    ) from None
+
+
+def sample_clients(
+  client_ids: Sequence[str], clients_per_round: int, round_num: int, seed: int
+) -> list[str]:
+  """The round's cohort: a seeded sample without replacement, sorted.
+
+  It depends on (seed, round) only, so a resumed run samples as the
+  uninterrupted one.
+  """
+  rng = np.random.default_rng([seed, round_num])
+  chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
+  return [client_ids[i] for i in sorted(chosen)]
+
+
+class ClientRoundDataSource(tff.program.FederatedDataSource):
+  """The clients' data for TFF's program logic, as `(client, round)` keys.
+
+  A `tff.program.FederatedDataSource` for `tff.learning.programs.
+  train_model` and its kin: each `select(k)` is the next round's seeded
+  cohort of k clients (`sample_clients`), as `CLIENT_KEY_TYPE` keys, which
+  a stateful process's `next` takes. Its iterator is saved with the
+  program state, so a resumed program samples as the uninterrupted one.
+  """
+
+  def __init__(self, client_ids: Sequence[str], seed: int = 0):
+    self._client_ids = list(client_ids)
+    self._seed = seed
+
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    return tff.FederatedType(CLIENT_KEY_TYPE, tff.CLIENTS)
+
+  def iterator(self) -> 'ClientRoundIterator':
+    return ClientRoundIterator(self._client_ids, self._seed)
+
+
+class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
+  """`ClientRoundDataSource`'s iterator: the rounds selected so far."""
+
+  def __init__(self, client_ids: Sequence[str], seed: int, round_num: int = 0):
+    self._client_ids = list(client_ids)
+    self._seed = seed
+    self.round_num = round_num
+
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    return tff.FederatedType(CLIENT_KEY_TYPE, tff.CLIENTS)
+
+  def select(self, k: Optional[int] = None) -> list[np.ndarray]:
+    if k is None or not 1 <= k <= len(self._client_ids):
+      raise ValueError(
+        f'select takes k in [1, {len(self._client_ids)}] '
+        f'(the number of clients), got {k!r}.'
+      )
+    self.round_num += 1
+    return [
+      client_key(c, self.round_num)
+      for c in sample_clients(self._client_ids, k, self.round_num, self._seed)
+    ]
+
+  def to_bytes(self) -> bytes:
+    return json.dumps(
+      dict(
+        client_ids=self._client_ids, seed=self._seed, round_num=self.round_num
+      )
+    ).encode()
+
+  @classmethod
+  def from_bytes(cls, buffer: bytes) -> 'ClientRoundIterator':
+    saved = json.loads(buffer.decode())
+    return cls(saved['client_ids'], saved['seed'], saved['round_num'])
+
+  def __eq__(self, other) -> bool:
+    return (
+      isinstance(other, ClientRoundIterator)
+      and self.to_bytes() == other.to_bytes()
+    )

@@ -132,6 +132,35 @@ def mean_update_recording(record_mean_update: tff.Computation) -> Recorder:
   return record
 
 
+def build_report_recorder(distributor, reporters, report_sum_type):
+  """(distributor state, the clients' summed reports and their number) ->
+  the state that has learnt their mean; None without reporting
+  regularizers."""
+  if not reporters:
+    return None
+  state_type = distributor.initialize.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, report_sum_type)
+  def record_client_reports(state, report_sum):
+    num_reports = report_sum['reported']
+    # TFF's weighted mean: the sum over the weights (reports of weight 0
+    # are zeros); no reports leave it zero.
+    mean_reports = tf.nest.map_structure(
+      lambda s: tf.math.divide_no_nan(s, num_reports), report_sum['reports']
+    )
+    new_state = collections.OrderedDict(
+      (name, tf.nest.map_structure(tf.identity, value))
+      for name, value in state.items()
+    )
+    for r in reporters:
+      new_state[r.name] = r.record_client_reports(
+        state[r.name], mean_reports[r.name], num_reports
+      )
+    return new_state
+
+  return record_client_reports
+
+
 def compose_computations(
   initial_model_weights_fn,
   distributor,
@@ -215,6 +244,50 @@ class KeyedClientWork(tff.templates.MeasuredProcess):
     self.set_hparams = set_hparams_fn
 
 
+class CheckedNext:
+  """A computation that runs a check on its arguments first; everything
+  else (its type signature, ...) is the computation's."""
+
+  def __init__(self, computation: tff.Computation, check_clients):
+    self._computation = computation
+    self._check_clients = check_clients
+
+  def __getattr__(self, name):
+    return getattr(self._computation, name)
+
+  def __call__(self, state, clients, *args, **kwargs):
+    self._check_clients(clients)
+    return self._computation(state, clients, *args, **kwargs)
+
+
+class ClientIdsLearningProcess(tff.learning.templates.LearningProcess):
+  """A `LearningProcess` built with a `dataset_computation`: its `next`
+  takes client ids or keys, and refuses data sets before the round runs
+  (TFF would fail inside with "Unexpected value found")."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._checked_next = CheckedNext(super().next, refuse_data_sets)
+
+  @property
+  def next(self):
+    """`next(state, client ids or keys)`, after `refuse_data_sets`."""
+    return self._checked_next
+
+
+def refuse_data_sets(clients: Any) -> None:
+  """Raises if a process that makes its clients' batches is given them."""
+  if isinstance(clients, (list, tuple)) and any(
+    isinstance(c, tf.data.Dataset) for c in clients
+  ):
+    raise TypeError(
+      'This process was built with a dataset_computation: its next takes '
+      "the clients' ids (or keys), and each client makes its own batches; "
+      'it was given data sets. Pass the client ids, or build the process '
+      'without dataset_computation to pass data sets.'
+    )
+
+
 def hparams_computations(state_type: tff.Type, client_work, finalizer):
   """`get_hparams` and `set_hparams` of a `LearningAlgorithmState`, as TFF's
   `compose_learning_process` makes them: the client work's and the
@@ -261,7 +334,15 @@ def compose(
   get_hparams_fn, set_hparams_fn = hparams_computations(
     state_type, client_work, finalizer
   )
-  return tff.learning.templates.LearningProcess(
+  takes_data_sets = isinstance(
+    next_fn.type_signature.parameter[1].member, tff.SequenceType
+  )
+  process_class = (
+    tff.learning.templates.LearningProcess
+    if takes_data_sets
+    else ClientIdsLearningProcess
+  )
+  return process_class(
     init_fn,
     next_fn,
     *model_weights_computations(state_type),

@@ -268,16 +268,23 @@ STACKED = -2  # `tensor_groups` value of a tensor whose axis 0 is the group.
 def tensor_groups(keras_model_fn: model_lib.KerasModelFn) -> list[int]:
   """For each trainable tensor: its group (0..G-1), -1 if shared, or
   `STACKED` if it holds every group's weights along axis 0."""
+  return _groups_and_count(keras_model_fn)[0]
+
+
+def _groups_and_count(keras_model_fn):
+  """(`tensor_groups`, the model's number of groups G, 1 if ungrouped)."""
   # Built eagerly: building in a scratch tf.Graph would invalidate the
   # caller's eager Keras models.
-  found = []
+  found, count = [], 1
   for v in keras_model_fn().trainable_variables:
     match = _GROUP_PATTERN.search(v.name)
     if _STACKED_PATTERN.search(v.name):
       found.append(STACKED)
+      count = max(count, int(v.shape[0]))
     else:
       found.append(int(match.group(1)) if match else -1)
-  return found
+      count = max(count, found[-1] + 1)
+  return found, count
 
 
 def grouped_model_fn(
@@ -352,11 +359,17 @@ def build_fed2(
   Raises:
     ValueError: a model without grouped layers.
   """
-  groups_of_tensors = tensor_groups(keras_model_fn)
+  groups_of_tensors, model_groups = _groups_and_count(keras_model_fn)
   if num_groups > 1 and all(g == -1 for g in groups_of_tensors):
     raise ValueError(
       f'Fed2 with num_groups={num_groups} needs its grouped model '
       '(fed2.grouped_model_fn); the given model has no grouped layers.'
+    )
+  if model_groups > 1 and model_groups != num_groups:
+    raise ValueError(
+      f'The model has {model_groups} groups but Fed2 was asked for '
+      f'num_groups={num_groups}: pass num_groups={model_groups}, or build '
+      f'the model with fed2.grouped_model_fn(..., num_groups={num_groups}).'
     )
   return local_training.build_local_training_process(
     keras_model_fn,

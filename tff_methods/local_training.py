@@ -441,7 +441,9 @@ def build_local_training_process(
     model_aggregator, client_weighting
   )
   keras_model_fn = checked_model_fn(keras_model_fn, regularizers)
-  client_data.check_element_spec(element_spec)
+  client_data.check_element_spec(
+    element_spec, model_lib.input_shape(keras_model_fn)
+  )
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
   weights_type = model_lib.weights_type_of(zero_weights)

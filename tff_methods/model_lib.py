@@ -279,6 +279,15 @@ def check_outputs(
     )
 
 
+def input_shape(keras_model_fn: KerasModelFn) -> Optional[tf.TensorShape]:
+  """The shape of the model's input `x` (built in a scratch graph)."""
+  with tf.Graph().as_default():
+    inputs = keras_model_fn().input
+  if isinstance(inputs, (list, tuple, collections.abc.Mapping)):
+    return None  # Several inputs: no single shape to compare with.
+  return inputs.shape
+
+
 def layer_names(model: tf.keras.Model) -> list[str]:
   """The model's `layer_k` output names, nearest the input first."""
   names = [k for k in model.output if k.startswith('layer_')]

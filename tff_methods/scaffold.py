@@ -251,7 +251,7 @@ def build_scaffold(
   correction = ControlVariateCorrection(eta, num_clients)
   if client_weighting is None:
     client_weighting = tff.learning.ClientWeighting.UNIFORM
-  return stateful.build_stateful_local_training_process(
+  process = stateful.build_stateful_local_training_process(
     keras_model_fn,
     element_spec,
     dataset_computation,
@@ -265,3 +265,5 @@ def build_scaffold(
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
   )
+  process.expect_population(num_clients, 'SCAFFOLD num_clients')
+  return process

@@ -68,12 +68,20 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     self.client_states = client_states
     self._last_round = None
     self._repeats = 0
-    self._checked_next = _KeyCheckingNext(super().next, self.check_keys)
+    # (N, who needs it): the population a method's server rule assumes.
+    self._population = None
+    self._seen_clients = set()
+    self._checked_next = composers.CheckedNext(super().next, self.check_keys)
 
   @property
   def next(self):
     """`next(state, keys)`, the round's computation after `check_keys`."""
     return self._checked_next
+
+  def expect_population(self, num_clients: int, setting: str) -> None:
+    """Makes `check_keys` refuse more distinct clients than
+    `num_clients`, the population the method's `setting` assumes."""
+    self._population = (num_clients, setting)
 
   def check_keys(self, keys: Any) -> None:
     """Refuses, before the round runs, what would read the wrong states.
@@ -83,6 +91,8 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     - Rounds below 1.
     - A first round past 1 with a temporary state directory: a resumed
       program whose clients' states were in a directory that is gone.
+    - More distinct clients than the population the method assumes
+      (`expect_population`: SCAFFOLD's N).
     A round before the last round this process ran, or the same round a
     third time running, gets a warning: its clients read the states
     written before it, not those of the last round. (The same round twice
@@ -91,7 +101,7 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     """
     if not isinstance(keys, (list, tuple)):
       return  # A federated value of a program: TFF checks its type.
-    rounds = [_key_round(key) for key in keys]
+    rounds = [client_keys.round_of_key(key) for key in keys]
     if not rounds:
       return
     if min(rounds) < 1:
@@ -111,6 +121,16 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
         'client_state_dir=<a directory kept with the program state> to '
         'the builder.'
       )
+    if self._population is not None:
+      num_clients, setting = self._population
+      seen = self._seen_clients | {np.asarray(k)[0] for k in keys}
+      if len(seen) > num_clients:
+        raise ValueError(
+          f'{setting}={num_clients} is the number of all clients, but '
+          f'{len(seen)} distinct clients have taken part by round '
+          f'{max(rounds)}: build the process with the number of all clients.'
+        )
+      self._seen_clients = seen
     repeats = self._repeats + 1 if max(rounds) == self._last_round else 0
     if self._last_round is not None and (
       max(rounds) < self._last_round or repeats > 1
@@ -125,43 +145,6 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
         stacklevel=3,
       )
     self._last_round, self._repeats = max(rounds), repeats
-
-
-def _key_round(key: Any) -> int:
-  """The round of one `[client id, round]` key; names a bad one."""
-  if isinstance(key, tf.data.Dataset):
-    raise TypeError(
-      'A process with per-client state takes client keys, [client id, '
-      'round] (tff_methods.stateful.client_key(client_id, round_num)), and '
-      "makes each client's batches from its dataset_computation; it was "
-      'given data sets.'
-    )
-  try:
-    parts = np.asarray(key)
-    if parts.shape != (2,):
-      raise ValueError
-    return int(parts[1])
-  except (ValueError, TypeError):
-    raise TypeError(
-      f'A client key is [client id, round] (two strings, tff_methods.'
-      f'stateful.client_key(client_id, round_num)); got {key!r}.'
-    ) from None
-
-
-class _KeyCheckingNext:
-  """A computation that runs a check on its arguments first; everything
-  else (its type signature, ...) is the computation's."""
-
-  def __init__(self, computation: tff.Computation, check_keys):
-    self._computation = computation
-    self._check_keys = check_keys
-
-  def __getattr__(self, name):
-    return getattr(self._computation, name)
-
-  def __call__(self, state, keys, *args, **kwargs):
-    self._check_keys(keys)
-    return self._computation(state, keys, *args, **kwargs)
 
 
 def build_process(
@@ -193,10 +176,13 @@ def build_process(
   )
 
 
-# The keys `next` takes (`client_keys`), named here for the processes'
-# users: `stateful.client_key(client_id, round_num)`.
+# The keys `next` takes (`client_keys`), and TFF's program data source of
+# them, named here for the processes' users:
+# `stateful.client_key(client_id, round_num)`,
+# `stateful.ClientRoundDataSource(client_ids, seed)`.
 CLIENT_KEY_TYPE = client_keys.CLIENT_KEY_TYPE
 client_key = client_keys.client_key
+ClientRoundDataSource = client_keys.ClientRoundDataSource
 
 
 def previous_model_client_state(weights: tff.learning.models.ModelWeights):
@@ -317,7 +303,9 @@ def build_stateful_local_training_process(
     model_aggregator, client_weighting
   )
   keras_model_fn = local_training.checked_model_fn(keras_model_fn, regularizers)
-  client_data.check_element_spec(element_spec)
+  client_data.check_element_spec(
+    element_spec, model_lib.input_shape(keras_model_fn)
+  )
   dataset_computation = client_data.key_dataset_computation(dataset_computation)
   key_type = CLIENT_KEY_TYPE
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
@@ -460,7 +448,7 @@ def build_stateful_local_training_process(
   recorders = []
   if mean_update_recorder is not None:
     recorders.append(composers.mean_update_recording(mean_update_recorder))
-  report_recorder = _build_report_recorder(
+  report_recorder = composers.build_report_recorder(
     distributor,
     reporters,
     client_update_computation.type_signature.result[0]['report_sum'],
@@ -491,32 +479,3 @@ def build_stateful_local_training_process(
       initialize_fn.type_signature.result.member, client_work, finalizer
     ),
   )
-
-
-def _build_report_recorder(distributor, reporters, report_sum_type):
-  """(distributor state, the clients' summed reports and their number) ->
-  the state that has learnt their mean; None without reporting
-  regularizers."""
-  if not reporters:
-    return None
-  state_type = distributor.initialize.type_signature.result.member
-
-  @tff.tensorflow.computation(state_type, report_sum_type)
-  def record_client_reports(state, report_sum):
-    num_reports = report_sum['reported']
-    # TFF's weighted mean: the sum over the weights (reports of weight 0
-    # are zeros); no reports leave it zero.
-    mean_reports = tf.nest.map_structure(
-      lambda s: tf.math.divide_no_nan(s, num_reports), report_sum['reports']
-    )
-    new_state = collections.OrderedDict(
-      (name, tf.nest.map_structure(tf.identity, value))
-      for name, value in state.items()
-    )
-    for r in reporters:
-      new_state[r.name] = r.record_client_reports(
-        state[r.name], mean_reports[r.name], num_reports
-      )
-    return new_state
-
-  return record_client_reports

@@ -510,7 +510,11 @@ def validate(config: ExperimentConfig) -> None:
       errors.append(
         f'--aggregator=dp with --dp_noise_multiplier='
         f'{config.dp_noise_multiplier} and --clients_per_round='
-        f'{config.clients_per_round}: {e}'
+        f'{config.clients_per_round}: '
+        + str(e)
+        .replace('clients_per_round', '--clients_per_round')
+        .replace('lower noise_multiplier', 'lower --dp_noise_multiplier')
+        .replace('(clip=...)', '(--dp_clip)')
       )
   if config.aggregator == 'dp' and parts == ['scaffold']:
     need(
