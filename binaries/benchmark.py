@@ -29,6 +29,7 @@ import sys
 from absl import app
 from absl import flags
 
+from binaries import binary_main
 from tff_methods import runtime
 from tff_methods import workers
 from tooling import process_setup
@@ -594,7 +595,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-benchmark` command."""
-  app.run(main)
+  binary_main.run(main, __name__)
 
 
 if __name__ == '__main__':

@@ -16,6 +16,7 @@ import sys
 from absl import app
 from absl import flags
 
+from binaries import binary_main
 from tff_methods import runtime
 from tooling import process_setup
 
@@ -70,7 +71,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-presets` command."""
-  app.run(main)
+  binary_main.run(main, __name__)
 
 
 if __name__ == '__main__':

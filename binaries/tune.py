@@ -20,6 +20,7 @@ import sys
 from absl import app
 from absl import flags
 
+from binaries import binary_main
 from tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
@@ -124,7 +125,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-tune` command."""
-  app.run(experiment_flags.one_line_errors(main))
+  binary_main.run(experiment_flags.one_line_errors(main), __name__)
 
 
 if __name__ == '__main__':

@@ -181,6 +181,17 @@ def test_a_fresh_install_runs_its_commands(wheel, tmp_path):
   assert 'fedavg on digits: round 1' in result.stdout
   result = run('tff-methods-train', '--preset=nope')
   assert 'tff-methods-presets' in result.stderr  # The installed command.
+  # --help from a console script: the docstring and every flag, exit 0.
+  result = run('tff-methods-train', '--help')
+  assert result.returncode == 0, result.stderr
+  assert 'Trains one federated method on one task.' in result.stdout
+  for flag in (
+    '--progress',
+    '--method',
+    '--client_learning_rate',
+    '--tff_workers',
+  ):
+    assert flag in result.stdout
 
 
 if __name__ == '__main__':

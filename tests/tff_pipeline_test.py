@@ -242,6 +242,27 @@ def test_data_sets_given_to_a_process_that_makes_its_batches_are_refused():
     process.next(process.initialize(), data_sets)
 
 
+def test_batch_norm_statistics_get_a_warning_that_they_are_not_averaged():
+  def with_batch_norm():
+    return tf.keras.Sequential(
+      [
+        tf.keras.Input((4,)),
+        tf.keras.layers.Dense(8, name='hidden'),
+        tf.keras.layers.BatchNormalization(name='norm'),
+        tf.keras.layers.Dense(3, name='scores'),
+      ]
+    )
+
+  build = lambda model_fn: fedavg.build_fedavg(
+    model_fn, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+  )
+  with pytest.warns(UserWarning, match=r'2 non-trainable variables.*moving'):
+    build(with_batch_norm)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    build(_sequential)
+
+
 def test_a_non_factory_aggregator_and_a_weighted_dp_are_refused():
   with pytest.raises(TypeError, match='model_aggregator must be'):
     fedavg.build_fedavg(

@@ -177,5 +177,28 @@ def test_help_lists_every_method():
     assert name in help_text
 
 
+@pytest.mark.parametrize('binary', ['train', 'worker'])
+def test_help_prints_the_docstring_and_every_flag_and_exits_0(binary):
+  # absl's own --help lists only the flags of the file run as __main__
+  # (none of the shared ones) and exits 1.
+  result = subprocess.run(
+    [sys.executable, '-m', f'binaries.{binary}', '--help'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr
+  expected = {
+    'train': ['Trains one federated method', '--method', '--tff_workers'],
+    'worker': ['--port'],
+  }[binary]
+  for text in expected:
+    assert text in result.stdout
+  if binary == 'worker':  # The experiment flags are not a worker's.
+    assert '--method' not in result.stdout
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

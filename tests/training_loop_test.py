@@ -262,5 +262,19 @@ def test_a_retired_setting_at_todays_behaviour_still_resumes(tmp_path):
     )
 
 
+def test_the_progress_bar_names_the_training_loss_and_the_test_accuracy():
+  # The loss is the clients' training loss, the accuracy the test set's at
+  # the last evaluation: each named for what it is.
+  postfix = training_loop.progress_postfix(
+    {'loss': 0.5}, {'accuracy': 0.9}, 10, 0.25
+  )
+  assert dict(postfix) == dict(
+    train_loss='0.500', test_acc='0.900', test_round='10', s_per_round='0.25'
+  )
+  assert 'test_acc' not in training_loop.progress_postfix(
+    {'loss': 0.5}, {}, None, 0.25
+  )
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

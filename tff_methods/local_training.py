@@ -511,4 +511,5 @@ def checked_model_fn(
     ):
       needed[name].append(r.display_name)
   model_lib.check_outputs(keras_model_fn, needed)
+  model_lib.warn_of_unaveraged_variables(keras_model_fn)
   return keras_model_fn

@@ -28,6 +28,7 @@ import collections
 import collections.abc
 import contextlib
 from typing import Any, Callable, Mapping, Optional, Sequence
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -286,6 +287,26 @@ def input_shape(keras_model_fn: KerasModelFn) -> Optional[tf.TensorShape]:
   if isinstance(inputs, (list, tuple, collections.abc.Mapping)):
     return None  # Several inputs: no single shape to compare with.
   return inputs.shape
+
+
+def warn_of_unaveraged_variables(keras_model_fn: KerasModelFn) -> None:
+  """Warns when the model has non-trainable variables, which no method
+  averages (as in TFF's own builders): the global model keeps their
+  initial values."""
+  with tf.Graph().as_default():
+    model = keras_model_fn()
+    names = [v.name for v in model.non_trainable_variables]
+  if names:
+    warnings.warn(
+      f'Model {model.name!r} has {len(names)} non-trainable variables '
+      f'({", ".join(names[:3])}{", ..." if len(names) > 3 else ""}), such '
+      "as BatchNormalization's moving statistics. As in TFF's own "
+      'builders, only trainable weights are averaged: the global model '
+      'keeps their initial values, so evaluating it (build_fed_eval, '
+      'keras_model_with_weights) uses untrained statistics. '
+      'GroupNormalization or LayerNormalization has none.',
+      stacklevel=3,
+    )
 
 
 def layer_names(model: tf.keras.Model) -> list[str]:

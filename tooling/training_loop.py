@@ -335,6 +335,25 @@ def train_metrics(metrics: Mapping[str, Any]) -> Mapping[str, Any]:
   return client_work.get('train', {})
 
 
+def progress_postfix(
+  train: Mapping[str, Any],
+  eval_metrics: Mapping[str, Any],
+  evaluated_round: Optional[int],
+  seconds: float,
+) -> collections.OrderedDict:
+  """The progress bar's figures, each named for what it is: the round's
+  training loss (the clients' mean over their local steps) and the test
+  accuracy of the last evaluation, with the round it evaluated."""
+  postfix = collections.OrderedDict(
+    train_loss=f"{float(train.get('loss', np.nan)):.3f}"
+  )
+  if eval_metrics:
+    postfix['test_acc'] = f"{eval_metrics.get('accuracy', np.nan):.3f}"
+    postfix['test_round'] = str(evaluated_round)
+  postfix['s_per_round'] = f'{seconds:.2f}'
+  return postfix
+
+
 def _check_client_states(
   metrics, cohort, expected_read_versions, client_states
 ) -> None:
@@ -466,7 +485,7 @@ def run_training(
     disable=not progress,
     dynamic_ncols=True,
   )
-  eval_metrics = {}
+  eval_metrics, evaluated_round = {}, None
   durations = []
   # The global model of `state`, once fetched (a TFF call per fetch).
   weights = None
@@ -530,15 +549,12 @@ def run_training(
           weights = process.get_model_weights(state)
         eval_metrics = dict(evaluate_fn(weights))
         metrics['eval'] = eval_metrics
+        evaluated_round = round_num
       release(metrics, round_num)
       if round_num % rounds_per_checkpoint == 0 or round_num == total_rounds:
         save(round_num)
       train = train_metrics(metrics)
-      postfix = collections.OrderedDict(
-        loss=f"{float(train.get('loss', np.nan)):.3f}",
-        acc=f"{eval_metrics.get('accuracy', np.nan):.3f}",
-        s_per_round=f'{seconds:.2f}',
-      )
+      postfix = progress_postfix(train, eval_metrics, evaluated_round, seconds)
       bar.set_postfix(postfix, refresh=False)
       bar.update(1)
       if round_hook is not None:

@@ -1,0 +1,43 @@
+"""How every binary runs: absl's `app.run`, with a `--help` of its own.
+
+absl's `--help` lists only the flags of the file run as `__main__` (so a
+binary's shared flags are missing, and from an installed console script,
+`tff-methods-NAME`, so are its docstring and own flags), and exits 1.
+`run` prints the binary's docstring and every flag the project defines
+for it, and exits 0.
+"""
+
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+
+# absl's help flags; `run` answers them itself.
+_HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort')
+
+
+def help_text(module) -> str:
+  """A binary's `--help`: its docstring, then every flag the project
+  defines for it (its own module's and the shared flag modules')."""
+  # absl names the flags of the file run as `__main__` by its path.
+  own = {module.__name__, getattr(module, '__file__', None)}
+  ours = [
+    name
+    for name in flags.FLAGS.flags_by_module_dict()
+    if name in own or name.split('.')[0] in ('binaries', 'tff_methods_binaries')
+  ]
+  parts = [(module.__doc__ or '').strip(), '', 'flags:']
+  for name in sorted(ours, key=lambda n: n not in own):
+    parts.append(flags.FLAGS.module_help(name))
+  return '\n'.join(parts)
+
+
+def run(main: Callable[[list[str]], int], module_name: str) -> None:
+  """Runs a binary's `main` with absl; `--help` prints `help_text` and
+  exits 0. (absl's own help lists only the flags of the file run as
+  `__main__`, none from a console script, and exits 1.)"""
+  if any(argument in _HELP_FLAGS for argument in sys.argv[1:]):
+    print(help_text(sys.modules[module_name]))
+    sys.exit(0)
+  app.run(main)
