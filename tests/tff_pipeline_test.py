@@ -6,6 +6,7 @@ the client-data forms and the stateful process's key checks are tested
 one by one.
 """
 
+import ast
 import collections
 import os
 import re
@@ -56,7 +57,7 @@ def test_the_pipeline_page_runs_as_written(tmp_path):
   out = _run_as_a_user('docs/tff_pipeline.md', tmp_path)
   # The builder's refusal of a model without MOON's `z`, printed by the page.
   assert "MOON reads the model's 'z' output" in out
-  assert 'named_outputs(model, z=...)' in out
+  assert "named_outputs(model, z='<layer name>')" in out
   # build_fed_eval's metrics, after training.
   assert 'sparse_categorical_accuracy' in out
 
@@ -118,17 +119,29 @@ def test_a_single_output_model_is_taken_as_logits_and_a_softmax_refused():
     model_lib.contract_model(_sequential(softmax=True))
 
 
-def test_a_variable_model_is_refused_with_the_adapter_named():
-  def variable_model():
-    return tff.learning.models.from_keras_model(
-      _sequential(),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=SPEC,
-    )
-
-  with pytest.raises(TypeError, match='named_outputs'):
+def test_a_softmax_gets_advice_that_applies_where_it_is():
+  # Inside the last Dense layer no layer before it can be named as logits.
+  with pytest.raises(ValueError) as refused:
     fedprox.build_fedprox(
-      variable_model, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
+      lambda: _sequential(softmax=True),
+      SPEC,
+      client_optimizer_fn=optimizers.build_client_sgd(0.1),
+    )
+  message = str(refused.value)
+  assert 'without_softmax(model)' in message
+  assert 'from_keras_model(model, loss=' in message
+  assert 'named_outputs(model, logits=' not in message
+
+  def softmax_layer():
+    inputs = tf.keras.Input((4,))
+    scores = tf.keras.layers.Dense(3, name='scores')(inputs)
+    return tf.keras.Model(inputs, tf.keras.layers.Softmax()(scores))
+
+  with pytest.raises(
+    ValueError, match=r"named_outputs\(model, logits='scores'\)"
+  ):
+    fedprox.build_fedprox(
+      softmax_layer, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
     )
 
 
@@ -140,7 +153,7 @@ def test_a_variable_model_is_refused_with_the_adapter_named():
         fn, SPEC, client_optimizer_fn=optimizers.build_client_sgd(0.1)
       ),
       'features',
-      'features=...',
+      "features='<layer name>'",
     ),
     (
       lambda fn: fedcka.build_fedcka(
@@ -151,7 +164,7 @@ def test_a_variable_model_is_refused_with_the_adapter_named():
         num_layers=2,
       ),
       'layer_1',
-      'layers',
+      "layers=['<layer 1>', '<layer 2>']",
     ),
     (
       lambda fn: moon.build_moon(
@@ -161,7 +174,7 @@ def test_a_variable_model_is_refused_with_the_adapter_named():
         client_optimizer_fn=optimizers.build_client_sgd(0.1),
       ),
       'z',
-      'z=...',
+      "z='<layer name>'",
     ),
   ],
   ids=['fedmax', 'fedcka', 'moon'],
@@ -171,7 +184,10 @@ def test_a_builder_names_the_output_its_method_reads(build, output, argument):
     build(_sequential)
   message = str(error.value)
   assert f"'{output}' output" in message
-  assert 'named_outputs' in message and argument in message
+  assert f'named_outputs(model, {argument})' in message
+  # The hint is Python a user can edit in place.
+  hint = re.search(r'named_outputs\(model, .*?\)\.', message).group(0)
+  ast.parse(hint[:-1])
 
 
 def test_methods_that_read_weights_and_logits_take_a_plain_model():

@@ -46,6 +46,7 @@ from tff_methods import aggregation
 from tff_methods import grouped_layers
 from tff_methods import local_training
 from tff_methods import model_lib
+from tff_methods import tff_models
 
 NORMALIZATIONS = ('group', 'none')
 
@@ -359,6 +360,9 @@ def build_fed2(
   Raises:
     ValueError: a model without grouped layers.
   """
+  keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
+    keras_model_fn, loss_fn
+  )
   groups_of_tensors, model_groups = _groups_and_count(keras_model_fn)
   if num_groups > 1 and all(g == -1 for g in groups_of_tensors):
     raise ValueError(

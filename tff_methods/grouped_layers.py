@@ -6,7 +6,9 @@ groups' features side by side in equal channel blocks; `split_groups` and
 in one stacked kernel (group first; `fed2.tensor_groups` reports it as
 `fed2.STACKED`), and `GatherClasses` puts the groups' logits back in class
 order. Their variable names carry `fed2_stacked_` or `fed2_group<g>_`,
-which is how Fed2's aggregator finds each group's weights.
+which is how `fed2.tensor_groups` finds each group's weights. Group g of
+every client sits at the same coordinates, so the plain mean of the
+updates is Fed2's paired averaging.
 """
 
 import numpy as np
@@ -101,8 +103,8 @@ class GroupedDense(tf.keras.layers.Layer):
   decoupled layer); with True the input is the groups' features side by
   side in equal blocks and group g reads block g only. The output is the
   groups' units side by side. The weights are stacked, a [G, in, w] kernel
-  and a [G, w] bias (`tensor_groups` reports them as `STACKED`, and the
-  aggregator averages slice g with group g's weights): G separate layers
+  and a [G, w] bias (`tensor_groups` reports them as `STACKED`; the mean
+  of the updates averages slice g with group g's weights): G separate layers
   would be 2G small tensors, each with its own optimizer update at every
   step, which was most of Fed2's extra cost. Groups narrower than the
   widest are padded with unused zero columns.

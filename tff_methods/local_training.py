@@ -35,6 +35,7 @@ from tff_methods import composers
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
+from tff_methods import tff_models
 
 _TRAIN_SUMS = (
   'loss_sum',
@@ -335,10 +336,12 @@ def build_local_training_client_work(
   client_batches = client_data.ClientBatches(dataset_computation, data_type)
   hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)
 
+  # The client's data (its key) last: as TFF's client works take their
+  # data, and as the benchmark's client profile finds the key.
   @tff.tensorflow.computation(
-    received_type, client_batches.client_data_type, hparams.hparams_type
+    received_type, hparams.hparams_type, client_batches.client_data_type
   )
-  def client_update_computation(received, client_data, optimizer_hparams):
+  def client_update_computation(received, optimizer_hparams, client_data):
     initial_weights, broadcast = composers.split_received(
       received, has_broadcast
     )
@@ -369,7 +372,7 @@ def build_local_training_client_work(
   def next_fn(state, received, client_data):
     at_clients, new_state, measurements = hparams.round_values(state)
     client_result, unfinalized_metrics = tff.federated_map(
-      client_update_computation, (received, client_data, at_clients)
+      client_update_computation, (received, at_clients, client_data)
     )
     return tff.templates.MeasuredProcessOutput(
       new_state,
@@ -437,6 +440,10 @@ def build_local_training_process(
       None for the client optimizer's own (`get_hparams`/`set_hparams`
       read and set it).
   """
+  # TFF's model interfaces: the model's own Keras model and loss.
+  keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
+    keras_model_fn, loss_fn
+  )
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
   )

@@ -47,12 +47,11 @@ OUTPUT_MEANINGS = {
 
 def _meaning(name: str) -> tuple[str, str]:
   if name.startswith('layer_'):
-    k = name.split('_', 1)[1]
-    return (
-      f'the activation of layer {k} from the input',
-      f'layers (a list whose item {k} names it)',
-    )
-  return OUTPUT_MEANINGS.get(name, ('an output', name))
+    k = int(name.split('_', 1)[1])
+    names = ', '.join(f"'<layer {i}>'" for i in range(1, k + 1))
+    return (f'the activation of layer {k} from the input', f'layers=[{names}]')
+  meaning, argument = OUTPUT_MEANINGS.get(name, ('an output', name))
+  return meaning, f"{argument}='<layer name>'"
 
 
 def _layer_output(model: tf.keras.Model, layer: str) -> tf.Tensor:
@@ -84,16 +83,36 @@ def _checked_input(model: tf.keras.Model) -> Any:
 
 
 def _check_logits(model: tf.keras.Model, logits: tf.Tensor) -> None:
-  """Refuses logits that come out of a softmax."""
+  """Refuses logits that come out of a softmax, with advice that applies
+  to where the softmax is."""
   history = getattr(logits, '_keras_history', None)
   layer = history.layer if history is not None else None
-  if _is_softmax(layer):
-    raise ValueError(
-      f"Model {model.name!r}'s output comes out of a softmax (layer "
-      f'{layer.name!r}); the methods train on unnormalized logits: drop '
-      'the softmax (model_lib.without_softmax(model) does), or name the '
-      'layer before it as logits with named_outputs(model, logits=...).'
+  if not _is_softmax(layer):
+    return
+  own_loss = (
+    'or, to train on its probabilities as TFF does, pass a model_fn '
+    'returning tff.learning.models.from_keras_model(model, loss=tf.keras.'
+    'losses.SparseCategoricalCrossentropy(), ...)'
+  )
+  if isinstance(layer, tf.keras.layers.Softmax):
+    before = layer.input._keras_history.layer.name  # pylint: disable=protected-access
+    where = (
+      f'name the layer before it as logits (named_outputs(model, '
+      f'logits={before!r})), drop it (model_lib.without_softmax(model)), '
     )
+  else:
+    where = (
+      'build the model with the softmax left out of that layer (model_lib.'
+      'without_softmax(model) does: the same layers and weights, logits '
+      'out), '
+    )
+  raise ValueError(
+    f"Model {model.name!r}'s output comes out of a softmax (layer "
+    f'{layer.name!r}); the methods train on unnormalized logits: '
+    + where
+    + own_loss
+    + '.'
+  )
 
 
 def named_outputs(
@@ -272,11 +291,18 @@ def check_outputs(
   for name in sorted(needed):
     if name in has:
       continue
-    meaning, argument = _meaning(name)
+    meaning, _ = _meaning(name)
+    # FedCKA's M layers are named together: the hint lists all M.
+    deepest = max(
+      (n for n in needed if n.startswith('layer_')),
+      key=lambda n: int(n.split('_')[1]),
+      default=name,
+    )
+    _, argument = _meaning(deepest if name.startswith('layer_') else name)
     raise ValueError(
       f'{", ".join(sorted(set(needed[name])))} reads the model\'s {name!r} '
       f'output ({meaning}); model {model.name!r} outputs {has}. Name it '
-      f'with tff_methods.model_lib.named_outputs(model, {argument}=...).'
+      f'with tff_methods.model_lib.named_outputs(model, {argument}).'
     )
 
 
@@ -496,5 +522,15 @@ def keras_model_with_weights(
   view of it, so it saves, reloads and predicts as a Keras model does.
   """
   model = keras_model_fn()
-  assign_weights(contract_model(model), weights)
+  trainable, non_trainable = weights
+  shapes = [tuple(v.shape) for v in model.trainable_variables]
+  if shapes != [tuple(np.shape(w)) for w in trainable]:
+    raise ValueError(
+      f'The weights hold trainable tensors of shapes '
+      f'{[tuple(np.shape(w)) for w in trainable]}; model {model.name!r} has '
+      f'{shapes}.'
+    )
+  # The user's own model, softmax or not: its variables are the contract
+  # view's, in the same order (as TFF's `ModelWeights.assign_weights_to`).
+  assign_weights(model, (trainable, non_trainable))
   return model

@@ -102,8 +102,9 @@ class ControlVariateCorrection(regularizers.Regularizer):
   ):
     steps = tf.maximum(num_steps, 1.0)
     eta = self._eta(learning_rate)
+    # A learning rate of 0 moves nothing: c_i then keeps c_i - c.
     new_control = [
-      ci - c + u / (steps * eta)
+      ci - c + tf.math.divide_no_nan(u, steps * eta)
       for ci, c, u in zip(client_state, broadcast, update)
     ]
     return new_control, [n - o for n, o in zip(new_control, client_state)]

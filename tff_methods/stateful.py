@@ -37,6 +37,7 @@ from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
+from tff_methods import tff_models
 
 
 class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
@@ -302,6 +303,10 @@ def build_stateful_local_training_process(
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
   )
+  # TFF's model interfaces: the model's own Keras model and loss.
+  keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
+    keras_model_fn, loss_fn
+  )
   keras_model_fn = local_training.checked_model_fn(keras_model_fn, regularizers)
   client_data.check_element_spec(
     element_spec, model_lib.input_shape(keras_model_fn)
@@ -343,8 +348,9 @@ def build_stateful_local_training_process(
     client_optimizer, client_learning_rate_fn
   )
 
-  @tff.tensorflow.computation(received_type, key_type, hparams.hparams_type)
-  def client_update_computation(received, key, optimizer_hparams):
+  # The key last, as the benchmark's client profile finds it.
+  @tff.tensorflow.computation(received_type, hparams.hparams_type, key_type)
+  def client_update_computation(received, optimizer_hparams, key):
     dataset = client_batches(key)
     client_id, round_num = client_keys.split_client_key(key)
     client_state, read_version = client_states.read_with_version(
@@ -421,7 +427,7 @@ def build_stateful_local_training_process(
   def client_work_next(state, received, keys):
     at_clients, new_state, measurements = hparams.round_values(state)
     client_outputs, unfinalized, state_counts = tff.federated_map(
-      client_update_computation, (received, keys, at_clients)
+      client_update_computation, (received, at_clients, keys)
     )
     return tff.templates.MeasuredProcessOutput(
       new_state,

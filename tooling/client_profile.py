@@ -309,7 +309,8 @@ def _is_key(graph_def, tensor_name: str) -> bool:
 
 def _received_values(graph, parameter_names, initial_weights):
   """What a client receives: the weights, then zeros for the rest (a
-  method's broadcast) up to the key."""
+  method's broadcast, and the client optimizer's hyperparameters: a zero
+  learning rate runs the same ops) up to the key."""
   weights = [
     np.asarray(a)
     for a in tf.nest.flatten(
