@@ -289,6 +289,17 @@ def test_fedopt_presets_carry_reddi_et_al_s_settings_and_numbers():
   assert preset.row('fedavg').reported == {'accuracy': 84.9}
   text = presets.describe(preset)
   assert 'not in the paper' in text and 'FedAdagrad' in text
+  # Table 2's Stack Overflow NWP row, ICLR 2021 version.
+  reported = {
+    row: presets.get('fedopt_table2_stackoverflow_word').row(row).reported
+    for row in ('fedavg', 'fedavgm', 'fedadam', 'fedyogi')
+  }
+  assert reported == {
+    'fedavg': {'accuracy': 19.5},
+    'fedavgm': {'accuracy': 23.8},
+    'fedadam': {'accuracy': 25.2},
+    'fedyogi': {'accuracy': 25.2},
+  }
   stackoverflow = presets.get('fedopt_table2_stackoverflow_word').config()
   assert (stackoverflow.max_elements, stackoverflow.clients_per_round) == (
     1000,
