@@ -49,16 +49,6 @@ def test_a_one_output_model_is_taken_as_its_logits_and_bad_ones_named():
     model_lib.contract_model(two)
 
 
-def test_a_missing_output_is_named_with_who_reads_it():
-  model_fn = model_lib.contract_model_fn(_plain_cnn)
-  model_lib.check_outputs(model_fn, {'logits': ['FedAvg']})
-  with pytest.raises(
-    ValueError,
-    match=r"MOON reads the model's 'z' output .*outputs \['logits'\]",
-  ):
-    model_lib.check_outputs(model_fn, {'z': ['MOON']})
-
-
 def test_weights_assigned_before_use_start_at_zeros():
   with model_lib.weights_assigned_before_use():
     model = _plain_cnn()

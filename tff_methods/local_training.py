@@ -32,6 +32,7 @@ from tff_methods import batches_in_memory
 from tff_methods import client_data
 from tff_methods import client_hparams
 from tff_methods import composers
+from tff_methods import model_checks
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
@@ -447,9 +448,9 @@ def build_local_training_process(
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
   )
-  keras_model_fn = checked_model_fn(keras_model_fn, regularizers)
+  keras_model_fn = model_checks.checked_model_fn(keras_model_fn, regularizers)
   client_data.check_element_spec(
-    element_spec, model_lib.input_shape(keras_model_fn)
+    element_spec, model_checks.input_shape(keras_model_fn)
   )
   server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
   zero_weights = model_lib.zero_weights(keras_model_fn)
@@ -497,26 +498,3 @@ def build_local_training_process(
     finalizer,
     recorders=[composers.mean_update_recording(recorder)] if recorder else [],
   )
-
-
-def checked_model_fn(
-  keras_model_fn: Any, regularizers: Sequence[regularizers_lib.Regularizer]
-) -> model_lib.KerasModelFn:
-  """`keras_model_fn` in the contract's form, checked for every output the
-  regularizers read (`model_lib.check_outputs`), before any work."""
-  if not callable(keras_model_fn) or isinstance(keras_model_fn, tf.keras.Model):
-    raise TypeError(
-      'Pass a function that builds the Keras model (it is called inside '
-      f'TFF computations), not {type(keras_model_fn).__name__}; e.g. '
-      'lambda: tff_methods.model_lib.named_outputs(make_model(), ...).'
-    )
-  keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
-  needed = collections.defaultdict(list)
-  for r in regularizers:
-    for name in (
-      tuple(r.outputs) + tuple(r.global_outputs) + tuple(r.previous_outputs)
-    ):
-      needed[name].append(r.display_name)
-  model_lib.check_outputs(keras_model_fn, needed)
-  model_lib.warn_of_unaveraged_variables(keras_model_fn)
-  return keras_model_fn

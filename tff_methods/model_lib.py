@@ -15,9 +15,9 @@ this contract. A user's own Keras model joins it through `named_outputs`,
 which names the layers a method reads (`named_outputs(model,
 features='hidden')` for FedMAX); a model with one output is taken as
 `logits` as it is, which is all FedAvg, FedProx, FedCos and SCAFFOLD read.
-Every builder checks the model it is given (`check_outputs`) and says which
-named output a method needs and how to name it. The project's own client
-work reads that dict; TFF's builders
+Every builder checks the model it is given (`model_checks.check_outputs`)
+and says which named output a method needs and how to name it. The
+project's own client work reads that dict; TFF's builders
 (`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
 `tff.learning.models.VariableModel` built from the same layers with `logits`
 as the only output. Both see the same trainable variables in the same order,
@@ -27,31 +27,13 @@ so their `tff.learning.models.ModelWeights` are interchangeable.
 import collections
 import collections.abc
 import contextlib
-from typing import Any, Callable, Mapping, Optional, Sequence
-import warnings
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 KerasModelFn = Callable[[], tf.keras.Model]
-
-
-# What each named output is, and `named_outputs`' argument that names it.
-OUTPUT_MEANINGS = {
-  'logits': ('the unnormalized class scores', 'logits'),
-  'features': ('the last post-ReLU hidden vector', 'features'),
-  'z': ("a projection head's output", 'z'),
-}
-
-
-def _meaning(name: str) -> tuple[str, str]:
-  if name.startswith('layer_'):
-    k = int(name.split('_', 1)[1])
-    names = ', '.join(f"'<layer {i}>'" for i in range(1, k + 1))
-    return (f'the activation of layer {k} from the input', f'layers=[{names}]')
-  meaning, argument = OUTPUT_MEANINGS.get(name, ('an output', name))
-  return meaning, f"{argument}='<layer name>'"
 
 
 def _layer_output(model: tf.keras.Model, layer: str) -> tf.Tensor:
@@ -270,69 +252,6 @@ def contract_model_fn(keras_model_fn: Callable[[], Any]) -> KerasModelFn:
 
   model_fn._in_contract = True
   return model_fn
-
-
-def check_outputs(
-  keras_model_fn: KerasModelFn, needed: Mapping[str, Sequence[str]]
-) -> None:
-  """Raises if the model lacks an output a method reads.
-
-  Args:
-    keras_model_fn: Builds the model (in a scratch graph here).
-    needed: Output name -> the methods (regularizers) that read it.
-
-  Raises:
-    ValueError: naming the output, what it is, who reads it, the model's
-      outputs and how to name it (`named_outputs`).
-  """
-  with tf.Graph().as_default():
-    model = keras_model_fn()
-    has = sorted(model.output)
-  for name in sorted(needed):
-    if name in has:
-      continue
-    meaning, _ = _meaning(name)
-    # FedCKA's M layers are named together: the hint lists all M.
-    deepest = max(
-      (n for n in needed if n.startswith('layer_')),
-      key=lambda n: int(n.split('_')[1]),
-      default=name,
-    )
-    _, argument = _meaning(deepest if name.startswith('layer_') else name)
-    raise ValueError(
-      f'{", ".join(sorted(set(needed[name])))} reads the model\'s {name!r} '
-      f'output ({meaning}); model {model.name!r} outputs {has}. Name it '
-      f'with tff_methods.model_lib.named_outputs(model, {argument}).'
-    )
-
-
-def input_shape(keras_model_fn: KerasModelFn) -> Optional[tf.TensorShape]:
-  """The shape of the model's input `x` (built in a scratch graph)."""
-  with tf.Graph().as_default():
-    inputs = keras_model_fn().input
-  if isinstance(inputs, (list, tuple, collections.abc.Mapping)):
-    return None  # Several inputs: no single shape to compare with.
-  return inputs.shape
-
-
-def warn_of_unaveraged_variables(keras_model_fn: KerasModelFn) -> None:
-  """Warns when the model has non-trainable variables, which no method
-  averages (as in TFF's own builders): the global model keeps their
-  initial values."""
-  with tf.Graph().as_default():
-    model = keras_model_fn()
-    names = [v.name for v in model.non_trainable_variables]
-  if names:
-    warnings.warn(
-      f'Model {model.name!r} has {len(names)} non-trainable variables '
-      f'({", ".join(names[:3])}{", ..." if len(names) > 3 else ""}), such '
-      "as BatchNormalization's moving statistics. As in TFF's own "
-      'builders, only trainable weights are averaged: the global model '
-      'keeps their initial values, so evaluating it (build_fed_eval, '
-      'keras_model_with_weights) uses untrained statistics. '
-      'GroupNormalization or LayerNormalization has none.',
-      stacklevel=3,
-    )
 
 
 def layer_names(model: tf.keras.Model) -> list[str]:

@@ -34,6 +34,7 @@ from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
 from tff_methods import local_training
+from tff_methods import model_checks
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
@@ -307,9 +308,9 @@ def build_stateful_local_training_process(
   keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
     keras_model_fn, loss_fn
   )
-  keras_model_fn = local_training.checked_model_fn(keras_model_fn, regularizers)
+  keras_model_fn = model_checks.checked_model_fn(keras_model_fn, regularizers)
   client_data.check_element_spec(
-    element_spec, model_lib.input_shape(keras_model_fn)
+    element_spec, model_checks.input_shape(keras_model_fn)
   )
   dataset_computation = client_data.key_dataset_computation(dataset_computation)
   key_type = CLIENT_KEY_TYPE
