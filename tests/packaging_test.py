@@ -186,7 +186,7 @@ def test_a_fresh_install_runs_its_commands(wheel, tmp_path):
   assert result.returncode == 0, result.stderr
   assert 'Trains one federated method on one task.' in result.stdout
   for flag in (
-    '--progress',
+    '--[no]progress',
     '--method',
     '--client_learning_rate',
     '--tff_workers',
