@@ -26,6 +26,7 @@ from tff_methods import fedprox
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import privacy
 from tff_methods import scaffold
 from tff_methods import stateful
 
@@ -60,6 +61,9 @@ def test_the_pipeline_page_runs_as_written(tmp_path):
   assert "named_outputs(model, z='<layer name>')" in out
   # build_fed_eval's metrics, after training.
   assert 'sparse_categorical_accuracy' in out
+  # The DP-FedCKA run's guarantee, as dp_accounting gives it.
+  epsilon = privacy.epsilon(0.3, 4, 4, 2, 1e-5)
+  assert f'(epsilon, delta) = ({epsilon:.1f}, 1e-5)' in out
 
 
 @pytest.mark.slow

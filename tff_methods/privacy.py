@@ -1,0 +1,220 @@
+"""Client-level differential privacy: the (epsilon, delta) of a DP run.
+
+Under TFF's DP aggregators (`tff.learning.dp_aggregator`, adaptive clip;
+`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`, fixed clip)
+each round is a Gaussian mechanism on the sum of the sampled clients'
+clipped updates, with noise `noise_multiplier` x clip: the unit of privacy
+is one client's whole data. `epsilon` accounts for `rounds` such rounds
+with `dp_accounting` (Google's accountants, a TFF dependency), for the way
+clients were sampled:
+
+- 'without_replacement': a fixed number of clients each round, drawn
+  without replacement (`tasks.datasets.sample_clients`, what the binaries
+  do). Accounted with the RDP accountant under replace-one adjacency (one
+  client's data replaced by another's), the only relation `dp_accounting`
+  supports for this sampling.
+- 'poisson': each client takes part with probability clients_per_round /
+  num_clients. Accounted under add-or-remove-one adjacency, with the RDP
+  or the PLD accountant (PLD is tighter).
+
+With TFF's adaptive clip part of the budget goes to the clipped-count query
+(Andrew et al., "Differentially Private Learning with Adaptive Clipping",
+NeurIPS 2021, https://arxiv.org/abs/1905.03871): TFF noises the updates
+with the larger `value_noise_multiplier` so that the whole round's
+effective noise multiplier is the `noise_multiplier` asked for, which is
+the one to account.
+"""
+
+from typing import Optional
+
+import dp_accounting
+from dp_accounting import pld
+from dp_accounting import rdp
+
+SAMPLINGS = ('without_replacement', 'poisson')
+ACCOUNTANTS = ('rdp', 'pld')
+
+
+def default_delta(num_clients: int) -> float:
+  """1 / num_clients^1.1: a delta must be well below 1 / N for a guarantee
+  over N clients to protect each of them; N^-1.1 is a common convention."""
+  return 1.0 / num_clients**1.1
+
+
+def value_noise_multiplier(
+  noise_multiplier: float,
+  clients_per_round: int,
+  clipped_count_stddev: Optional[float] = None,
+) -> float:
+  """The noise TFF's adaptive clip puts on the updates (over the clip).
+
+  Andrew et al.'s split, as TFF computes it: the clipped-count query has
+  noise `clipped_count_stddev` (0.05 x clients_per_round by default) on a
+  sensitivity of 1/2, and `(z_v^-2 + (2 sigma_b)^-2)^-1/2 = z`.
+
+  Raises:
+    ValueError: a clipped-count noise too small for `noise_multiplier`
+      (TFF refuses it too).
+  """
+  if noise_multiplier == 0:
+    return 0.0
+  if clipped_count_stddev is None:
+    clipped_count_stddev = 0.05 * clients_per_round
+  if noise_multiplier >= 2 * clipped_count_stddev:
+    raise ValueError(
+      f'noise multiplier {noise_multiplier} needs a clipped-count noise '
+      f'above {noise_multiplier / 2:g}, got {clipped_count_stddev:g}.'
+    )
+  return (noise_multiplier**-2 - (2 * clipped_count_stddev) ** -2) ** -0.5
+
+
+def _event(noise_multiplier, clients_per_round, num_clients, rounds, sampling):
+  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+  if sampling == 'poisson':
+    sampled = dp_accounting.PoissonSampledDpEvent(
+      clients_per_round / num_clients, gaussian
+    )
+  else:
+    sampled = dp_accounting.SampledWithoutReplacementDpEvent(
+      num_clients, clients_per_round, gaussian
+    )
+  return dp_accounting.SelfComposedDpEvent(sampled, rounds)
+
+
+def check_settings(
+  noise_multiplier: float,
+  clients_per_round: int,
+  num_clients: int,
+  rounds: int,
+  delta: float,
+  sampling: str,
+  accountant: str,
+) -> None:
+  """Raises ValueError naming a bad setting and what is allowed."""
+  if sampling not in SAMPLINGS:
+    raise ValueError(
+      f'sampling {sampling!r} is unknown; choose one of {", ".join(SAMPLINGS)}.'
+    )
+  if accountant not in ACCOUNTANTS:
+    raise ValueError(
+      f'accountant {accountant!r} is unknown; choose one of '
+      f'{", ".join(ACCOUNTANTS)}.'
+    )
+  if sampling == 'without_replacement' and accountant == 'pld':
+    raise ValueError(
+      "dp_accounting's PLD accountant has no replace-one adjacency, which "
+      'sampling without replacement needs: use the RDP accountant, or '
+      'Poisson sampling.'
+    )
+  if not noise_multiplier > 0:
+    raise ValueError(
+      f'noise multiplier {noise_multiplier} gives no privacy guarantee; '
+      'it must be > 0.'
+    )
+  if not 1 <= clients_per_round <= num_clients:
+    raise ValueError(
+      f'clients per round {clients_per_round} must be in [1, {num_clients}] '
+      '(the number of clients).'
+    )
+  if rounds < 0:
+    raise ValueError(f'rounds {rounds} must be >= 0.')
+  if not 0 < delta < 1:
+    raise ValueError(f'delta {delta} must be in (0, 1).')
+
+
+def epsilon(
+  noise_multiplier: float,
+  clients_per_round: int,
+  num_clients: int,
+  rounds: int,
+  delta: Optional[float] = None,
+  sampling: str = 'without_replacement',
+  accountant: str = 'rdp',
+) -> float:
+  """The client-level epsilon of `rounds` DP rounds, at `delta`.
+
+  Args:
+    noise_multiplier: The (effective) noise over the clip, as given to TFF's
+      DP aggregator.
+    clients_per_round: The clients sampled each round (expected, Poisson).
+    num_clients: The population they are sampled from.
+    rounds: Rounds run so far.
+    delta: `default_delta(num_clients)` when None.
+    sampling: 'without_replacement' (fixed-size cohorts) or 'poisson'.
+    accountant: 'rdp' or 'pld' (Poisson only).
+
+  Raises:
+    ValueError: a bad setting (`check_settings`).
+  """
+  delta = default_delta(num_clients) if delta is None else delta
+  check_settings(
+    noise_multiplier,
+    clients_per_round,
+    num_clients,
+    rounds,
+    delta,
+    sampling,
+    accountant,
+  )
+  if rounds == 0:
+    return 0.0
+  event = _event(
+    noise_multiplier, clients_per_round, num_clients, rounds, sampling
+  )
+  if accountant == 'pld':
+    privacy_accountant = pld.PLDAccountant()
+  else:
+    privacy_accountant = rdp.RdpAccountant(
+      neighboring_relation=(
+        dp_accounting.NeighboringRelation.REPLACE_ONE
+        if sampling == 'without_replacement'
+        else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+      )
+    )
+  privacy_accountant.compose(event)
+  return float(privacy_accountant.get_epsilon(delta))
+
+
+def calibrate_noise_multiplier(
+  target_epsilon: float,
+  clients_per_round: int,
+  num_clients: int,
+  rounds: int,
+  delta: Optional[float] = None,
+  sampling: str = 'without_replacement',
+  accountant: str = 'rdp',
+  tolerance: float = 1e-3,
+) -> float:
+  """The smallest noise multiplier (within `tolerance`, relative) whose
+  `epsilon` is at most `target_epsilon`: a bisection from above, so the
+  result never exceeds the target.
+
+  Raises:
+    ValueError: a bad setting, or a target no noise below 1e4 meets.
+  """
+  if not target_epsilon > 0:
+    raise ValueError(f'target epsilon {target_epsilon} must be > 0.')
+
+  def eps(z):
+    return epsilon(
+      z, clients_per_round, num_clients, rounds, delta, sampling, accountant
+    )
+
+  high, low = 1.0, 0.0
+  while eps(high) > target_epsilon:
+    high, low = 2 * high, high
+    if high > 1e4:
+      raise ValueError(
+        f'no noise multiplier up to 1e4 meets epsilon {target_epsilon} over '
+        f'{rounds} rounds of {clients_per_round} of {num_clients} clients: '
+        'raise the target, or run fewer rounds.'
+      )
+  # epsilon falls as the noise grows: bisect between a noise that misses
+  # the target (or 0) and one that meets it, keeping the one that meets it.
+  while high - low > tolerance * high:
+    middle = (low + high) / 2
+    if eps(middle) <= target_epsilon:
+      high = middle
+    else:
+      low = middle
+  return high
