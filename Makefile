@@ -42,7 +42,7 @@ demo: $(STAMP)
 	  --output_dir=runs/demo_compare
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -rs -n 2
+	$(VENV)/bin/python -m pytest -q -rs -n 2 --dist worksteal
 
 # Google's Python style, as ruff checks and formats it (pyproject.toml).
 lint: $(STAMP)
