@@ -84,6 +84,19 @@ def main(argv):
     + f"{results['seconds_per_round']:.2f} s/round; "
     f'results in {config.output_dir}'
   )
+  dp = results.get('dp')
+  if dp is not None:
+    print(
+      'client-level DP: '
+      + (
+        f"(epsilon, delta) = ({dp['epsilon']:.2f}, {dp['delta']:.2g})"
+        if dp['epsilon'] is not None
+        else 'no guarantee (no noise)'
+      )
+      + f" over {dp['rounds']} rounds of {dp['clients_per_round']} of "
+      f"{dp['num_clients']} clients drawn without replacement "
+      f"({dp['accountant']})"
+    )
   return 0
 
 

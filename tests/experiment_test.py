@@ -10,6 +10,7 @@ import pytest
 
 from binaries import experiment_flags  # noqa: F401 (defines the flags)
 from tff_methods import methods
+from tff_methods import privacy
 from tff_methods import workers
 from tooling import experiment
 
@@ -115,6 +116,44 @@ def test_a_dp_cohort_too_small_for_the_adaptive_clip_is_refused_in_one_line():
     assert advice in message
   assert message.strip().splitlines()[0] == 'Bad settings:'
   assert len(message.strip().splitlines()) == 2  # one line for the one error
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_dp_run_records_its_epsilon_for_its_sampling(tmp_path):
+  config = experiment.ExperimentConfig(
+    method='fedavg',
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=3,
+    rounds=2,
+    aggregator='dp',
+    dp_noise_multiplier=0.25,
+    output_dir=str(tmp_path / 'run'),
+    cache_dir=str(tmp_path / 'cache'),
+  )
+  experiment.run(config, progress=False)
+  with open(tmp_path / 'run' / 'results.json') as f:
+    dp = json.load(f)['dp']
+  delta = 4**-1.1
+  assert dp['epsilon'] == pytest.approx(
+    privacy.epsilon(0.25, 3, 4, 2, delta, sampling='without_replacement')
+  )
+  assert dp['delta'] == pytest.approx(delta)
+  assert (dp['rounds'], dp['clients_per_round'], dp['num_clients']) == (2, 3, 4)
+  assert dp['sampling'] == 'without_replacement'
+  # And round by round in metrics.csv: it grows with the rounds.
+  with open(tmp_path / 'run' / 'metrics.csv') as f:
+    epsilons = [float(row['dp/epsilon']) for row in csv.DictReader(f)]
+  assert epsilons[-1] == pytest.approx(dp['epsilon'])
+  assert (
+    epsilons[0] == pytest.approx(privacy.epsilon(0.25, 3, 4, 1, delta))
+    and epsilons[0] < epsilons[1]
+  )
+  without_noise = dataclasses.replace(config, dp_noise_multiplier=0.0)
+  assert experiment.dp_guarantee(without_noise, 4, 2)['epsilon'] is None
+  robust = dataclasses.replace(config, aggregator='robust')
+  assert experiment.dp_guarantee(robust, 4, 2) is None
 
 
 @pytest.mark.usefixtures('tff_worker')

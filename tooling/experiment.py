@@ -37,6 +37,7 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import privacy
 from tff_methods import similarity as similarity_lib
 from tooling import evaluation
 from tooling import tff_baselines
@@ -699,6 +700,35 @@ def model_fn_for(
 TaskData = Union[datasets.FederatedData, tff_baselines.BaselineTask]
 
 
+def dp_guarantee(
+  config: ExperimentConfig, num_clients: int, rounds: int
+) -> Optional[dict]:
+  """A `--aggregator=dp` run's client-level (epsilon, delta) after `rounds`
+  (`tff_methods.privacy`), for the cohorts the runs draw: a fixed number of
+  clients each round, without replacement; None for other aggregators.
+  Without noise there is no guarantee: epsilon is None."""
+  if config.aggregator != 'dp':
+    return None
+  delta = privacy.default_delta(num_clients)
+  noise = config.dp_noise_multiplier
+  return dict(
+    epsilon=(
+      privacy.epsilon(
+        noise, config.clients_per_round, num_clients, rounds, delta
+      )
+      if noise > 0
+      else None
+    ),
+    delta=delta,
+    noise_multiplier=noise,
+    clients_per_round=config.clients_per_round,
+    num_clients=num_clients,
+    rounds=rounds,
+    sampling='without_replacement',
+    accountant='rdp (replace-one adjacency)',
+  )
+
+
 def build_process(config: ExperimentConfig, data: TaskData):
   """The method's process over client ids, and the Keras model factory.
 
@@ -900,6 +930,11 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       f'{config.task}, {config.partition}, {len(client_ids)} clients',
     )
   process, keras_model_fn = build_process(config, data)
+
+  def dp_epsilon(round_num):  # NaN without noise: no guarantee.
+    epsilon = dp_guarantee(config, len(client_ids), round_num)['epsilon']
+    return float('nan') if epsilon is None else epsilon
+
   results = training_loop.run_training(
     process,
     client_ids,
@@ -918,6 +953,11 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     progress=progress,
     round_hook=round_hook,
     client_key_fn=client_keys.client_key,
+    round_metrics_fn=(
+      None
+      if config.aggregator != 'dp'
+      else lambda r: dict(dp=dict(epsilon=dp_epsilon(r)))
+    ),
   )
   summary = dict(
     method=config.method,
@@ -927,6 +967,9 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     rejected_rounds=results['rejected_rounds'],
     seconds_per_round=results['seconds_per_round'],
   )
+  guarantee = dp_guarantee(config, len(client_ids), results['rounds'])
+  if guarantee is not None:
+    summary['dp'] = results['dp'] = guarantee
   with open(os.path.join(config.output_dir, 'results.json'), 'w') as f:
     json.dump(summary, f, indent=2, default=float)
   np.savez(

@@ -388,6 +388,7 @@ def run_training(
   progress: bool = True,
   round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
   client_key_fn: Optional[Callable[[str, int], Any]] = None,
+  round_metrics_fn: Optional[Callable[[int], Mapping[str, Any]]] = None,
 ) -> dict:
   """Runs (or resumes) federated training and returns the final results.
 
@@ -409,6 +410,8 @@ def run_training(
     client_key_fn: (client id, round) -> what `process.next` takes for that
       client (e.g. `tasks.client_keys.client_key`, for data that depends on
       the round); by default the client id itself.
+    round_metrics_fn: Round number -> more metrics of that round, recorded
+      with its own (e.g. a DP run's epsilon so far).
 
   Returns:
     A dict with `rounds`, `final_weights`, `final_eval`, `rejected_rounds`
@@ -542,6 +545,8 @@ def run_training(
           f'round {round_num}: non-finite update rejected, model ' 'kept'
         )
       metrics['seconds'] = seconds
+      if round_metrics_fn is not None:
+        metrics.update(round_metrics_fn(round_num))
       if evaluate_fn is not None and (
         round_num % rounds_per_eval == 0 or round_num == total_rounds
       ):
