@@ -154,6 +154,13 @@ def test_a_dp_run_records_its_epsilon_for_its_sampling(tmp_path):
   assert experiment.dp_guarantee(without_noise, 4, 2)['epsilon'] is None
   robust = dataclasses.replace(config, aggregator='robust')
   assert experiment.dp_guarantee(robust, 4, 2) is None
+  # --dp_delta sets the delta reported.
+  at_delta = dataclasses.replace(config, dp_delta=1e-3)
+  assert experiment.dp_guarantee(at_delta, 4, 2)['epsilon'] == pytest.approx(
+    privacy.epsilon(0.25, 3, 4, 2, 1e-3)
+  )
+  with pytest.raises(ValueError, match=r'--dp_delta=1.5 must be in \(0, 1\)'):
+    experiment.validate(dataclasses.replace(config, dp_delta=1.5))
 
 
 @pytest.mark.usefixtures('tff_worker')

@@ -258,6 +258,11 @@ class ExperimentConfig:
     'dp: a fixed L2 clipping norm; by default adaptive clipping '
     '(tff.learning.dp_aggregator).',
   )
+  dp_delta: Optional[float] = _setting(
+    None,
+    "dp: the delta of the run's reported (epsilon, delta); by default "
+    '1 / N^1.1 for N clients.',
+  )
   restart_client_states: bool = _setting(
     False,
     'moon/fedcka/scaffold: resume a run whose client states are gone with '
@@ -495,6 +500,10 @@ def validate(config: ExperimentConfig) -> None:
     config.dp_clip is None or config.dp_clip > 0,
     f'--dp_clip={config.dp_clip} must be > 0',
   )
+  need(
+    config.dp_delta is None or 0 < config.dp_delta < 1,
+    f'--dp_delta={config.dp_delta} must be in (0, 1)',
+  )
   if (
     config.aggregator == 'dp'
     and config.dp_noise_multiplier >= 0
@@ -709,7 +718,7 @@ def dp_guarantee(
   Without noise there is no guarantee: epsilon is None."""
   if config.aggregator != 'dp':
     return None
-  delta = privacy.default_delta(num_clients)
+  delta = config.dp_delta or privacy.default_delta(num_clients)
   noise = config.dp_noise_multiplier
   return dict(
     epsilon=(
