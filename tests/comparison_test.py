@@ -70,6 +70,28 @@ def test_final_figures_average_the_last_rounds(tmp_path):
     comparison.run_comparison([], jobs=0)
 
 
+def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):
+  out = str(tmp_path)
+  _write_run(out, 'fedavg', 0, [0.2, 0.6])
+  directory = comparison.run_dir(out, 'fedavg@dp', 0)
+  os.makedirs(directory)
+  with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+    f.write('round,eval/accuracy,seconds,dp/epsilon\n1,0.1,0.5,3.0\n')
+    f.write('2,0.4,0.5,4.25\n')
+  summaries = comparison.summarize(out, ['fedavg', 'fedavg@dp'], [0], 0.6)
+  assert [s.epsilon for s in summaries] == [None, 4.25]  # after the last round
+  paths = comparison.write_report(summaries, out, 0.6, 't')
+  table = open(paths['markdown']).read()
+  assert '| s/round | DP epsilon |' in table
+  assert '| 0.50 | 4.25 |' in table and '| 0.50 |  |' in table
+  with open(paths['csv']) as f:
+    rows = list(csv.DictReader(f))
+  assert {r['method']: r['dp_epsilon'] for r in rows} == {
+    'fedavg': '',
+    'fedavg@dp': '4.25',
+  }
+
+
 def test_plan_checks_every_run_before_any_starts(tmp_path):
   base = experiment.ExperimentConfig(task='digits', model='mlp')
   with pytest.raises(ValueError) as error:

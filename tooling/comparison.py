@@ -413,6 +413,9 @@ class MethodSummary:
   seconds_per_round: float
   # The final figures are the mean of this many last evaluations.
   last_rounds: int = 1
+  # A DP arm's client-level epsilon after its last round (metrics.csv's
+  # dp/epsilon); None for other arms.
+  epsilon: Optional[float] = None
 
 
 def summarize(
@@ -438,8 +441,11 @@ def summarize(
   summaries = []
   for method in labels:
     finals, bests, f1s, to_target, seconds = [], [], [], [], []
+    epsilons = []
     for seed in seeds:
       rows = _read_metrics(run_dir(output_dir, method, seed))
+      if rows and rows[-1].get('dp/epsilon'):
+        epsilons.append(float(rows[-1]['dp/epsilon']))
       rounds, accuracy = _accuracy_curve(rows)
       finals.append(np.mean(accuracy[-last_rounds:]))
       bests.append(accuracy.max())
@@ -461,6 +467,7 @@ def summarize(
         len(to_target),
         float(np.median(seconds)),
         last_rounds,
+        float(np.mean(epsilons)) if epsilons else None,
       )
     )
   return summaries
@@ -472,6 +479,12 @@ def _pm(pair, seeds, scale=100.0):
   # One seed has no spread: `-`, not a misleading 0.00.
   spread = f'{pair[1] * scale:.2f}' if seeds > 1 else '-'
   return f'{pair[0] * scale:.2f} ± {spread}'
+
+
+def _epsilon(epsilon: Optional[float]) -> str:
+  if epsilon is None:
+    return ''
+  return 'none (no noise)' if np.isnan(epsilon) else f'{epsilon:.2f}'
 
 
 def _paper_figure(reported: Optional[Mapping[str, float]]) -> str:
@@ -513,12 +526,16 @@ def write_report(
   ranked = sorted(summaries, key=lambda s: -s.final_accuracy[0])
   target = f'rounds to {target_accuracy:.0%}'
   paper = ' paper final accuracy (%) |' if reported else ''
+  private = any(s.epsilon is not None for s in summaries)
+  dp = ' DP epsilon |' if private else ''
   lines = [
     f'# {title}',
     '',
     f'| method | final accuracy (%) | best accuracy (%) | macro-F1 (%) '
-    f'| {target} | s/round |{paper}',
-    '|---|---|---|---|---|---|' + ('---|' if reported else ''),
+    f'| {target} | s/round |{dp}{paper}',
+    '|---|---|---|---|---|---|'
+    + ('---|' if private else '')
+    + ('---|' if reported else ''),
   ]
   for s in ranked:
     rounds = (
@@ -532,12 +549,14 @@ def write_report(
       f'{_pm(s.best_accuracy, s.seeds)} | '
       f'{_pm(s.final_macro_f1, s.seeds)} | '
       f'{rounds} | {s.seconds_per_round:.2f} |'
+      + (f' {_epsilon(s.epsilon)} |' if private else '')
       + (f' {_paper_figure(reported.get(s.method))} |' if reported else '')
     )
   for row in references:
     lines.append(
       f'| {row.label} (paper only, not run here) | | | | | |'
-      f' {_paper_figure(row.reported)} |'
+      + (' |' if private else '')
+      + f' {_paper_figure(row.reported)} |'
     )
   last = ranked[0].last_rounds
   when = (
@@ -548,7 +567,13 @@ def write_report(
   lines += [
     '',
     f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
-    f'macro-F1 on the central test set {when}.',
+    f'macro-F1 on the central test set {when}.'
+    + (
+      ' DP epsilon: client-level, after the last round, at the delta of '
+      "each run's results.json."
+      if private
+      else ''
+    ),
   ]
   md_path = os.path.join(output_dir, 'comparison.md')
   with open(md_path, 'w') as f:
@@ -569,6 +594,7 @@ def write_report(
         'rounds_to_target',
         'seconds_per_round',
         'paper_accuracy',
+        'dp_epsilon',
       ]
     )
     for s in ranked:
@@ -582,6 +608,7 @@ def write_report(
           '' if s.rounds_to_target is None else s.rounds_to_target,
           s.seconds_per_round,
           reported.get(s.method, {}).get('accuracy', ''),
+          '' if s.epsilon is None else s.epsilon,
         ]
       )
   return dict(markdown=md_path, csv=csv_path)
