@@ -24,6 +24,34 @@ import tensorflow_federated as tff
 LearningRateFn = Callable[[Any], Any]
 
 
+def as_optimizer(optimizer: Any) -> tff.learning.optimizers.Optimizer:
+  """`optimizer`, or the optimizer of TFF's schedule form (learning rate ->
+  optimizer), whose learning rate is then set through its hyperparameters.
+
+  Raises:
+    TypeError: neither a TFF optimizer nor a function returning one.
+  """
+  if callable(optimizer) and not isinstance(
+    optimizer, tff.learning.optimizers.Optimizer
+  ):
+    optimizer = optimizer(1.0)
+  if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+      'client_optimizer_fn must be a tff.learning.optimizers.Optimizer '
+      '(e.g. tff.learning.optimizers.build_sgdm(0.1)), got '
+      f'{optimizer!r}.'
+    )
+  return optimizer
+
+
+def initial_hparams(optimizer: tff.learning.optimizers.Optimizer):
+  """The optimizer's hyperparameters, as TFF's client works read them: of
+  a state for a whimsy spec."""
+  return optimizer.get_hparams(
+    optimizer.initialize(tf.TensorSpec((), tf.float32))
+  )
+
+
 class ClientHparams:
   """The client work's state and what its clients receive of it.
 
@@ -45,15 +73,9 @@ class ClientHparams:
     optimizer: tff.learning.optimizers.Optimizer,
     learning_rate_fn: Optional[LearningRateFn] = None,
   ):
-    if (
-      learning_rate_fn is not None
-      and callable(optimizer)
-      and not isinstance(optimizer, tff.learning.optimizers.Optimizer)
-    ):
-      # TFF's schedule form: learning rate -> optimizer. Its learning rate
-      # is set each round through the optimizer's hyperparameters.
-      optimizer = optimizer(1.0)
-    if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
+    if learning_rate_fn is not None:  # TFF's schedule form is taken too.
+      optimizer = as_optimizer(optimizer)
+    elif not isinstance(optimizer, tff.learning.optimizers.Optimizer):
       raise TypeError(
         'client_optimizer_fn must be a tff.learning.optimizers.Optimizer '
         '(e.g. tff.learning.optimizers.build_sgdm(0.1)), got '
@@ -61,10 +83,7 @@ class ClientHparams:
       )
     self.optimizer = optimizer
     self.learning_rate_fn = learning_rate_fn
-    # As TFF's client work: the hyperparameters of a state for a whimsy spec.
-    self.initial = optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec((), tf.float32))
-    )
+    self.initial = initial_hparams(optimizer)
     if learning_rate_fn is not None:
       if not callable(learning_rate_fn):
         raise TypeError(

@@ -267,12 +267,16 @@ class ClientIdsLearningProcess(tff.learning.templates.LearningProcess):
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
-    self._checked_next = CheckedNext(super().next, refuse_data_sets)
+    self._checked_next = CheckedNext(super().next, self.check_clients)
 
   @property
   def next(self):
-    """`next(state, client ids or keys)`, after `refuse_data_sets`."""
+    """`next(state, client ids or keys)`, after `check_clients`."""
     return self._checked_next
+
+  def check_clients(self, clients: Any) -> None:
+    """Refuses, before the round runs, what the clients can't take."""
+    refuse_data_sets(clients)
 
 
 def refuse_data_sets(clients: Any) -> None:

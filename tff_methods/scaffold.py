@@ -34,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import client_hparams
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
@@ -142,18 +143,8 @@ def _client_sgd(
       'client_optimizer_fn=tff_methods.optimizers.build_client_sgd(lr, '
       'momentum, weight_decay).'
     )
-  if callable(client_optimizer_fn) and not isinstance(
-    client_optimizer_fn, tff.learning.optimizers.Optimizer
-  ):
-    client_optimizer_fn = client_optimizer_fn(1.0)  # TFF's schedule form.
-  if not isinstance(client_optimizer_fn, tff.learning.optimizers.Optimizer):
-    raise TypeError(
-      'client_optimizer_fn must be a tff.learning.optimizers.Optimizer, '
-      f'got {client_optimizer_fn!r}.'
-    )
-  hparams = client_optimizer_fn.get_hparams(
-    client_optimizer_fn.initialize(tf.TensorSpec((), tf.float32))
-  )
+  client_optimizer_fn = client_hparams.as_optimizer(client_optimizer_fn)
+  hparams = client_hparams.initial_hparams(client_optimizer_fn)
   if 'learning_rate' not in hparams or set(hparams) - _SGD_HPARAMS:
     raise ValueError(
       "SCAFFOLD's control variates assume SGD steps of learning rate eta "
@@ -246,9 +237,7 @@ def build_scaffold(
     server_optimizer_fn = optimizers.build_server_optimizer(
       'sgd', 1.0 if server_learning_rate is None else server_learning_rate
     )
-  eta = client_optimizer.get_hparams(
-    client_optimizer.initialize(tf.TensorSpec((), tf.float32))
-  )['learning_rate']
+  eta = client_hparams.initial_hparams(client_optimizer)['learning_rate']
   correction = ControlVariateCorrection(eta, num_clients)
   if client_weighting is None:
     client_weighting = tff.learning.ClientWeighting.UNIFORM

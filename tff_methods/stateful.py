@@ -41,7 +41,7 @@ from tff_methods import regularizers as regularizers_lib
 from tff_methods import tff_models
 
 
-class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
+class StatefulClientsLearningProcess(composers.ClientIdsLearningProcess):
   """A `LearningProcess` whose clients keep state in `client_states`.
 
   Its `next` takes each client's key, `(client_id, round_num)`; the clients
@@ -73,12 +73,10 @@ class StatefulClientsLearningProcess(tff.learning.templates.LearningProcess):
     # (N, who needs it): the population a method's server rule assumes.
     self._population = None
     self._seen_clients = set()
-    self._checked_next = composers.CheckedNext(super().next, self.check_keys)
 
-  @property
-  def next(self):
-    """`next(state, keys)`, the round's computation after `check_keys`."""
-    return self._checked_next
+  def check_clients(self, clients: Any) -> None:
+    """`next`'s check before the round runs: `check_keys`."""
+    self.check_keys(clients)
 
   def expect_population(self, num_clients: int, setting: str) -> None:
     """Makes `check_keys` refuse more distinct clients than
