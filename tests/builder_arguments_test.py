@@ -126,12 +126,6 @@ CASES = [
     dict(mu=1.0),
   ),
   (
-    'fedprox',
-    lambda **a: _stateless(fedprox.build_fedprox, **a),
-    dict(mu=0.1),
-    dict(mu=0.1, client_weighting=UNIFORM),
-  ),
-  (
     'fedmax',
     lambda **a: _stateless(fedmax.build_fedmax, **a),
     dict(beta=1.0),
@@ -165,12 +159,6 @@ CASES = [
     dict(mu=1.0, temperature=0.1),
   ),
   (
-    'moon',
-    lambda **a: _stateful(moon.build_moon, **a),
-    dict(mu=1.0),
-    dict(mu=3.0),
-  ),
-  (
     'fedcka',
     lambda **a: _stateful(fedcka.build_fedcka, **a),
     dict(mu=1.0, num_layers=1),
@@ -182,17 +170,9 @@ CASES = [
     dict(mu=1.0, num_layers=1),
     dict(mu=1.0, num_layers=1, similarity='frobenius'),
   ),
-  (
-    'fedcka',
-    lambda **a: _stateful(fedcka.build_fedcka, **a),
-    dict(mu=1.0, num_layers=1),
-    dict(mu=3.0, num_layers=1),
-  ),
   ('scaffold', _scaffold, {}, dict(client_weighting=NUM_EXAMPLES)),
   ('scaffold', _scaffold, {}, dict(num_clients=10)),
   ('scaffold', _scaffold, {}, dict(client_momentum=0.5)),
-  ('scaffold', _scaffold, {}, dict(server_learning_rate=0.5)),
-  ('scaffold', _scaffold, {}, dict(client_learning_rate=0.1)),
 ]
 
 _BASES = {}

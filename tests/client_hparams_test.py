@@ -100,18 +100,23 @@ BUILDERS = {
 }
 
 
-@pytest.mark.parametrize('method', list(BUILDERS))
-def test_get_hparams_reads_both_learning_rates_as_tffs_do(method):
-  process = BUILDERS[method](
-    0.1, server_optimizer_fn=tff.learning.optimizers.build_sgdm(0.7)
-  )
+@pytest.fixture(scope='module')
+def tffs_hparams():
   theirs = tff.learning.algorithms.build_weighted_fed_avg(
     model_lib.tff_model_fn(MODEL_FN, SPEC),
     client_optimizer_fn=_sgd(0.1),
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(0.7),
   )
+  return theirs.get_hparams(theirs.initialize())
+
+
+@pytest.mark.parametrize('method', list(BUILDERS))
+def test_get_hparams_reads_both_learning_rates_as_tffs_do(method, tffs_hparams):
+  process = BUILDERS[method](
+    0.1, server_optimizer_fn=tff.learning.optimizers.build_sgdm(0.7)
+  )
   ours = process.get_hparams(process.initialize())
-  expected = theirs.get_hparams(theirs.initialize())
+  expected = tffs_hparams
   assert ours['client_work']['learning_rate'] == pytest.approx(0.1)
   assert ours['finalizer']['learning_rate'] == pytest.approx(0.7)
   assert tf.nest.map_structure(float, ours) == tf.nest.map_structure(

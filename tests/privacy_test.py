@@ -57,7 +57,7 @@ def test_epsilon_grows_with_rounds_and_falls_with_noise():
 
 @pytest.mark.parametrize(
   'sampling, accountant, target',
-  [('without_replacement', 'rdp', 4.0), ('poisson', 'pld', 2.0)],
+  [('without_replacement', 'rdp', 4.0), ('poisson', 'rdp', 2.0)],
 )
 def test_calibration_meets_the_target_within_one_percent_and_never_above(
   sampling, accountant, target
