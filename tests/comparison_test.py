@@ -2,9 +2,12 @@
 
 import csv
 import json
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -106,6 +109,24 @@ def test_plan_checks_every_run_before_any_starts(tmp_path):
     ('fedprox', 3),
   ]
   assert configs[1].output_dir == os.path.join(str(tmp_path), 'fedavg', 'seed3')
+
+
+def _wait_with_sigterm(handler):
+  signal.signal(signal.SIGTERM, handler)
+  time.sleep(600)
+
+
+def test_stopping_jobs_kills_a_job_that_ignores_sigterm():
+  # fork: a local target, no pickling; the child runs only these two calls.
+  context = multiprocessing.get_context('fork')
+  stuck = context.Process(target=_wait_with_sigterm, args=(signal.SIG_IGN,))
+  ending = context.Process(target=_wait_with_sigterm, args=(signal.SIG_DFL,))
+  stuck.start()
+  ending.start()
+  time.sleep(0.5)  # The handler is in place.
+  comparison.stop_jobs([stuck, ending], grace_seconds=1.0)
+  assert ending.exitcode == -signal.SIGTERM
+  assert stuck.exitcode == -signal.SIGKILL
 
 
 def _accuracies(run_directory):

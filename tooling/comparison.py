@@ -275,13 +275,27 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
           f'{accuracy * 100:.2f}% ({seconds:.0f} s)'
         )
   except BaseException:
-    # A failed run or an interruption: the other jobs stop too (SIGTERM
-    # ends their workers first).
-    for process in processes:
-      process.terminate()
+    # A failed run or an interruption: the other jobs stop too. SIGTERM ends
+    # their workers first; a job still alive after a grace period (in a long
+    # C++ call, or on a queue lock a killed job held) is killed, and its
+    # worker with it (`workers` starts workers with PDEATHSIG).
+    pending.cancel_join_thread()  # No reader may be left for its last items.
+    stop_jobs(processes)
     raise
   finally:
     for process in processes:
+      process.join()
+
+
+def stop_jobs(processes, grace_seconds: float = 10.0) -> None:
+  """SIGTERM to every job, then SIGKILL to those alive after the grace."""
+  for process in processes:
+    process.terminate()
+  deadline = time.monotonic() + grace_seconds
+  for process in processes:
+    process.join(max(0.0, deadline - time.monotonic()))
+    if process.exitcode is None:
+      process.kill()
       process.join()
 
 
