@@ -94,8 +94,19 @@ def main(argv):
         else 'no guarantee (no noise)'
       )
       + f" over {dp['rounds']} rounds of {dp['clients_per_round']} of "
-      f"{dp['num_clients']} clients drawn without replacement "
-      f"({dp['accountant']})"
+      f"{dp['num_clients']} clients"
+      + (
+        ' drawn without replacement'
+        if dp['sampling'] == 'without_replacement'
+        else ' expected, Poisson-sampled'
+      )
+      + f", noise multiplier {dp['noise_multiplier']:.4g}"
+      + (
+        f" (calibrated for epsilon {dp['target_epsilon']:g})"
+        if 'target_epsilon' in dp
+        else ''
+      )
+      + f" ({dp['accountant']})"
     )
   return 0
 

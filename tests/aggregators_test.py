@@ -19,6 +19,7 @@ clients (a user's plain Keras model, named by `model_lib.named_outputs`):
   (its secure intrinsics compiled to their plain bodies).
 """
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -37,7 +38,9 @@ from tff_methods import fedprox
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import privacy
 from tff_methods import scaffold
+from tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
@@ -268,6 +271,40 @@ def test_tff_dp_aggregator_runs_with_uniform_weighting(method, setup):
       model_aggregator=tff.learning.dp_aggregator(0.1, NUM_CLIENTS),
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
     )
+
+
+def test_the_adaptive_clips_knobs_reach_tffs_dp_query():
+  # From the experiment's settings, through the method's hyperparameters.
+  config = experiment.ExperimentConfig(
+    task='digits',
+    clients_per_round=10,
+    aggregator='dp',
+    dp_noise_multiplier=0.3,
+    dp_clipped_count_stddev=0.7,
+    dp_target_quantile=0.8,
+  )
+  factory = config.hyperparameters(20).model_aggregator()
+  value_type = tff.TensorType(np.float32, [3])
+  state = factory.create(value_type).initialize()
+  query = state['inner_agg'].query_state.numerator_state
+  quantile = query.quantile_estimator_state
+  assert quantile.target_quantile == pytest.approx(0.8)
+  assert quantile.below_estimate_state.numerator_state.stddev == (
+    pytest.approx(0.7)
+  )
+  # The updates' noise is Andrew et al.'s split of the 0.3 asked for.
+  assert query.noise_multiplier == pytest.approx(
+    privacy.value_noise_multiplier(0.3, 10, 0.7)
+  )
+  # Set to TFF's own defaults (0.05 x 10 clients, 0.5), the knobs build
+  # what TFF's dp_aggregator builds: the same zeroing around the same query.
+  at_tff_defaults = dataclasses.replace(
+    config, dp_clipped_count_stddev=0.5, dp_target_quantile=0.5
+  )
+  ours = at_tff_defaults.hyperparameters(20).model_aggregator()
+  assert str(ours.create(value_type).initialize()) == str(
+    tff.learning.dp_aggregator(0.3, 10).create(value_type).initialize()
+  )
 
 
 @pytest.mark.parametrize('method', METHODS)

@@ -12,6 +12,7 @@ from binaries import experiment_flags  # noqa: F401 (defines the flags)
 from tff_methods import methods
 from tff_methods import privacy
 from tff_methods import workers
+from tooling import dp_runs
 from tooling import experiment
 
 
@@ -105,17 +106,106 @@ def test_a_dp_cohort_too_small_for_the_adaptive_clip_is_refused_in_one_line():
   with pytest.raises(ValueError) as refused:
     experiment.validate(config)
   message = str(refused.value)
-  # What to change, by flag; not TFF's text about clipped_count_stddev.
-  assert 'clipped_count_stddev' not in message
+  # What to change, by flag, with the values that would do.
   for advice in (
-    'more than 5 clients per round',
-    'raise --clients_per_round',
+    'raise --clients_per_round above 5',
+    '--dp_clipped_count_stddev above 0.25',
     'lower --dp_noise_multiplier below 0.5',
-    '--dp_clip',
+    '(--dp_clip)',
   ):
     assert advice in message
   assert message.strip().splitlines()[0] == 'Bad settings:'
   assert len(message.strip().splitlines()) == 2  # one line for the one error
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_dp_run_at_a_target_epsilon_meets_it_for_its_poisson_cohorts(
+  tmp_path,
+):
+  config = experiment.ExperimentConfig(
+    method='fedavg',
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=2,
+    rounds=2,
+    aggregator='dp',
+    dp_clip=1.0,
+    dp_target_epsilon=8.0,
+    dp_accountant='pld',
+    client_sampling='poisson',
+    output_dir=str(tmp_path / 'run'),
+    cache_dir=str(tmp_path / 'cache'),
+  )
+  experiment.run(config, progress=False)
+  with open(tmp_path / 'run' / 'results.json') as f:
+    dp = json.load(f)['dp']
+  noise = privacy.calibrate_noise_multiplier(
+    8.0, 2, 4, 2, 4**-1.1, sampling='poisson', accountant='pld'
+  )
+  assert dp['noise_multiplier'] == pytest.approx(noise)
+  assert 0.99 * 8.0 <= dp['epsilon'] <= 8.0
+  assert (dp['sampling'], dp['target_epsilon']) == ('poisson', 8.0)
+  assert dp['accountant'] == 'pld (add-or-remove-one adjacency)'
+  # The noise was calibrated for 2 rounds: a longer run is refused before
+  # any work, and the run is left as it was.
+  with pytest.raises(ValueError, match='calibrated for --dp_target_epsilon'):
+    experiment.run(dataclasses.replace(config, rounds=3), progress=False)
+  with open(tmp_path / 'run' / 'experiment.json') as f:
+    assert json.load(f)['rounds'] == 2
+
+
+def test_dp_settings_are_refused_in_one_line_each_naming_the_flag():
+  base = experiment.ExperimentConfig(
+    task='digits', model='mlp', num_clients=10, clients_per_round=5
+  )
+
+  def refusal(**settings):
+    with pytest.raises(ValueError) as refused:
+      experiment.validate(dataclasses.replace(base, **settings))
+    lines = str(refused.value).strip().splitlines()[1:]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+  assert '--client_sampling=poisson' in refusal(
+    aggregator='dp', dp_clip=1.0, dp_accountant='pld'
+  )
+  assert 'needs --aggregator=dp' in refusal(dp_target_epsilon=5.0)
+  assert 'drop --dp_noise_multiplier=1.0' in refusal(
+    aggregator='dp', dp_clip=1.0, dp_target_epsilon=5.0, dp_noise_multiplier=1.0
+  )
+  assert '--dp_target_quantile=1.0 must be in (0, 1)' in refusal(
+    aggregator='dp', dp_noise_multiplier=0.1, dp_target_quantile=1.0
+  )
+  # A target that needs more noise than the adaptive clip takes with 5
+  # clients a round: what to change, by flag.
+  line = refusal(aggregator='dp', dp_target_epsilon=5.0, rounds=20)
+  noise = privacy.calibrate_noise_multiplier(5.0, 5, 10, 20, 10**-1.1)
+  assert f'needs noise multiplier {noise:.4g}' in line
+  for advice in (
+    '--clients_per_round',
+    '--dp_clipped_count_stddev',
+    '--dp_clip',
+    'fewer --rounds',
+    'raise --dp_target_epsilon',
+  ):
+    assert advice in line
+  # The same target with a fixed clip, or a larger clipped-count noise,
+  # is taken; so is the noise it needs.
+  experiment.validate(
+    dataclasses.replace(
+      base, aggregator='dp', dp_target_epsilon=5.0, rounds=20, dp_clip=1.0
+    )
+  )
+  experiment.validate(
+    dataclasses.replace(
+      base,
+      aggregator='dp',
+      dp_target_epsilon=5.0,
+      rounds=20,
+      dp_clipped_count_stddev=noise,
+    )
+  )
 
 
 @pytest.mark.usefixtures('tff_worker')
@@ -151,12 +241,12 @@ def test_a_dp_run_records_its_epsilon_for_its_sampling(tmp_path):
     and epsilons[0] < epsilons[1]
   )
   without_noise = dataclasses.replace(config, dp_noise_multiplier=0.0)
-  assert experiment.dp_guarantee(without_noise, 4, 2)['epsilon'] is None
+  assert dp_runs.guarantee(without_noise, 4, 2)['epsilon'] is None
   robust = dataclasses.replace(config, aggregator='robust')
-  assert experiment.dp_guarantee(robust, 4, 2) is None
+  assert dp_runs.guarantee(robust, 4, 2) is None
   # --dp_delta sets the delta reported.
   at_delta = dataclasses.replace(config, dp_delta=1e-3)
-  assert experiment.dp_guarantee(at_delta, 4, 2)['epsilon'] == pytest.approx(
+  assert dp_runs.guarantee(at_delta, 4, 2)['epsilon'] == pytest.approx(
     privacy.epsilon(0.25, 3, 4, 2, 1e-3)
   )
   with pytest.raises(ValueError, match=r'--dp_delta=1.5 must be in \(0, 1\)'):

@@ -94,14 +94,29 @@ def cache_dir(tmp_path_factory):
 
 
 # TFF's FedOpt algorithms are `tff_fedavg` with another server optimizer.
-@pytest.mark.parametrize(
-  'method',
-  [
-    m
-    for m in methods.METHOD_NAMES
-    if m not in methods.TFF_ALGORITHMS or m == 'tff_fedavg'
-  ],
+# Every component and every kind of server state once: the combinations
+# carry FedProx, FedCos and the momentum and Adam server optimizers (Yogi's
+# state is Adam's), and every stateful or standalone method runs itself.
+_PROGRAM_METHODS = (
+  'fedadam+fedcos',
+  'fedavgm+fedcos',
+  'fedprox+fedcos',
+  'fedmax',
+  'moon',
+  'fedcka',
+  'scaffold',
+  'fed2',
+  'tff_fedavg',
 )
+
+
+def test_the_program_methods_cover_every_method():
+  covered = {p for m in _PROGRAM_METHODS for p in methods.parse_method(m)}
+  left = set(methods.SINGLE_METHODS) - covered - set(methods.TFF_ALGORITHMS)
+  assert left <= {'fedavg', 'fedyogi'}, left
+
+
+@pytest.mark.parametrize('method', _PROGRAM_METHODS)
 def test_train_model_runs_and_resumes_every_method(method, cache_dir, tmp_path):
   runs = {}
   for name in ('whole', 'resumed'):
@@ -153,6 +168,16 @@ def test_data_source_iterator_survives_program_state(tmp_path):
   assert iterator.round_num == 2
   with pytest.raises(ValueError, match=r'select takes k in \[1, 4\]'):
     iterator.select(5)
+  # Poisson cohorts (k expected): the sampling is kept with the state.
+  poisson = datasets.ClientRoundDataSource(
+    [f'c{i}' for i in range(40)], seed=1, sampling='poisson'
+  ).iterator()
+  poisson.select(2)
+  restored = type(poisson).from_bytes(poisson.to_bytes())
+  sizes = {len(restored.select(2)) for _ in range(30)}
+  assert len(sizes) > 2  # not a fixed size
+  with pytest.raises(ValueError, match="sampling 'with_replacement'"):
+    datasets.ClientRoundDataSource(['a'], sampling='with_replacement')
 
 
 if __name__ == '__main__':

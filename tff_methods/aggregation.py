@@ -15,13 +15,18 @@ takes, by TFF's names and with TFF's meanings:
   training metrics unfinalized, as a TFF model does
   (`TRAIN_METRIC_FINALIZERS` names them).
 - `client_weighting`: `tff.learning.ClientWeighting.NUM_EXAMPLES` (the
-  default) or `UNIFORM`.
+  default) or `UNIFORM`; or `NumTokens()`, the labels that are not padding
+  (for next-token tasks, as Reddi et al. weight Shakespeare and Stack
+  Overflow clients; `fedavg.build_tff_fedavg` gives it to TFF's builder
+  through the model, `tff_models.TokensAsExamples`).
 
 `build_model_aggregator` makes TFF's four aggregator families by name, for
 the binaries' `--aggregator` flag.
 """
 
 import collections
+import dataclasses
+import math
 from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
@@ -32,6 +37,38 @@ ModelAggregator = Union[
   tff.aggregators.UnweightedAggregationFactory,
 ]
 MetricsAggregator = Callable[..., tff.Computation]
+
+
+@dataclasses.dataclass(frozen=True)
+class NumTokens:
+  """Client weighting by the tokens a client trained on: its labels other
+  than `pad_token`, over every batch of the round (as the examples are
+  counted for `NUM_EXAMPLES`).
+
+  The weighting of Reddi et al.'s text tasks (google-research/federated
+  weights Shakespeare and Stack Overflow clients by `num_tokens`, TFF's
+  `NumTokensCounter` with the padding masked).
+  """
+
+  pad_token: int = 0
+
+  def count(self, labels: tf.Tensor) -> tf.Tensor:
+    """How many of `labels` are tokens, as a float32 scalar."""
+    return tf.reduce_sum(
+      tf.cast(
+        tf.not_equal(labels, tf.cast(self.pad_token, labels.dtype)), tf.float32
+      )
+    )
+
+
+ClientWeighting = Union[tff.learning.ClientWeighting, NumTokens]
+
+# The client weightings by name, for the binaries' `--client_weighting`.
+CLIENT_WEIGHTINGS = {
+  'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
+  'uniform': tff.learning.ClientWeighting.UNIFORM,
+  'num_tokens': NumTokens(),
+}
 
 # The names `build_model_aggregator` takes: TFF's weighted mean and its
 # four aggregator families.
@@ -62,11 +99,12 @@ def model_aggregation(
     ValueError: an unweighted factory with NUM_EXAMPLES weighting.
   """
   if client_weighting is not None and not isinstance(
-    client_weighting, tff.learning.ClientWeighting
+    client_weighting, (tff.learning.ClientWeighting, NumTokens)
   ):
     raise TypeError(
       f'client_weighting must be a tff.learning.ClientWeighting (UNIFORM '
-      f'or NUM_EXAMPLES), got {client_weighting!r}.'
+      f'or NUM_EXAMPLES) or aggregation.NumTokens(), got '
+      f'{client_weighting!r}.'
     )
   if model_aggregator is None:
     return (
@@ -166,6 +204,8 @@ def build_model_aggregator(
   noise_multiplier: float = 0.0,
   clients_per_round: Optional[int] = None,
   clip: Optional[float] = None,
+  clipped_count_stddev: Optional[float] = None,
+  target_unclipped_quantile: float = 0.5,
 ) -> Optional[ModelAggregator]:
   """One of TFF's aggregator families by name (None for 'mean').
 
@@ -181,6 +221,11 @@ def build_model_aggregator(
     clip: DP's L2 clipping norm; None for TFF's adaptive clipping
       (`tff.learning.dp_aggregator`), a number for a fixed clip
       (`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`).
+    clipped_count_stddev: The adaptive clip's noise on its count of clipped
+      clients; None for TFF's 0.05 x clients_per_round. It must exceed half
+      the noise multiplier (`privacy.value_noise_multiplier`).
+    target_unclipped_quantile: The share of clients the adaptive clip aims
+      to leave unclipped (TFF's 0.5 by default).
 
   Raises:
     ValueError: naming the bad value and what is allowed.
@@ -209,20 +254,65 @@ def build_model_aggregator(
       f'{clients_per_round!r}.'
     )
   if clip is None:
-    # TFF's adaptive clip spends part of the budget on counting clipped
-    # clients, with noise 0.05 * clients_per_round; it needs more than
-    # half the noise multiplier (Andrew et al., 2021), or TFF refuses.
-    if 0 < noise_multiplier >= 2 * (0.05 * clients_per_round):
+    if not 0 < target_unclipped_quantile < 1:
       raise ValueError(
-        f'adaptive clipping at noise multiplier {noise_multiplier} needs '
-        f'more than {int(10 * noise_multiplier)} clients per round, got '
-        f'{clients_per_round} (TFF counts clipped clients with noise '
-        '0.05 x clients per round, which must exceed half the noise '
-        'multiplier): raise clients_per_round, lower noise_multiplier '
-        f'below {0.1 * clients_per_round:g}, or fix the clip (clip=...).'
+        "the adaptive clip's target unclipped quantile must be in (0, 1), "
+        f'got {target_unclipped_quantile!r}.'
       )
-    return tff.learning.dp_aggregator(
-      float(noise_multiplier), clients_per_round
+    if clipped_count_stddev is not None and not clipped_count_stddev > 0:
+      raise ValueError(
+        f'the clipped-count noise must be > 0, got {clipped_count_stddev!r}.'
+      )
+    # TFF's adaptive clip spends part of the budget on counting clipped
+    # clients (Andrew et al., 2021); the count's noise must exceed half the
+    # noise multiplier, or TFF refuses.
+    count_stddev = (
+      0.05 * clients_per_round
+      if clipped_count_stddev is None
+      else clipped_count_stddev
+    )
+    if 0 < noise_multiplier >= 2 * count_stddev:
+      raise ValueError(
+        f'adaptive clipping at noise multiplier {noise_multiplier} needs a '
+        f'clipped-count noise above {noise_multiplier / 2:g}, got '
+        f'{count_stddev:g}'
+        + (
+          f' (0.05 x {clients_per_round} clients per round)'
+          if clipped_count_stddev is None
+          else ''
+        )
+        + ': raise clients_per_round'
+        + (
+          f' above {int(10 * noise_multiplier)}'
+          if clipped_count_stddev is None
+          else ''
+        )
+        + f' or clipped_count_stddev above {noise_multiplier / 2:g}, lower '
+        f'noise_multiplier below {2 * count_stddev:g}, or fix the clip '
+        '(clip=...).'
+      )
+    if clipped_count_stddev is None and target_unclipped_quantile == 0.5:
+      return tff.learning.dp_aggregator(
+        float(noise_multiplier), clients_per_round
+      )
+    # `tff.learning.dp_aggregator` with its two knobs set: TFF's adaptive
+    # Gaussian factory behind the same adaptive zeroing.
+    return tff.aggregators.zeroing_factory(
+      tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
+        initial_estimate=10.0,
+        target_quantile=0.98,
+        learning_rate=math.log(10.0),
+        multiplier=2.0,
+        increment=1.0,
+      ),
+      tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+        float(noise_multiplier),
+        clients_per_round,
+        target_unclipped_quantile=float(target_unclipped_quantile),
+        clipped_count_stddev=(
+          None if clipped_count_stddev is None else float(count_stddev)
+        ),
+      ),
     )
   if not isinstance(clip, (int, float)) or clip <= 0:
     raise ValueError(

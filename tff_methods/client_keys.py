@@ -58,14 +58,38 @@ def round_of_key(key: Any) -> int:
 
 
 def sample_clients(
-  client_ids: Sequence[str], clients_per_round: int, round_num: int, seed: int
+  client_ids: Sequence[str],
+  clients_per_round: int,
+  round_num: int,
+  seed: int,
+  sampling: str = 'without_replacement',
 ) -> list[str]:
-  """The round's cohort: a seeded sample without replacement, sorted.
+  """The round's cohort, sorted, seeded by (seed, round) only, so a resumed
+  run samples as the uninterrupted one.
 
-  It depends on (seed, round) only, so a resumed run samples as the
-  uninterrupted one.
+  Args:
+    client_ids: The population.
+    clients_per_round: The cohort size ('without_replacement'), or its
+      expectation ('poisson').
+    round_num: The round, from 1.
+    seed: The run's seed.
+    sampling: 'without_replacement': exactly `clients_per_round` distinct
+      clients. 'poisson': each client independently with probability
+      clients_per_round / len(client_ids); the cohort may be empty, which
+      DP accounting of Poisson sampling assumes (`tff_methods.privacy`).
+
+  Raises:
+    ValueError: an unknown `sampling`.
   """
   rng = np.random.default_rng([seed, round_num])
+  if sampling == 'poisson':
+    taken = rng.random(len(client_ids)) < clients_per_round / len(client_ids)
+    return [c for c, t in zip(client_ids, taken) if t]
+  if sampling != 'without_replacement':
+    raise ValueError(
+      f'sampling {sampling!r} is unknown; choose without_replacement or '
+      'poisson.'
+    )
   chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
   return [client_ids[i] for i in sorted(chosen)]
 
@@ -75,30 +99,45 @@ class ClientRoundDataSource(tff.program.FederatedDataSource):
 
   A `tff.program.FederatedDataSource` for `tff.learning.programs.
   train_model` and its kin: each `select(k)` is the next round's seeded
-  cohort of k clients (`sample_clients`), as `CLIENT_KEY_TYPE` keys, which
-  a stateful process's `next` takes. Its iterator is saved with the
-  program state, so a resumed program samples as the uninterrupted one.
+  cohort of k clients (`sample_clients`; k expected with `sampling=
+  'poisson'`), as `CLIENT_KEY_TYPE` keys, which a stateful process's `next`
+  takes. Its iterator is saved with the program state, so a resumed program
+  samples as the uninterrupted one.
   """
 
-  def __init__(self, client_ids: Sequence[str], seed: int = 0):
+  def __init__(
+    self,
+    client_ids: Sequence[str],
+    seed: int = 0,
+    sampling: str = 'without_replacement',
+  ):
+    sample_clients(client_ids, 1, 1, seed, sampling)  # Checks `sampling`.
     self._client_ids = list(client_ids)
     self._seed = seed
+    self._sampling = sampling
 
   @property
   def federated_type(self) -> tff.FederatedType:
     return tff.FederatedType(CLIENT_KEY_TYPE, tff.CLIENTS)
 
   def iterator(self) -> 'ClientRoundIterator':
-    return ClientRoundIterator(self._client_ids, self._seed)
+    return ClientRoundIterator(self._client_ids, self._seed, 0, self._sampling)
 
 
 class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
   """`ClientRoundDataSource`'s iterator: the rounds selected so far."""
 
-  def __init__(self, client_ids: Sequence[str], seed: int, round_num: int = 0):
+  def __init__(
+    self,
+    client_ids: Sequence[str],
+    seed: int,
+    round_num: int = 0,
+    sampling: str = 'without_replacement',
+  ):
     self._client_ids = list(client_ids)
     self._seed = seed
     self.round_num = round_num
+    self._sampling = sampling
 
   @property
   def federated_type(self) -> tff.FederatedType:
@@ -113,20 +152,30 @@ class ClientRoundIterator(tff.program.FederatedDataSourceIterator):
     self.round_num += 1
     return [
       client_key(c, self.round_num)
-      for c in sample_clients(self._client_ids, k, self.round_num, self._seed)
+      for c in sample_clients(
+        self._client_ids, k, self.round_num, self._seed, self._sampling
+      )
     ]
 
   def to_bytes(self) -> bytes:
     return json.dumps(
       dict(
-        client_ids=self._client_ids, seed=self._seed, round_num=self.round_num
+        client_ids=self._client_ids,
+        seed=self._seed,
+        round_num=self.round_num,
+        sampling=self._sampling,
       )
     ).encode()
 
   @classmethod
   def from_bytes(cls, buffer: bytes) -> 'ClientRoundIterator':
     saved = json.loads(buffer.decode())
-    return cls(saved['client_ids'], saved['seed'], saved['round_num'])
+    return cls(
+      saved['client_ids'],
+      saved['seed'],
+      saved['round_num'],
+      saved.get('sampling', 'without_replacement'),
+    )
 
   def __eq__(self, other) -> bool:
     return (

@@ -24,6 +24,7 @@ Adam (FedAdam) or Yogi (FedYogi), as in Reddi et al. (2021).
   itself (method `tff_fedavg`), TFF's baseline as TFF ships it.
 """
 
+import functools
 from typing import Any, Callable, Optional
 
 import tensorflow_federated as tff
@@ -31,6 +32,7 @@ import tensorflow_federated as tff
 from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import model_lib
+from tff_methods import tff_models
 
 
 def build_fedavg(
@@ -42,7 +44,7 @@ def build_fedavg(
   dataset_computation: Optional[tff.Computation] = None,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  client_weighting: Optional[aggregation.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
   client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> tff.learning.templates.LearningProcess:
@@ -65,8 +67,9 @@ def build_fedavg(
       `tff_methods.aggregation`); the weighted mean by default.
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
-    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
-      default, UNIFORM with an unweighted `model_aggregator`.
+    client_weighting: `tff.learning.ClientWeighting` or
+      `aggregation.NumTokens()`; NUM_EXAMPLES by default, UNIFORM with an
+      unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning
@@ -96,7 +99,7 @@ def build_tff_fedavg(
   server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  client_weighting: Optional[aggregation.ClientWeighting] = None,
   tff_model_fn: Optional[
     Callable[[], tff.learning.models.VariableModel]
   ] = None,
@@ -113,7 +116,9 @@ def build_tff_fedavg(
     model_aggregator: As TFF's builders take it; an unweighted factory
       gives TFF's `build_unweighted_fed_avg`.
     metrics_aggregator: As TFF's builders take it.
-    client_weighting: As TFF's builders take it (NUM_EXAMPLES by default).
+    client_weighting: As TFF's builders take it (NUM_EXAMPLES by default),
+      or `aggregation.NumTokens()`, through a model that reports its tokens
+      as its examples (`tff_models.TokensAsExamples`).
     tff_model_fn: A `VariableModel` to train instead of the Keras model's
       logits with cross-entropy: a TFF baseline task's own
       (`tooling.tff_baselines`), with its loss and metrics.
@@ -121,8 +126,17 @@ def build_tff_fedavg(
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
   )
+  tff_model_fn = tff_model_fn or model_lib.tff_model_fn(
+    keras_model_fn, element_spec
+  )
+  if isinstance(client_weighting, aggregation.NumTokens):
+    # TFF's builder weighs by the examples its model reports.
+    tff_model_fn = functools.partial(
+      _tokens_as_examples, tff_model_fn, client_weighting.pad_token
+    )
+    client_weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
   return tff.learning.algorithms.build_weighted_fed_avg(
-    tff_model_fn or model_lib.tff_model_fn(keras_model_fn, element_spec),
+    tff_model_fn,
     client_optimizer_fn=client_optimizer_fn,
     server_optimizer_fn=(
       server_optimizer_fn or tff.learning.optimizers.build_sgdm(1.0)
@@ -131,3 +145,7 @@ def build_tff_fedavg(
     model_aggregator=factory,
     metrics_aggregator=metrics_aggregator,
   )
+
+
+def _tokens_as_examples(tff_model_fn, pad_token):
+  return tff_models.TokensAsExamples(tff_model_fn(), pad_token)

@@ -60,7 +60,7 @@ def build_fedprox(
   dataset_computation: Optional[tff.Computation] = None,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  client_weighting: Optional[aggregation.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
   client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> tff.learning.templates.LearningProcess:
@@ -84,8 +84,9 @@ def build_fedprox(
       `tff_methods.aggregation`); the weighted mean by default.
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
-    client_weighting: `tff.learning.ClientWeighting`; NUM_EXAMPLES by
-      default, UNIFORM with an unweighted `model_aggregator`.
+    client_weighting: `tff.learning.ClientWeighting` or
+      `aggregation.NumTokens()`; NUM_EXAMPLES by default, UNIFORM with an
+      unweighted `model_aggregator`.
     loss_fn: The data term, `(labels, model outputs) -> scalar`;
       cross-entropy on `logits` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning

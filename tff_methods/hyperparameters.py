@@ -64,10 +64,18 @@ class Hyperparameters:
       the MOON repo); by default plain SGD (the paper).
     fedcos_direction: FedCos's `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
+    client_weighting: How client updates are weighted in the mean, a name
+      in `aggregation.CLIENT_WEIGHTINGS`: 'num_examples' (TFF's default),
+      'uniform', or 'num_tokens' (Reddi et al.'s text tasks). An unweighted
+      (DP) aggregator weighs clients uniformly whatever this says.
     aggregator: TFF's model aggregator family, a name in
       `aggregation.AGGREGATORS` ('mean', the weighted mean, by default).
     dp_noise_multiplier: 'dp': the Gaussian noise over the clip.
     dp_clip: 'dp': a fixed L2 clip, or None for TFF's adaptive clipping.
+    dp_clipped_count_stddev: 'dp', adaptive clip: the noise on the count of
+      clipped clients (None: TFF's 0.05 x clients_per_round).
+    dp_target_quantile: 'dp', adaptive clip: the share of clients left
+      unclipped that the clip aims at (TFF's 0.5).
     clients_per_round: 'dp': the expected clients per round.
   """
 
@@ -92,9 +100,12 @@ class Hyperparameters:
   scaffold_weighting: str = 'uniform'
   scaffold_momentum: bool = False
   fedcos_direction: str = 'global_move'
+  client_weighting: str = 'num_examples'
   aggregator: str = 'mean'
   dp_noise_multiplier: float = 0.5
   dp_clip: Optional[float] = None
+  dp_clipped_count_stddev: Optional[float] = None
+  dp_target_quantile: float = 0.5
   clients_per_round: int = 10
 
   def model_aggregator(self) -> Optional[aggregation.ModelAggregator]:
@@ -104,7 +115,16 @@ class Hyperparameters:
       noise_multiplier=self.dp_noise_multiplier,
       clients_per_round=self.clients_per_round,
       clip=self.dp_clip,
+      clipped_count_stddev=self.dp_clipped_count_stddev,
+      target_unclipped_quantile=self.dp_target_quantile,
     )
+
+  def weighting(self) -> Optional[aggregation.ClientWeighting]:
+    """The builders' `client_weighting`: None (their default) for
+    'num_examples', so that an unweighted aggregator stays uniform."""
+    if self.client_weighting == 'num_examples':
+      return None
+    return aggregation.CLIENT_WEIGHTINGS[self.client_weighting]
 
   def strength(self, component: str) -> float:
     own = dict(self.strengths)

@@ -95,7 +95,7 @@ def build_client_update_fn(
   keras_model_fn: model_lib.KerasModelFn,
   optimizer: tff.learning.optimizers.Optimizer,
   regularizers: Sequence[regularizers_lib.Regularizer],
-  weighting: tff.learning.ClientWeighting,
+  weighting: aggregation.ClientWeighting,
   loss_fn: Optional[LossFn] = None,
   cache_reference_outputs: bool = True,
 ):
@@ -121,6 +121,7 @@ def build_client_update_fn(
     hyperparameters of the optimizer (`client_hparams`), its own when None.
   """
   loss_fn = loss_fn or cross_entropy
+  counts_tokens = isinstance(weighting, aggregation.NumTokens)
   # Every model here is assigned its weights before its first use.
   with model_lib.weights_assigned_before_use():
     model = keras_model_fn()
@@ -173,7 +174,7 @@ def build_client_update_fn(
 
     def reduce_fn(state, batch):
       batch = client_data.named_batch(batch)
-      sums, optimizer_state, (carried_tables, has_previous) = state
+      sums, optimizer_state, (carried_tables, has_previous), tokens = state
       # Reference models: inference mode, outside the tape.
       references = reference.outputs(batch, carried_tables or None)
       global_outputs = references.get('global')
@@ -225,7 +226,9 @@ def build_client_update_fn(
         num_batches=sums['num_batches'] + 1.0,
         num_non_finite_clients=sums['num_non_finite_clients'],
       )
-      return sums, optimizer_state, (carried_tables, has_previous)
+      if counts_tokens:
+        tokens += weighting.count(batch['y'])
+      return sums, optimizer_state, (carried_tables, has_previous), tokens
 
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     initial_sums = collections.OrderedDict(
@@ -241,11 +244,13 @@ def build_client_update_fn(
       optimizer_state = optimizer.set_hparams(
         optimizer_state, optimizer_hparams
       )
-    sums, _, _ = batches.reduce(
-      (initial_sums, optimizer_state, carried), reduce_fn
+    sums, _, _, tokens = batches.reduce(
+      (initial_sums, optimizer_state, carried, tf.constant(0.0)), reduce_fn
     )
     update = [g - w for g, w in zip(global_weights, trainable)]
-    if weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+    if counts_tokens:
+      weight = tokens
+    elif weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
       weight = sums['num_examples']
     else:
       weight = tf.constant(1.0)
@@ -283,7 +288,7 @@ def build_local_training_client_work(
   element_spec: Any,
   optimizer: tff.learning.optimizers.Optimizer,
   regularizers: Sequence[regularizers_lib.Regularizer] = (),
-  client_weighting: tff.learning.ClientWeighting = (
+  client_weighting: aggregation.ClientWeighting = (
     tff.learning.ClientWeighting.NUM_EXAMPLES
   ),
   received_type: Optional[tff.Type] = None,
@@ -403,7 +408,7 @@ def build_local_training_process(
   server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
   regularizers: Sequence[regularizers_lib.Regularizer] = (),
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
-  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  client_weighting: Optional[aggregation.ClientWeighting] = None,
   loss_fn: Optional[LossFn] = None,
   dataset_computation: Optional[tff.Computation] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,

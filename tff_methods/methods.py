@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
@@ -109,6 +110,7 @@ STANDALONE = ('scaffold', 'fed2') + tuple(TFF_ALGORITHMS)
 SCAFFOLD_WEIGHTINGS = {
   'uniform': tff.learning.ClientWeighting.UNIFORM,
   'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
+  'num_tokens': aggregation.NumTokens(),
 }
 SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
 # The single methods, and the combinations of the FedCos paper.
@@ -262,6 +264,7 @@ def build_method(
       server_optimizer_fn=server_optimizer,
       dataset_computation=dataset_computation,
       model_aggregator=model_aggregator,
+      client_weighting=hparams.weighting(),
       loss_fn=loss_fn,
     )
   if parts[0] in TFF_ALGORITHMS:
@@ -273,6 +276,7 @@ def build_method(
       client_optimizer_fn=client_optimizer,
       server_optimizer_fn=hparams.server_optimizer(TFF_ALGORITHMS[parts[0]]),
       model_aggregator=model_aggregator,
+      client_weighting=hparams.weighting(),
       tff_model_fn=tff_model_fn,
     )
     if dataset_computation is None:
@@ -286,6 +290,7 @@ def build_method(
     server_optimizer_fn=server_optimizer,
     dataset_computation=dataset_computation,
     model_aggregator=model_aggregator,
+    client_weighting=hparams.weighting(),
     loss_fn=loss_fn,
   )
   if main is None:
@@ -384,6 +389,7 @@ def build_method_for_client_ids(
     client_state_dir=hparams.client_state_dir,
     base_regularizers=others,
     model_aggregator=hparams.model_aggregator(),
+    client_weighting=hparams.weighting(),
     loss_fn=loss_fn,
   )
   if main == 'moon':

@@ -35,6 +35,15 @@ SAMPLINGS = ('without_replacement', 'poisson')
 ACCOUNTANTS = ('rdp', 'pld')
 
 
+def adjacency(sampling: str) -> str:
+  """The neighbouring relation `epsilon` accounts `sampling` under."""
+  return (
+    'replace-one'
+    if sampling == 'without_replacement'
+    else ('add-or-remove-one')
+  )
+
+
 def default_delta(num_clients: int) -> float:
   """1 / num_clients^1.1: a delta must be well below 1 / N for a guarantee
   over N clients to protect each of them; N^-1.1 is a common convention."""

@@ -170,7 +170,7 @@ def build_scaffold(
   client_momentum: float = 0.0,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  client_weighting: Optional[aggregation.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
   client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
 ) -> stateful.StatefulClientsLearningProcess:

@@ -235,7 +235,7 @@ def build_stateful_local_training_process(
   server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
   regularizers: Sequence[regularizers_lib.Regularizer] = (),
   client_state_dir: Optional[str] = None,
-  client_weighting: Optional[tff.learning.ClientWeighting] = None,
+  client_weighting: Optional[aggregation.ClientWeighting] = None,
   loss_fn: Optional[local_training.LossFn] = None,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,

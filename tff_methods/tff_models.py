@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import client_data
+
 LossFn = Callable[[tf.Tensor, Any], tf.Tensor]
 
 
@@ -146,3 +148,59 @@ def _from_functional_model(functional, loss_fn):
       return functional.loss(output=outputs['logits'], label=labels)
 
   return keras_model_fn, loss_fn
+
+
+class TokensAsExamples(tff.learning.models.VariableModel):
+  """A TFF model whose forward pass counts its batch's tokens as examples.
+
+  TFF 0.87's `build_weighted_fed_avg` weighs clients by the examples its
+  model's forward pass reports (NUM_EXAMPLES) and takes no other function
+  of a client; through this model that weight is the client's tokens, its
+  labels other than `pad_token` (`aggregation.NumTokens`). Everything else,
+  metrics included, is the wrapped model's.
+  """
+
+  def __init__(self, model: tff.learning.models.VariableModel, pad_token=0):
+    self._model = model
+    self._pad_token = pad_token
+
+  @property
+  def trainable_variables(self):
+    return self._model.trainable_variables
+
+  @property
+  def non_trainable_variables(self):
+    return self._model.non_trainable_variables
+
+  @property
+  def local_variables(self):
+    return self._model.local_variables
+
+  @property
+  def input_spec(self):
+    return self._model.input_spec
+
+  @tf.function
+  def forward_pass(self, batch_input, training=True):
+    output = self._model.forward_pass(batch_input, training=training)
+    labels = client_data.named_batch(batch_input)['y']
+    tokens = tf.math.count_nonzero(
+      tf.not_equal(labels, tf.cast(self._pad_token, labels.dtype)),
+      dtype=tf.int32,
+    )
+    return output._replace(num_examples=tokens)
+
+  @tf.function
+  def predict_on_batch(self, batch_input, training=True):
+    return self._model.predict_on_batch(batch_input, training=training)
+
+  @tf.function
+  def report_local_unfinalized_metrics(self):
+    return self._model.report_local_unfinalized_metrics()
+
+  def metric_finalizers(self):
+    return self._model.metric_finalizers()
+
+  @tf.function
+  def reset_metrics(self):
+    return self._model.reset_metrics()

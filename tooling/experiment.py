@@ -37,8 +37,8 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
-from tff_methods import privacy
 from tff_methods import similarity as similarity_lib
+from tooling import dp_runs
 from tooling import evaluation
 from tooling import tff_baselines
 from tooling import training_loop
@@ -219,10 +219,18 @@ class ExperimentConfig:
     'fedavgm: heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
     'code: m = beta m + (1 - beta) delta).',
   )
+  client_weighting: str = _method_setting(
+    'client_weighting',
+    'How client updates are weighted in the mean (every method but '
+    "scaffold, which takes --scaffold_weighting): num_examples (TFF's "
+    'default), uniform, or num_tokens (the labels that are not padding: '
+    "Reddi et al.'s weighting of the text tasks). --aggregator=dp weighs "
+    'clients uniformly.',
+  )
   scaffold_weighting: str = _method_setting(
     'scaffold_weighting',
-    'scaffold: the model average, uniform (the paper) or num_examples '
-    '(NIID-Bench).',
+    'scaffold: the model average, uniform (the paper), num_examples '
+    '(NIID-Bench) or num_tokens.',
   )
   scaffold_momentum: bool = _method_setting(
     'scaffold_momentum',
@@ -258,10 +266,40 @@ class ExperimentConfig:
     'dp: a fixed L2 clipping norm; by default adaptive clipping '
     '(tff.learning.dp_aggregator).',
   )
+  dp_clipped_count_stddev: Optional[float] = _method_setting(
+    'dp_clipped_count_stddev',
+    'dp, adaptive clip: the noise on the count of clipped clients; by '
+    "default TFF's 0.05 x --clients_per_round. It must exceed half of "
+    '--dp_noise_multiplier; the larger it is, the more noise the updates '
+    'get for the same privacy (Andrew et al., 2021).',
+  )
+  dp_target_quantile: float = _method_setting(
+    'dp_target_quantile',
+    'dp, adaptive clip: the share of clients whose updates the clip aims '
+    'to leave unclipped.',
+  )
   dp_delta: Optional[float] = _setting(
     None,
     "dp: the delta of the run's reported (epsilon, delta); by default "
     '1 / N^1.1 for N clients.',
+  )
+  dp_target_epsilon: Optional[float] = _setting(
+    None,
+    'dp: the client-level epsilon to meet after --rounds at --dp_delta; '
+    'the smallest noise multiplier that meets it is found before any '
+    'work and replaces --dp_noise_multiplier.',
+  )
+  dp_accountant: str = _setting(
+    'rdp',
+    "dp: the accountant of the run's epsilon, rdp or pld (dp_accounting's; "
+    'pld is tighter and needs --client_sampling=poisson).',
+  )
+  client_sampling: str = _setting(
+    'without_replacement',
+    'How each round draws its clients: without_replacement (exactly '
+    '--clients_per_round clients) or poisson (each client with probability '
+    '--clients_per_round / N, independently: the cohort size varies; DP '
+    'accounting is tighter).',
   )
   restart_client_states: bool = _setting(
     False,
@@ -355,6 +393,10 @@ class ExperimentConfig:
       for name in _METHOD_DEFAULTS
       if name in _CONFIG_FIELDS
     }
+    if self.aggregator == 'dp':  # --dp_target_epsilon's noise, if given.
+      shared['dp_noise_multiplier'] = dp_runs.noise_multiplier(
+        self, num_clients or self.num_clients
+      )
     return methods.Hyperparameters(
       **{
         **shared,
@@ -488,44 +530,28 @@ def validate(config: ExperimentConfig) -> None:
     f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}',
   )
   need(
+    config.client_weighting in aggregation.CLIENT_WEIGHTINGS,
+    f'--client_weighting={config.client_weighting!r} is unknown; choose one '
+    f'of {", ".join(aggregation.CLIENT_WEIGHTINGS)}',
+  )
+  need(
+    config.aggregator != 'dp'
+    or config.client_weighting in ('num_examples', 'uniform'),
+    f'--client_weighting={config.client_weighting} with --aggregator=dp: DP '
+    'weighs clients uniformly; give --client_weighting=uniform',
+  )
+  need(
+    'num_tokens' not in (config.client_weighting, config.scaffold_weighting)
+    or config.task in tff_baselines.TEXT_TASK_NAMES,
+    f'num_tokens weighting is for the text tasks '
+    f'({", ".join(tff_baselines.TEXT_TASK_NAMES)}), not --task={config.task}',
+  )
+  need(
     config.aggregator in aggregation.AGGREGATORS,
     f'--aggregator={config.aggregator!r} is unknown; choose one of '
     f'{", ".join(aggregation.AGGREGATORS)}',
   )
-  need(
-    config.dp_noise_multiplier >= 0,
-    f'--dp_noise_multiplier={config.dp_noise_multiplier} must be >= 0',
-  )
-  need(
-    config.dp_clip is None or config.dp_clip > 0,
-    f'--dp_clip={config.dp_clip} must be > 0',
-  )
-  need(
-    config.dp_delta is None or 0 < config.dp_delta < 1,
-    f'--dp_delta={config.dp_delta} must be in (0, 1)',
-  )
-  if (
-    config.aggregator == 'dp'
-    and config.dp_noise_multiplier >= 0
-    and (config.dp_clip is None or config.dp_clip > 0)
-  ):
-    try:  # TFF's own checks of the DP settings, before any work.
-      aggregation.build_model_aggregator(
-        'dp',
-        noise_multiplier=config.dp_noise_multiplier,
-        clients_per_round=config.clients_per_round,
-        clip=config.dp_clip,
-      )
-    except ValueError as e:
-      errors.append(
-        f'--aggregator=dp with --dp_noise_multiplier='
-        f'{config.dp_noise_multiplier} and --clients_per_round='
-        f'{config.clients_per_round}: '
-        + str(e)
-        .replace('clients_per_round', '--clients_per_round')
-        .replace('lower noise_multiplier', 'lower --dp_noise_multiplier')
-        .replace('(clip=...)', '(--dp_clip)')
-      )
+  errors.extend(dp_runs.check(config, None if tff_task else config.num_clients))
   if config.aggregator == 'dp' and parts == ['scaffold']:
     need(
       config.scaffold_weighting == 'uniform',
@@ -709,35 +735,6 @@ def model_fn_for(
 TaskData = Union[datasets.FederatedData, tff_baselines.BaselineTask]
 
 
-def dp_guarantee(
-  config: ExperimentConfig, num_clients: int, rounds: int
-) -> Optional[dict]:
-  """A `--aggregator=dp` run's client-level (epsilon, delta) after `rounds`
-  (`tff_methods.privacy`), for the cohorts the runs draw: a fixed number of
-  clients each round, without replacement; None for other aggregators.
-  Without noise there is no guarantee: epsilon is None."""
-  if config.aggregator != 'dp':
-    return None
-  delta = config.dp_delta or privacy.default_delta(num_clients)
-  noise = config.dp_noise_multiplier
-  return dict(
-    epsilon=(
-      privacy.epsilon(
-        noise, config.clients_per_round, num_clients, rounds, delta
-      )
-      if noise > 0
-      else None
-    ),
-    delta=delta,
-    noise_multiplier=noise,
-    clients_per_round=config.clients_per_round,
-    num_clients=num_clients,
-    rounds=rounds,
-    sampling='without_replacement',
-    accountant='rdp (replace-one adjacency)',
-  )
-
-
 def build_process(config: ExperimentConfig, data: TaskData):
   """The method's process over client ids, and the Keras model factory.
 
@@ -908,6 +905,16 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       f'--rounds={done} or more to read or extend it, or another output '
       'directory.'
     )
+  if done and config.dp_target_epsilon is not None:
+    saved_rounds = training_loop.saved_setting(config.output_dir, 'rounds')
+    if saved_rounds not in (None, config.rounds):
+      raise ValueError(
+        f'--output_dir={config.output_dir} holds a run whose noise was '
+        f'calibrated for --dp_target_epsilon={config.dp_target_epsilon} over '
+        f'--rounds={saved_rounds}; with --rounds={config.rounds} its rounds so '
+        'far would have needed other noise. Give --rounds='
+        f'{saved_rounds}, or start the longer run in a new --output_dir.'
+      )
   if done and methods.is_stateful(config.method):
     states = config.client_state_directory()
     if not client_states.has_client_states(states):
@@ -938,10 +945,15 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       config.output_dir,
       f'{config.task}, {config.partition}, {len(client_ids)} clients',
     )
+  if config.dp_target_epsilon is not None and config.is_tff_baseline():
+    # The task's population is known now: the target's noise, checked.
+    refused = dp_runs.check(config, len(client_ids))
+    if refused:
+      raise ValueError('Bad settings:\n  ' + '\n  '.join(refused))
   process, keras_model_fn = build_process(config, data)
 
   def dp_epsilon(round_num):  # NaN without noise: no guarantee.
-    epsilon = dp_guarantee(config, len(client_ids), round_num)['epsilon']
+    epsilon = dp_runs.guarantee(config, len(client_ids), round_num)['epsilon']
     return float('nan') if epsilon is None else epsilon
 
   results = training_loop.run_training(
@@ -962,6 +974,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     progress=progress,
     round_hook=round_hook,
     client_key_fn=client_keys.client_key,
+    client_sampling=config.client_sampling,
     round_metrics_fn=(
       None
       if config.aggregator != 'dp'
@@ -976,7 +989,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     rejected_rounds=results['rejected_rounds'],
     seconds_per_round=results['seconds_per_round'],
   )
-  guarantee = dp_guarantee(config, len(client_ids), results['rounds'])
+  guarantee = dp_runs.guarantee(config, len(client_ids), results['rounds'])
   if guarantee is not None:
     summary['dp'] = results['dp'] = guarantee
   with open(os.path.join(config.output_dir, 'results.json'), 'w') as f:

@@ -160,6 +160,12 @@ TASKS = {
   ),
 }
 TASK_NAMES = tuple(PREFIX + name for name in TASKS)
+# The next-token tasks, whose labels are tokens with padding id 0 (what
+# `aggregation.NumTokens()` counts; their models' `num_tokens` metric).
+TEXT_TASK_NAMES = (
+  PREFIX + 'shakespeare_character',
+  PREFIX + 'stackoverflow_word',
+)
 
 
 def is_baseline_task(name: str) -> bool:

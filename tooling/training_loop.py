@@ -286,6 +286,15 @@ def experiment_config_differences(
   ]
 
 
+def saved_setting(output_dir: str, name: str) -> Any:
+  """The setting `name` of the run saved in `output_dir`, or None."""
+  path = os.path.join(output_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f).get(name)
+
+
 def check_experiment_config(
   output_dir: str,
   config: Mapping[str, Any],
@@ -389,13 +398,15 @@ def run_training(
   round_hook: Optional[Callable[[int, Mapping[str, Any]], None]] = None,
   client_key_fn: Optional[Callable[[str, int], Any]] = None,
   round_metrics_fn: Optional[Callable[[int], Mapping[str, Any]]] = None,
+  client_sampling: str = 'without_replacement',
 ) -> dict:
   """Runs (or resumes) federated training and returns the final results.
 
   Args:
     process: A `LearningProcess` whose `next` takes a list of client ids.
     client_ids: All clients' ids.
-    clients_per_round: The cohort size, 1..len(client_ids).
+    clients_per_round: The cohort size, 1..len(client_ids) (its
+      expectation under Poisson sampling).
     total_rounds: Train until this many rounds are done.
     output_dir: Where program state and metrics are written.
     initial_weights: The (seeded) global model of round 0.
@@ -412,6 +423,8 @@ def run_training(
       the round); by default the client id itself.
     round_metrics_fn: Round number -> more metrics of that round, recorded
       with its own (e.g. a DP run's epsilon so far).
+    client_sampling: How each round's cohort is drawn, 'without_replacement'
+      or 'poisson' (`tff_methods.client_keys.sample_clients`).
 
   Returns:
     A dict with `rounds`, `final_weights`, `final_eval`, `rejected_rounds`
@@ -495,7 +508,7 @@ def run_training(
   try:
     for round_num in range(start_round + 1, total_rounds + 1):
       cohort = datasets.sample_clients(
-        client_ids, clients_per_round, round_num, seed
+        client_ids, clients_per_round, round_num, seed, client_sampling
       )
       started = time.monotonic()
       keys = (
