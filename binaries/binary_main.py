@@ -33,11 +33,28 @@ def help_text(module) -> str:
   return '\n'.join(parts)
 
 
+# A Ctrl-C's exit status, as a shell reports a process SIGINT ended.
+INTERRUPTED_EXIT_CODE = 130
+
+
 def run(main: Callable[[list[str]], int], module_name: str) -> None:
   """Runs a binary's `main` with absl; `--help` prints `help_text` and
   exits 0. (absl's own help lists only the flags of the file run as
-  `__main__`, none from a console script, and exits 1.)"""
+  `__main__`, none from a console script, and exits 1.) A Ctrl-C ends it
+  with one line instead of a traceback: what was saved is kept."""
   if any(argument in _HELP_FLAGS for argument in sys.argv[1:]):
     print(help_text(sys.modules[module_name]))
     sys.exit(0)
-  app.run(main)
+
+  def main_or_interrupted(argv):
+    try:
+      return main(argv)
+    except KeyboardInterrupt:
+      print(
+        'interrupted: what was saved is kept; run the same command again '
+        'to resume.',
+        file=sys.stderr,
+      )
+      return INTERRUPTED_EXIT_CODE
+
+  app.run(main_or_interrupted)

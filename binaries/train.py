@@ -81,8 +81,12 @@ def main(argv):
     f'{rejected}, '
     f"{split} accuracy {evals.get('accuracy', float('nan')):.4f}, "
     + (f"macro-F1 {evals['macro_f1']:.4f}, " if 'macro_f1' in evals else '')
-    + f"{results['seconds_per_round']:.2f} s/round; "
-    f'results in {config.output_dir}'
+    + (
+      f"{results['seconds_per_round']:.2f} s/round; "
+      if results['seconds_per_round'] is not None
+      else ''
+    )
+    + f'results in {config.output_dir}'
   )
   dp = results.get('dp')
   if dp is not None:

@@ -7,8 +7,11 @@ Runs TFF's C++ `worker_binary` (the one shipped in the tensorflow-federated
 package unless `--tff_worker_binary` names another, e.g. one built with
 CUDA) in the foreground until it is stopped (Ctrl-C). A binary started with
 `--tff_workers=THIS_HOST:8000,...` then trains part of every round's clients
-here. The workers read clients' data by file path: run the binaries and the
-workers with the same data cache (`--cache_dir`) reachable at the same path.
+here. TFF's worker listens on every interface, without authentication
+(its address is fixed in TFF's binary): serve on a trusted network, or
+firewall the port. The workers read clients' data by file path: run the
+binaries and the workers with the same data cache (`--cache_dir`)
+reachable at the same path.
 """
 
 import os
@@ -58,6 +61,14 @@ def main(argv):
     print(e, file=sys.stderr)
     return 2
   print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
+  print(
+    f'warning: TFF\'s worker listens on every interface ([::]:{FLAGS.port}; '
+    'its binary fixes the address) and has no authentication: anyone who '
+    'reaches this port can run computations here. Serve only on a trusted '
+    'network, or firewall the port to the hosts that train.',
+    file=sys.stderr,
+    flush=True,
+  )
   # Become the worker: signals reach it directly and nothing is left behind.
   os.execve(
     binary,

@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import json
+import os
 import sys
 
 from absl import flags
@@ -153,6 +154,40 @@ def test_a_dp_run_at_a_target_epsilon_meets_it_for_its_poisson_cohorts(
     experiment.run(dataclasses.replace(config, rounds=3), progress=False)
   with open(tmp_path / 'run' / 'experiment.json') as f:
     assert json.load(f)['rounds'] == 2
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_a_checkpoint_without_its_settings_is_not_resumed(tmp_path):
+  config = experiment.ExperimentConfig(
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=2,
+    rounds=1,
+    output_dir=str(tmp_path / 'run'),
+    cache_dir=str(tmp_path / 'cache'),
+  )
+  experiment.run(config, progress=False)
+  # A no-op rerun of the finished run keeps a valid results.json, with the
+  # seconds its rounds took (metrics.csv's).
+  with open(tmp_path / 'run' / 'results.json') as f:
+    first = json.load(f)['seconds_per_round']
+  experiment.run(config, progress=False)
+  with open(tmp_path / 'run' / 'results.json') as f:
+    again = json.loads(f.read(), parse_constant=pytest.fail)
+  assert again['seconds_per_round'] == pytest.approx(first)
+  # Settings gone: another learning rate must not resume this checkpoint.
+  os.remove(tmp_path / 'run' / 'experiment.json')
+  other = dataclasses.replace(config, rounds=2, client_learning_rate=0.01)
+  with pytest.raises(ValueError, match='no experiment.json'):
+    experiment.run(other, progress=False)
+  assert not (tmp_path / 'run' / 'experiment.json').exists()
+
+
+def test_an_output_directory_with_glob_characters_is_refused():
+  config = experiment.ExperimentConfig(task='digits', output_dir='runs/a[1]*?')
+  with pytest.raises(ValueError, match=r"--output_dir='runs/a\[1\]\*\?'"):
+    experiment.validate(config)
 
 
 def test_dp_settings_are_refused_in_one_line_each_naming_the_flag():

@@ -231,6 +231,14 @@ def _children(pid):
   return found
 
 
+def _alive(pid):
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False
+
+
 def _jobs(pid):
   jobs = []
   for child in _children(pid):
@@ -290,6 +298,42 @@ def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
   assert compare.returncode != 0
   assert 'ended before reporting their run (killed by SIGKILL)' in stderr
   assert 'Traceback' not in stderr
+
+
+@pytest.mark.slow
+def test_a_killed_compare_parent_takes_its_jobs_and_workers_with_it(tmp_path):
+  compare = subprocess.Popen(
+    _COMPARE
+    + [
+      '--methods=fedavg,fedprox',
+      '--seeds=0',
+      '--rounds=200',
+      f'--cache_dir={tmp_path / "cache"}',
+      f'--output_dir={tmp_path / "cmp"}',
+    ],
+    cwd=REPO,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  try:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any(
+      os.path.exists(tmp_path / 'cmp' / m / 'seed0' / 'metrics.csv')
+      for m in ('fedavg', 'fedprox')
+    ):
+      time.sleep(0.5)
+    # The jobs, their TFF workers and multiprocessing's resource tracker.
+    left = _children(compare.pid)
+    left += [w for job in _jobs(compare.pid) for w in _children(job)]
+    assert len(left) >= 5, left
+    assert len(_jobs(compare.pid)) == 2
+  finally:
+    compare.kill()
+  compare.wait()
+  deadline = time.monotonic() + 30
+  while time.monotonic() < deadline and any(_alive(p) for p in left):
+    time.sleep(0.5)
+  assert not [p for p in left if _alive(p)]
 
 
 @pytest.mark.slow

@@ -111,6 +111,11 @@ def test_signal_mid_round_leaves_no_worker(signum, tmp_path):
   process.send_signal(signum)
   process.wait(timeout=60)
   assert process.returncode != 0
+  if signum == signal.SIGINT:  # A Ctrl-C: one line, no traceback.
+    assert process.returncode == 130
+    log = (tmp_path / 'log.txt').read_text()
+    assert 'Traceback' not in log
+    assert log.strip().splitlines()[-1].startswith('interrupted: ')
   time.sleep(0.5)
   assert not _alive(worker), f'worker {worker} outlived the program'
   # Program state saved before the interruption is intact: a rerun resumes.

@@ -109,14 +109,20 @@ def check_worker_binary(path: str) -> str:
   return path
 
 
-def _die_with_parent() -> None:
-  # Runs in the child between fork and exec: ask the kernel to SIGKILL the
-  # worker when the thread that started it (the main thread) exits.
+def end_with_parent(signum: int = signal.SIGKILL) -> None:
+  """Asks Linux to send this process `signum` when the thread that started
+  it exits (`PR_SET_PDEATHSIG`); nothing elsewhere."""
   try:
     libc = ctypes.CDLL('libc.so.6', use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    libc.prctl(_PR_SET_PDEATHSIG, signum)
   except OSError:
     pass  # Not Linux: the atexit hook and signal handlers still apply.
+
+
+def _die_with_parent() -> None:
+  # Runs in the child between fork and exec: the kernel SIGKILLs the worker
+  # when the thread that started it (the main thread) exits.
+  end_with_parent(signal.SIGKILL)
 
 
 def usable_cores() -> int:

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -259,7 +260,10 @@ def _run_in_jobs(configs, jobs, max_concurrent_clients, on_run):
   for config in list(configs) + [None] * num_jobs:  # None: no runs left
     pending.put(config)
   processes = [
-    context.Process(target=_job, args=(pending, max_concurrent_clients, done))
+    context.Process(
+      target=_job,
+      args=(pending, max_concurrent_clients, done, os.getpid()),
+    )
     for _ in range(num_jobs)
   ]
   for process in processes:
@@ -341,10 +345,24 @@ def _exit_description(exitcode: int) -> str:
   return f'exit code {exitcode}'
 
 
-def _job(pending, max_concurrent_clients, done):
-  """Runs from `pending` until a None, in a process of its own."""
-  process_setup.configure_process()
+def _job(pending, max_concurrent_clients, done, parent_pid):
+  """Runs from `pending` until a None, in a process of its own.
 
+  It ends with the comparison: SIGTERM (which ends its worker first) when
+  the parent dies, even by SIGKILL; a Ctrl-C, which reaches every job, ends
+  it quietly, the parent saying it once.
+  """
+  process_setup.configure_process()
+  workers.end_with_parent(signal.SIGTERM)
+  if os.getppid() != parent_pid:  # The parent died before the line above.
+    return
+  try:
+    _train_runs(pending, max_concurrent_clients, done)
+  except KeyboardInterrupt:
+    sys.exit(130)  # As a shell reports a SIGINT.
+
+
+def _train_runs(pending, max_concurrent_clients, done):
   def start_worker():
     runtime.set_local_execution_context(
       max_concurrent_clients=max_concurrent_clients

@@ -635,6 +635,14 @@ def validate(config: ExperimentConfig) -> None:
       f'--data_dir={config.data_dir!r} must be a directory of class '
       'sub-directories for --task=image_folder',
     )
+  for flag in ('output_dir', 'client_state_dir'):
+    path = getattr(config, flag) or ''
+    need(
+      not set(path) & set('[]*?'),
+      f'--{flag}={path!r} holds a character of [ ] * ?, which TensorFlow '
+      'reads as a file pattern when it looks for checkpoints: choose a '
+      'directory name without them',
+    )
   if errors:
     raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
 
@@ -904,6 +912,15 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       f'{done}, past --rounds={config.rounds}; nothing was changed. Give '
       f'--rounds={done} or more to read or extend it, or another output '
       'directory.'
+    )
+  if done and not os.path.exists(
+    os.path.join(config.output_dir, training_loop.CONFIG_FILE)
+  ):
+    raise ValueError(
+      f'--output_dir={config.output_dir} holds a checkpoint at round {done} '
+      f'but no {training_loop.CONFIG_FILE}: the settings it was trained with '
+      'are unknown, so it is not resumed. Restore that file, or give another '
+      'output directory (or delete this one) to start over.'
     )
   if done and config.dp_target_epsilon is not None:
     saved_rounds = training_loop.saved_setting(config.output_dir, 'rounds')

@@ -29,6 +29,7 @@ compose_dataset_computation_with_learning_process`), the way
 import asyncio
 import collections
 import contextlib
+import csv
 import errno
 import fcntl
 import json
@@ -588,7 +589,21 @@ def run_training(
     final_weights=weights,
     final_eval=eval_metrics,
     rejected_rounds=rejected_rounds,
-    seconds_per_round=(
-      float(np.median(durations)) if durations else float('nan')
-    ),
+    seconds_per_round=_seconds_per_round(durations, output_dir),
   )
+
+
+def _seconds_per_round(durations, output_dir) -> Optional[float]:
+  """The median round's seconds: this call's rounds, or, when it ran none
+  (a finished run read again), those metrics.csv recorded; None if none."""
+  if not durations:
+    try:
+      with open(os.path.join(output_dir, 'metrics.csv')) as f:
+        durations = [
+          float(row['seconds'])
+          for row in csv.DictReader(f)
+          if row.get('seconds') not in (None, '')
+        ]
+    except (OSError, ValueError, csv.Error):
+      durations = []
+  return float(np.median(durations)) if durations else None
