@@ -62,7 +62,7 @@ def main(argv):
     return 2
   print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
   print(
-    f'warning: TFF\'s worker listens on every interface ([::]:{FLAGS.port}; '
+    f"warning: TFF's worker listens on every interface ([::]:{FLAGS.port}; "
     'its binary fixes the address) and has no authentication: anyone who '
     'reaches this port can run computations here. Serve only on a trusted '
     'network, or firewall the port to the hosts that train.',
