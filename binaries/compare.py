@@ -126,7 +126,7 @@ def main(argv):
       )
       arms = comparison.arms(FLAGS.methods, tuned, FLAGS.reference_rows)
       base = experiment_flags.config_from_flags(output_dir=output_dir)
-      title = f'{base.data_description()}, {FLAGS.rounds} rounds'
+      title = base.data_description()
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
@@ -145,9 +145,15 @@ def main(argv):
     print(f'error: {e}', file=sys.stderr)
     return 2
   arm_labels = [comparison.as_arm(a).label for a in arms]
-  summaries = comparison.summarize(
-    output_dir, arm_labels, seeds, FLAGS.target_accuracy, FLAGS.last_rounds
-  )
+  try:
+    summaries = comparison.summarize(
+      output_dir, arm_labels, seeds, FLAGS.target_accuracy, FLAGS.last_rounds
+    )
+  except ValueError as e:  # A run's records disagree.
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  if not FLAGS.preset:  # The rounds the runs trained, from their records.
+    title = f'{title}, {comparison.rounds_run(summaries)}'
   paths = comparison.write_report(
     summaries,
     output_dir,

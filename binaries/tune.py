@@ -110,8 +110,7 @@ def main(argv):
     points,
     seeds,
     chosen,
-    f'{base.data_description()}, {FLAGS.rounds} rounds: learning rates on '
-    'held-out data',
+    base.data_description(),
     FLAGS.last_rounds,
   )
   with open(paths['markdown']) as f:

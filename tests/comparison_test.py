@@ -67,10 +67,42 @@ def test_final_figures_average_the_last_rounds(tmp_path):
     comparison.write_report([fedavg], out, 0.6, 't')['markdown']
   ).read()
   assert "mean of the last 2 rounds' evaluations" in table
+  # More last rounds than evaluations: the note says what was averaged.
+  (fedavg,) = comparison.summarize(out, ['fedavg'], [0, 1], 0.6, 1000)
+  table = open(
+    comparison.write_report([fedavg], out, 0.6, 't')['markdown']
+  ).read()
+  assert "mean of the last 3 rounds' evaluations" in table
   with pytest.raises(ValueError, match='last_rounds'):
     comparison.summarize(out, ['fedavg'], [0], 0.6, last_rounds=0)
   with pytest.raises(ValueError, match='jobs'):
     comparison.run_comparison([], jobs=0)
+
+
+def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
+  out = str(tmp_path)
+  _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])
+  _write_run(out, 'fedprox', 0, [0.3])
+  for method, rounds in (('fedavg', 3), ('fedprox', 1)):
+    with open(
+      os.path.join(comparison.run_dir(out, method, 0), 'results.json'), 'w'
+    ) as f:
+      json.dump({'rounds': rounds}, f)
+  summaries = comparison.summarize(out, ['fedavg', 'fedprox'], [0], 0.6)
+  assert comparison.rounds_run(summaries) == '1-3 rounds'
+  table = open(
+    comparison.write_report(summaries, out, 0.6, 't')['markdown']
+  ).read()
+  assert 'Rounds trained differ: fedavg 3, fedprox 1.' in table
+  assert comparison.rounds_run(summaries[:1]) == '3 rounds'
+  # metrics.csv cut short of what results.json records: refused, by name.
+  _write_run(out, 'fedmax', 0, [0.3, 0.4])
+  with open(
+    os.path.join(comparison.run_dir(out, 'fedmax', 0), 'results.json'), 'w'
+  ) as f:
+    json.dump({'rounds': 5}, f)
+  with pytest.raises(ValueError, match=r'metrics.csv ends at round 2, but'):
+    comparison.summarize(out, ['fedmax'], [0], 0.6)
 
 
 def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):

@@ -59,6 +59,8 @@ def test_choice_is_the_best_mean_validation_accuracy(tmp_path):
   markdown = open(paths['markdown']).read()
   assert '| fedavg | **0.1** |' in markdown
   assert markdown.count('**') == 2
+  # The rounds in the heading are those the runs recorded.
+  assert markdown.startswith('# t, 2 rounds: learning rates on held-out')
   # The search's shared settings go with the choice.
   assert tuning.read_settings(paths['json']) == {
     'fedavg': {'client_learning_rate': 0.1, 'client_momentum': 0.0}

@@ -448,6 +448,35 @@ class MethodSummary:
   # A DP arm's client-level epsilon after its last round (metrics.csv's
   # dp/epsilon); None for other arms.
   epsilon: Optional[float] = None
+  # The fewest and the most rounds its runs trained (their own records).
+  rounds: tuple[int, int] = (0, 0)
+
+
+def rounds_run(summaries: Sequence[MethodSummary]) -> str:
+  """'N rounds', or 'N-M rounds' when the runs trained different counts."""
+  low = min(s.rounds[0] for s in summaries)
+  high = max(s.rounds[1] for s in summaries)
+  if low == high:
+    return f'{low} round' + ('' if low == 1 else 's')
+  return f'{low}-{high} rounds'
+
+
+def _rounds_of_run(run_directory: str, rows: Sequence[Mapping[str, str]]):
+  """The rounds a run trained, its metrics.csv checked against its
+  results.json (a truncated metrics.csv would misstate its figures)."""
+  last = int(rows[-1]['round']) if rows else 0
+  path = os.path.join(run_directory, 'results.json')
+  if os.path.exists(path):
+    with open(path) as f:
+      recorded = json.load(f).get('rounds', last)
+    if recorded != last:
+      raise ValueError(
+        f'{os.path.join(run_directory, "metrics.csv")} ends at round {last}, '
+        f'but {path} says the run trained {recorded}: metrics.csv is '
+        'incomplete. Restore it, or delete the run\'s directory to run it '
+        'again.'
+      )
+  return last
 
 
 def summarize(
@@ -473,12 +502,14 @@ def summarize(
   summaries = []
   for method in labels:
     finals, bests, f1s, to_target, seconds = [], [], [], [], []
-    epsilons = []
+    epsilons, trained, evaluations = [], [], []
     for seed in seeds:
       rows = _read_metrics(run_dir(output_dir, method, seed))
+      trained.append(_rounds_of_run(run_dir(output_dir, method, seed), rows))
       if rows and rows[-1].get('dp/epsilon'):
         epsilons.append(float(rows[-1]['dp/epsilon']))
       rounds, accuracy = _accuracy_curve(rows)
+      evaluations.append(len(accuracy))
       finals.append(np.mean(accuracy[-last_rounds:]))
       bests.append(accuracy.max())
       f1 = [float(r['eval/macro_f1']) for r in rows if r.get('eval/macro_f1')]
@@ -498,8 +529,9 @@ def summarize(
         float(np.mean(to_target)) if len(to_target) == len(seeds) else None,
         len(to_target),
         float(np.median(seconds)),
-        last_rounds,
+        min([last_rounds] + evaluations),  # what the mean really took
         float(np.mean(epsilons)) if epsilons else None,
+        (min(trained), max(trained)),
       )
     )
   return summaries
@@ -596,6 +628,20 @@ def write_report(
     if last == 1
     else f"(final: the mean of the last {last} rounds' evaluations)"
   )
+  if (
+    len({s.rounds for s in ranked}) > 1
+    or ranked[0].rounds[0] != (ranked[0].rounds[1])
+  ):
+    lines += [
+      '',
+      'Rounds trained differ: '
+      + ', '.join(
+        f'{labels.get(s.method, s.method)} '
+        + '-'.join(str(r) for r in sorted(set(s.rounds)))
+        for s in ranked
+      )
+      + '.',
+    ]
   lines += [
     '',
     f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '

@@ -162,7 +162,11 @@ def write_report(
   title: str,
   last_rounds: int = 1,
 ) -> dict[str, str]:
-  """tuning.json, tuning.md and `validation_<method>.png`; their paths."""
+  """tuning.json, tuning.md and `validation_<method>.png`; their paths.
+
+  The table's heading is `title`, then the rounds the runs trained, from
+  their own records.
+  """
   os.makedirs(output_dir, exist_ok=True)
   paths = dict(
     json=os.path.join(output_dir, 'tuning.json'),
@@ -186,7 +190,8 @@ def write_report(
     else f'Validation accuracy over the last {last_rounds} rounds'
   )
   lines = [
-    f'# {title}',
+    f'# {title}, {comparison.rounds_run(list(summaries.values()))}: '
+    'learning rates on held-out data',
     '',
     f'{final} (%), mean over seeds '
     f'{", ".join(map(str, seeds))}; chosen settings in bold.',
