@@ -184,6 +184,30 @@ def test_a_checkpoint_without_its_settings_is_not_resumed(tmp_path):
   assert not (tmp_path / 'run' / 'experiment.json').exists()
 
 
+def test_settings_the_data_refuses_leave_no_settings_behind(tmp_path):
+  config = experiment.ExperimentConfig(
+    task='digits',
+    model='mlp',
+    num_clients=5000,
+    clients_per_round=2,
+    output_dir=str(tmp_path / 'run'),
+    cache_dir=str(tmp_path / 'cache'),
+  )
+  with pytest.raises(ValueError, match='num_clients=5000 is more than'):
+    experiment.run(config, progress=False)
+  # So the corrected rerun is not taken for another experiment.
+  assert not (tmp_path / 'run' / 'experiment.json').exists()
+  assert (
+    experiment.saved_settings_differences(
+      dataclasses.replace(config, num_clients=4)
+    )
+    == []
+  )
+  for seed in (-1, 2**64):
+    with pytest.raises(ValueError, match=rf'--seed={seed} must be in'):
+      experiment.validate(dataclasses.replace(config, seed=seed))
+
+
 def test_an_output_directory_with_glob_characters_is_refused():
   config = experiment.ExperimentConfig(task='digits', output_dir='runs/a[1]*?')
   with pytest.raises(ValueError, match=r"--output_dir='runs/a\[1\]\*\?'"):

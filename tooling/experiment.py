@@ -614,6 +614,10 @@ def validate(config: ExperimentConfig) -> None:
     f'--rounds_per_eval={config.rounds_per_eval} must be >= 1',
   )
   need(
+    0 <= config.seed < 2**31,
+    f'--seed={config.seed} must be in [0, 2^31 - 1]',
+  )
+  need(
     config.rounds_per_checkpoint >= 1,
     f'--rounds_per_checkpoint={config.rounds_per_checkpoint} must be >= 1',
   )
@@ -948,25 +952,33 @@ def _run_locked(config, progress, round_hook, data) -> dict:
         done,
         states,
       )
-  training_loop.check_experiment_config(
-    config.output_dir,
-    dataclasses.asdict(config),
-    defaults=dataclasses.asdict(ExperimentConfig()),
-    retired=RETIRED_SETTINGS,
-  )
+  def check_and_save_settings():
+    training_loop.check_experiment_config(
+      config.output_dir,
+      dataclasses.asdict(config),
+      defaults=dataclasses.asdict(ExperimentConfig()),
+      retired=RETIRED_SETTINGS,
+    )
+
+  if saved_settings_differences(config):
+    check_and_save_settings()  # Refuses another experiment's directory.
+  # Settings only the data can refuse (too many clients for it, ...) are
+  # refused before experiment.json is written: the corrected rerun is then
+  # not taken for another experiment.
   data = data or load_data(config)
   client_ids = data.client_data.client_ids
+  if config.dp_target_epsilon is not None and config.is_tff_baseline():
+    # The task's population is known now: the target's noise, checked.
+    refused = dp_runs.check(config, len(client_ids))
+    if refused:
+      raise ValueError('Bad settings:\n  ' + '\n  '.join(refused))
+  check_and_save_settings()
   if getattr(data, 'train_labels', None) is not None:
     report.write_partition_report(
       data.class_counts(),
       config.output_dir,
       f'{config.task}, {config.partition}, {len(client_ids)} clients',
     )
-  if config.dp_target_epsilon is not None and config.is_tff_baseline():
-    # The task's population is known now: the target's noise, checked.
-    refused = dp_runs.check(config, len(client_ids))
-    if refused:
-      raise ValueError('Bad settings:\n  ' + '\n  '.join(refused))
   process, keras_model_fn = build_process(config, data)
 
   def dp_epsilon(round_num):  # NaN without noise: no guarantee.
