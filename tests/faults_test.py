@@ -413,6 +413,33 @@ def test_a_bad_settings_file_is_named_in_one_line(tmp_path):
     ValueError, match=r"list\.json is not a tune run's " 'tuning.json'
   ):
     tuning.read_settings(str(tmp_path / 'list.json'))
+  # Settings no run takes: each named, with what fits.
+  (tmp_path / 'odd.json').write_text(
+    json.dumps(
+      {
+        'fedavg': {
+          'client_learning_rate': True,
+          'rounds': 'ten',
+          'lr': 0.1,
+          'server_learning_rate': None,
+        },
+        'fedprox': {'client_learning_rate': None, 'mu': 0.01},
+      }
+    )
+  )
+  with pytest.raises(ValueError) as refused:
+    tuning.read_settings(str(tmp_path / 'odd.json'))
+  message = str(refused.value)
+  assert len(message.splitlines()) == 1
+  for part in (
+    'fedavg: client_learning_rate=True (expected a value like 0.05)',
+    "fedavg: rounds='ten'",
+    'fedavg: lr=0.1 (not a setting)',
+    'fedprox: client_learning_rate=None',
+  ):
+    assert part in message
+  assert 'server_learning_rate' not in message  # None: its default
+  assert 'mu=' not in message
 
 
 def test_an_output_directory_that_cannot_be_written_is_named(tmp_path):

@@ -952,6 +952,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
         done,
         states,
       )
+
   def check_and_save_settings():
     training_loop.check_experiment_config(
       config.output_dir,

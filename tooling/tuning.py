@@ -253,7 +253,42 @@ def read_settings(path: str) -> dict[str, dict[str, Any]]:
       f"--settings_from={path} is not a tune run's "
       'tuning.json ({method: {setting: value}}).'
     )
-  return {
+  settings_by_method = {
     method: {k: v for k, v in settings.items() if k != 'validation_accuracy'}
     for method, settings in chosen.items()
   }
+  defaults = {
+    f.name: f.default for f in dataclasses.fields(experiment.ExperimentConfig)
+  }
+  bad = [
+    f'{method}: {name}={value!r} ({why})'
+    for method, settings in settings_by_method.items()
+    for name, value in settings.items()
+    if (why := _setting_problem(name, value, defaults))
+  ]
+  if bad:
+    raise ValueError(
+      f'--settings_from={path} holds settings no run takes: '
+      + '; '.join(bad)
+      + '.'
+    )
+  return settings_by_method
+
+
+def _setting_problem(name, value, defaults) -> Optional[str]:
+  """Why `value` can't be the experiment setting `name`, or None."""
+  if name not in defaults:
+    return 'not a setting'
+  default = defaults[name]
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  if isinstance(default, bool):
+    ok = isinstance(value, bool)
+  elif isinstance(default, float):
+    ok = number
+  elif isinstance(default, int):
+    ok = number and float(value).is_integer()
+  elif isinstance(default, str):
+    ok = isinstance(value, str)
+  else:  # None by default: a number or a name
+    ok = value is None or number or isinstance(value, str)
+  return None if ok else f'expected a value like {default!r}'
