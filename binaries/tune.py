@@ -98,21 +98,25 @@ def main(argv):
   except ValueError as e:  # A run refused (locked, finished, or changed).
     print(f'error: {e}', file=sys.stderr)
     return 2
-  chosen = tuning.choose(
-    output_dir,
-    points,
-    seeds,
-    FLAGS.last_rounds,
-    dict(client_momentum=FLAGS.client_momentum),
-  )
-  paths = tuning.write_report(
-    output_dir,
-    points,
-    seeds,
-    chosen,
-    base.data_description(),
-    FLAGS.last_rounds,
-  )
+  try:
+    chosen = tuning.choose(
+      output_dir,
+      points,
+      seeds,
+      FLAGS.last_rounds,
+      dict(client_momentum=FLAGS.client_momentum),
+    )
+    paths = tuning.write_report(
+      output_dir,
+      points,
+      seeds,
+      chosen,
+      base.data_description(),
+      FLAGS.last_rounds,
+    )
+  except ValueError as e:  # A run's records are unreadable or disagree.
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   with open(paths['markdown']) as f:
     print(f.read())
   print(

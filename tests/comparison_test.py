@@ -103,6 +103,16 @@ def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
     json.dump({'rounds': 5}, f)
   with pytest.raises(ValueError, match=r'metrics.csv ends at round 2, but'):
     comparison.summarize(out, ['fedmax'], [0], 0.6)
+  # Emptied, binary or gone: named, with what to do.
+  metrics = os.path.join(comparison.run_dir(out, 'fedprox', 0), 'metrics.csv')
+  for content in (b'', b'\xff\xfe\x00garbage'):
+    with open(metrics, 'wb') as f:
+      f.write(content)
+    with pytest.raises(ValueError, match=rf'{metrics} .*restore it'):
+      comparison.summarize(out, ['fedprox'], [0], 0.6)
+  os.remove(metrics)
+  with pytest.raises(ValueError, match=rf'{metrics} can.t be read'):
+    comparison.summarize(out, ['fedprox'], [0], 0.6)
 
 
 def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):

@@ -119,6 +119,37 @@ def test_configure_environment_keeps_the_callers_settings(monkeypatch):
   assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
 
 
+def test_a_bad_thread_count_in_the_environment_ends_a_binary_in_one_line():
+  assert process_setup.thread_settings_problem({}) is None
+  assert (
+    process_setup.thread_settings_problem(
+      {'TF_NUM_INTRAOP_THREADS': '4', 'TF_NUM_INTEROP_THREADS': '0'}
+    )
+    is None
+  )
+  for name, value in (
+    ('TF_NUM_INTRAOP_THREADS', '-4'),  # TensorFlow aborts
+    ('TF_NUM_INTEROP_THREADS', 'abc'),  # TensorFlow ignores it
+  ):
+    assert process_setup.thread_settings_problem({name: value}).startswith(
+      f'{name}={value!r} must be a whole number >= 0'
+    )
+  result = subprocess.run(
+    [sys.executable, '-m', 'binaries.train', '--rounds=1'],
+    cwd=REPO,
+    env={**os.environ, 'TF_NUM_INTRAOP_THREADS': '-4'},
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+    "error: TF_NUM_INTRAOP_THREADS='-4' must be a whole number >= 0 (0: "
+    'TensorFlow chooses); set it so, or unset it.'
+  ]
+
+
 @pytest.mark.parametrize(
   'cores, max_calls, threads',
   [

@@ -235,6 +235,14 @@ def test_poisson_sampling_takes_each_client_with_the_expected_probability():
     datasets.sample_clients(ids, 2, 1, 0, 'uniform')
 
 
+def test_a_damaged_experiment_json_is_named(tmp_path):
+  path = tmp_path / training_loop.CONFIG_FILE
+  for content in ('{"rounds": 3, "seed"', '[1, 2]'):
+    path.write_text(content)
+    with pytest.raises(ValueError, match=rf"{path} is not a run's settings"):
+      training_loop.experiment_config_differences(str(tmp_path), {'seed': 0})
+
+
 def test_bad_settings_are_all_named_before_any_work(tmp_path):
   config = _config(
     tmp_path,

@@ -414,8 +414,23 @@ def run_restarting_worker(
 
 
 def _read_metrics(run_directory: str) -> list[dict]:
-  with open(os.path.join(run_directory, 'metrics.csv')) as f:
-    return list(csv.DictReader(f))
+  """A run's metrics.csv rows; a ValueError naming the file if it is
+  missing, unreadable or holds no evaluated round."""
+  path = os.path.join(run_directory, 'metrics.csv')
+  try:
+    with open(path, newline='') as f:
+      rows = list(csv.DictReader(f))
+  except (OSError, UnicodeDecodeError, csv.Error) as e:
+    raise ValueError(
+      f"{path} can't be read ({e}): restore it, or delete the run's "
+      'directory to run it again.'
+    ) from None
+  if not any(row.get('eval/accuracy') for row in rows):
+    raise ValueError(
+      f"{path} holds no evaluated round: restore it, or delete the run's "
+      'directory to run it again.'
+    )
+  return rows
 
 
 def _accuracy_curve(rows):

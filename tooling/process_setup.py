@@ -15,7 +15,9 @@ binaries' choices (and a comparison's jobs', which are binaries' children):
 
 import logging as py_logging
 import os
+import sys
 import threading
+from typing import Optional
 
 from absl import logging
 
@@ -53,10 +55,27 @@ def configure_process(verbosity: int = 0) -> None:
   A library user who skips it still gets workers with oneDNN on
   (`workers.start_worker`), and their own process as they set it.
   """
+  problem = thread_settings_problem(os.environ)
+  if problem:
+    print(f'error: {problem}', file=sys.stderr)
+    sys.exit(2)
   configure_environment()
   quiet(verbosity)
   if threading.current_thread() is threading.main_thread():
     workers.install_signal_handlers()
+
+
+def thread_settings_problem(environ) -> Optional[str]:
+  """What is wrong with the environment's TensorFlow thread counts, which
+  TensorFlow aborts on (negative) or silently ignores (not a number)."""
+  for name in ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS'):
+    value = environ.get(name)
+    if value is not None and not value.strip().isdigit():
+      return (
+        f'{name}={value!r} must be a whole number >= 0 (0: TensorFlow '
+        'chooses); set it so, or unset it.'
+      )
+  return None
 
 
 def configure_environment() -> None:

@@ -272,8 +272,7 @@ def experiment_config_differences(
   if not os.path.exists(path):
     return []
   config = json.loads(json.dumps(dict(config), default=str))
-  with open(path) as f:
-    saved = json.load(f)
+  saved = _read_saved_config(path)
   defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
   saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
   for key, value in (retired or {}).items():
@@ -292,8 +291,23 @@ def saved_setting(output_dir: str, name: str) -> Any:
   path = os.path.join(output_dir, CONFIG_FILE)
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    return json.load(f).get(name)
+  return _read_saved_config(path).get(name)
+
+
+def _read_saved_config(path: str) -> dict:
+  """A run's saved settings; a ValueError naming the file if unreadable."""
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+    problem = None if isinstance(saved, dict) else 'not a JSON object'
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    saved, problem = None, str(e)
+  if problem:
+    raise ValueError(
+      f"{path} is not a run's settings ({problem}): restore it, or give "
+      'another output directory (or delete this one) to start over.'
+    )
+  return saved
 
 
 def check_experiment_config(
