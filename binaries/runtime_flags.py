@@ -7,6 +7,7 @@
   between them (`tff_methods.runtime.set_remote_execution_context`).
 """
 
+import re
 from typing import Optional
 
 from absl import flags
@@ -51,15 +52,28 @@ def parse_worker_addresses(text: str) -> list[str]:
     ValueError: An address that is not `host:port` with a port in 1..65535,
       or the same address twice.
   """
-  addresses = [a.strip() for a in text.split(',') if a.strip()]
-  if not addresses:
+  addresses = [a.strip() for a in text.split(',')]
+  if not any(addresses):
     raise ValueError(
       f'--tff_workers={text!r} names no worker; give '
       'host:port[,host:port...]'
     )
+  if '' in addresses:
+    raise ValueError(
+      f'--tff_workers={text!r} has an empty entry (a trailing or doubled '
+      'comma); give host:port[,host:port...]'
+    )
   for address in addresses:
     host, _, port = address.rpartition(':')
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if host.startswith('[') and host.endswith(']'):  # [IPv6]:port
+      host = host[1:-1]
+    if (
+      not host
+      or not port.isdigit()
+      or not 1 <= int(port) <= 65535
+      or not re.fullmatch(r'[A-Za-z0-9._-]+|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*', host)
+      or host.endswith(':')
+    ):
       raise ValueError(
         f'--tff_workers: {address!r} is not host:port with a port in '
         '1..65535 (e.g. 127.0.0.1:8000)'

@@ -14,7 +14,9 @@ binaries and the workers with the same data cache (`--cache_dir`)
 reachable at the same path.
 """
 
+import errno
 import os
+import socket
 import sys
 
 from absl import app
@@ -42,6 +44,21 @@ flags.DEFINE_string(
 FLAGS = flags.FLAGS
 
 
+def port_is_free(port: int) -> bool:
+  """Whether nothing listens on `port` (on any interface, IPv4 or 6)."""
+  for family, address in (
+    (socket.AF_INET6, ('::', port)),
+    (socket.AF_INET, ('0.0.0.0', port)),
+  ):
+    try:
+      with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind(address)
+    except OSError as e:
+      if e.errno == errno.EADDRINUSE:
+        return False
+  return True
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -59,6 +76,14 @@ def main(argv):
     return 2
   except RuntimeError as e:
     print(e, file=sys.stderr)
+    return 2
+  if not port_is_free(FLAGS.port):
+    # gRPC binds with SO_REUSEPORT: a second worker would share the port.
+    print(
+      f'--port={FLAGS.port} is in use (another worker, or another program): '
+      'stop it, or give another port.',
+      file=sys.stderr,
+    )
     return 2
   print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
   print(

@@ -251,14 +251,16 @@ def test_a_worker_dying_mid_run_is_named_and_the_run_resumes(
 
 
 def test_addresses_and_worker_binaries_are_checked():
-  assert runtime_flags.parse_worker_addresses(' a:1,127.0.0.1:8000 ') == [
-    'a:1',
-    '127.0.0.1:8000',
-  ]
+  assert runtime_flags.parse_worker_addresses(
+    ' a:1,127.0.0.1:8000, [::1]:9 '
+  ) == ['a:1', '127.0.0.1:8000', '[::1]:9']
   for bad, message in (
     ('localhost', 'not host:port'),
     ('localhost:0', 'not host:port'),
     ('h:70000', 'not host:port'),
+    ('127.0.0.1::80', 'not host:port'),
+    ('http://h:80', 'not host:port'),
+    ('h:1,', 'empty entry'),
     ('h:1,h:1', 'more than once'),
     (',', 'names no'),
   ):

@@ -265,6 +265,26 @@ def test_the_worker_binary_serves_with_the_cores_split():
       + os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1').encode()
       in environ
     )
+    # A second worker on the same port is refused (gRPC's SO_REUSEPORT
+    # would let it listen beside the first).
+    from binaries import worker
+
+    while worker.port_is_free(port):
+      assert time.monotonic() < deadline + 60, 'the worker never listened'
+      time.sleep(0.1)
+    second = subprocess.run(
+      [sys.executable, '-m', 'binaries.worker', f'--port={port}'],
+      cwd=REPO,
+      capture_output=True,
+      text=True,
+      timeout=120,
+      check=False,
+    )
+    assert second.returncode == 2
+    assert second.stderr.strip() == (
+      f'--port={port} is in use (another worker, or another program): stop '
+      'it, or give another port.'
+    )
   finally:
     process.terminate()
     process.wait(timeout=30)
