@@ -191,6 +191,29 @@ def test_non_finite_global_model_is_rejected(tmp_path):
   )
 
 
+def test_a_save_a_kill_interrupted_is_cleaned_up_on_resume(tmp_path):
+  def run(rounds):
+    return training_loop.run_training(
+      _NonFiniteProcess(),
+      ['a'],
+      1,
+      rounds,
+      str(tmp_path),
+      model_lib.tff.learning.models.ModelWeights([np.zeros(2)], []),
+      progress=False,
+    )
+
+  run(1)
+  root = tmp_path / 'program_state'
+  saved = sorted(os.listdir(root))
+  # What a kill mid-save leaves: TFF's temporary copy of the next version.
+  (root / f'{saved[0].rsplit("_", 1)[0]}_2_temp1234' / 'variables').mkdir(
+    parents=True
+  )
+  assert run(2)['rounds'] == 2
+  assert not [n for n in os.listdir(root) if '_temp' in n]
+
+
 def test_the_loop_leaves_the_threads_event_loop_usable(tmp_path):
   # TFF's own run_training_process calls asyncio.get_event_loop(), which
   # fails once asyncio.run() has cleared the thread's loop.

@@ -35,6 +35,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import tempfile
 import time
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -203,6 +204,16 @@ class CheckpointError(ValueError):
   """No saved program state of the run can be read."""
 
 
+def _remove_unfinished_saves(root: Optional[str]) -> None:
+  """Deletes the temporary directories of saves a kill interrupted (TFF
+  writes `<version dir>_tempNNNN`, then renames it): nothing reads them."""
+  if not root or not os.path.isdir(root):
+    return
+  for name in os.listdir(root):
+    if re.fullmatch(r'.+_\d+_temp\d+', name):
+      shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
 def _load_newest_readable(state_manager, structure):
   """(program state, version) of the newest checkpoint that reads, else
   (None, 0) when there is none. A newer one that does not read (a
@@ -215,6 +226,7 @@ def _load_newest_readable(state_manager, structure):
   Raises:
     CheckpointError: no saved checkpoint reads; names the directory.
   """
+  _remove_unfinished_saves(getattr(state_manager, '_root_dir', None))
   versions = sorted(_await(state_manager.get_versions()) or [], reverse=True)
   errors = []
   for version in versions:
