@@ -222,6 +222,11 @@ def load_image_folder_arrays(
         )
       for fname in names:
         path = os.path.join(cls_dir, fname)
+        if os.path.isdir(path):
+          raise ValueError(
+            f'{path} is a folder inside the class folder {cls_dir}: images '
+            'are read one level deep. Move its images up, or remove it.'
+          )
         try:
           image = tf.io.decode_image(
             tf.io.read_file(path), channels=3, expand_animations=False
@@ -248,6 +253,19 @@ def load_image_folder_arrays(
   )
   if os.path.isdir(train_dir) and test_dir:
     x_tr, y_tr, classes = read(train_dir)
+    unseen = sorted(
+      d
+      for d in os.listdir(test_dir)
+      if os.path.isdir(os.path.join(test_dir, d))
+      and not d.startswith('.')
+      and d not in classes
+    )
+    if unseen:
+      raise ValueError(
+        f'{test_dir} holds classes {", ".join(unseen)} that {train_dir} '
+        'does not: their images could never be predicted. Add them to the '
+        'training folder, or remove them.'
+      )
     x_te, y_te, _ = read(test_dir, classes)
     return x_tr, y_tr, x_te, y_te
   x, y, _ = read(directory)

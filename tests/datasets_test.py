@@ -449,6 +449,24 @@ def test_image_folder_reads_class_directories(tmp_path):
   assert sum(len(y) for y in data.train_labels) + len(data.test_y) == 12
 
 
+def _write_png(path):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tf.io.write_file(str(path), tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)))
+
+
+def test_image_folder_layouts_it_cannot_read_are_named(tmp_path):
+  # A folder inside a class folder: named, not a traceback.
+  _write_png(tmp_path / 'a' / 'cat' / '0.png')
+  _write_png(tmp_path / 'a' / 'cat' / 'more' / '1.png')
+  with pytest.raises(ValueError, match=r'cat/more is a folder inside'):
+    datasets.load_image_folder_arrays(str(tmp_path / 'a'), 8)
+  # A test class the training data lacks: named, not silently dropped.
+  for split, cls in (('train', 'cat'), ('test', 'cat'), ('test', 'owl')):
+    _write_png(tmp_path / 'b' / split / cls / '0.png')
+  with pytest.raises(ValueError, match=r'holds classes owl that'):
+    datasets.load_image_folder_arrays(str(tmp_path / 'b'), 8)
+
+
 def test_shakespeare_snippets_become_next_character_sequences():
   snippets = tf.data.Dataset.from_tensor_slices(
     collections.OrderedDict(snippets=['abc'])
