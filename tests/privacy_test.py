@@ -35,9 +35,13 @@ def test_epsilon_is_dp_accountings_own_for_the_sampling_used():
     ('poisson', 'pld'): _accounted(pld.PLDAccountant(), poisson, 1e-5),
   }
   for (sampling, accountant), value in expected.items():
-    assert privacy.epsilon(
+    ours = privacy.epsilon(
       1.0, 5, 20, 3, 1e-5, sampling=sampling, accountant=accountant
-    ) == pytest.approx(value, rel=1e-9)
+    )
+    if accountant == 'rdp':
+      assert ours == pytest.approx(value, rel=1e-9)
+    else:  # A coarser loss discretization: as pessimistic, within 1e-5.
+      assert value <= ours == pytest.approx(value, rel=1e-5)
   # The figures: 5.25 (fixed), 4.42 (Poisson, RDP), 3.81 (Poisson, PLD).
   assert [round(v, 2) for v in expected.values()] == [5.25, 4.42, 3.81]
 
