@@ -184,7 +184,7 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
     '-m',
     'binaries.compare',
     '--methods=fedavg,fedprox',
-    '--seeds=0,1',
+    '--seeds=1',
     '--task=digits',
     '--model=mlp',
     '--num_clients=4',
@@ -202,7 +202,7 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
     check=False,
   )
   assert first.returncode == 0, first.stderr[-2000:]
-  assert first.stdout.count('== [') == 4  # one line per finished run
+  assert first.stdout.count('== [') == 2  # one line per finished run
   for name in ('comparison.md', 'comparison.csv', 'accuracy.png'):
     assert (out / name).exists()
   again = subprocess.run(

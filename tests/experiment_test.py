@@ -132,7 +132,7 @@ def test_a_dp_run_at_a_target_epsilon_meets_it_for_its_poisson_cohorts(
     rounds=2,
     aggregator='dp',
     dp_clip=1.0,
-    dp_target_epsilon=8.0,
+    dp_target_epsilon=3.0,
     dp_accountant='pld',
     client_sampling='poisson',
     output_dir=str(tmp_path / 'run'),
@@ -142,11 +142,11 @@ def test_a_dp_run_at_a_target_epsilon_meets_it_for_its_poisson_cohorts(
   with open(tmp_path / 'run' / 'results.json') as f:
     dp = json.load(f)['dp']
   noise = privacy.calibrate_noise_multiplier(
-    8.0, 2, 4, 2, 4**-1.1, sampling='poisson', accountant='pld'
+    3.0, 2, 4, 2, 4**-1.1, sampling='poisson', accountant='pld'
   )
   assert dp['noise_multiplier'] == pytest.approx(noise)
-  assert 0.99 * 8.0 <= dp['epsilon'] <= 8.0
-  assert (dp['sampling'], dp['target_epsilon']) == ('poisson', 8.0)
+  assert 0.99 * 3.0 <= dp['epsilon'] <= 3.0
+  assert (dp['sampling'], dp['target_epsilon']) == ('poisson', 3.0)
   assert dp['accountant'] == 'pld (add-or-remove-one adjacency)'
   # The noise was calibrated for 2 rounds: a longer run is refused before
   # any work, and the run is left as it was.

@@ -301,9 +301,7 @@ def test_train_binary_runs_on_the_given_workers(two_workers, tmp_path):
 
 
 def test_train_binary_names_a_bad_or_unreachable_worker(tmp_path):
-  result = _train(tmp_path, '--tff_workers=localhost')
-  assert result.returncode == 2
-  assert "'localhost' is not host:port" in result.stderr
+  # (A malformed address is refused by the flag's parser, tested above.)
   result = _train(
     tmp_path, '--tff_workers=127.0.0.1:1', '--tff_worker_binary=/bin/true'
   )

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import fedavg
 from tff_methods import fedcos
 from tff_methods import fedprox
@@ -183,3 +184,32 @@ def test_trained_weights_export_into_the_users_own_softmax_model():
       ),
       weights,
     )
+
+
+def test_token_weighting_counts_the_labels_that_are_not_padding():
+  labels = tf.constant([[3, 0, 0], [5, 6, 0]])  # 3 tokens in 6 positions
+  assert float(aggregation.NumTokens().count(labels)) == 3.0
+  assert float(aggregation.NumTokens(pad_token=5).count(labels)) == 5.0
+  # TFF's builder gets the same count as the model's examples.
+  keras_model = tf.keras.Sequential(
+    [
+      tf.keras.Input((3,), dtype=tf.int32),
+      tf.keras.layers.Embedding(10, 4),
+      tf.keras.layers.Dense(10),
+    ]
+  )
+  spec = (
+    tf.TensorSpec([None, 3], tf.int32),
+    tf.TensorSpec([None, 3], tf.int32),
+  )
+  model = tff_models.TokensAsExamples(
+    tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=spec,
+    )
+  )
+  batch = (tf.constant([[1, 2, 3], [4, 5, 6]]), labels)
+  output = model.forward_pass(batch, training=False)
+  assert int(output.num_examples) == 3
+  assert output.predictions.shape == (2, 3, 10)
