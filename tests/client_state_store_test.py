@@ -118,6 +118,18 @@ def test_a_directory_holding_another_runs_states_is_refused(tmp_path):
     ValueError, match=r'holds the states of another run ' r'\(runs/moon\)'
   ):
     client_states.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
+  # A run moved elsewhere (its old path is gone) is told how to keep its
+  # states, not only to remove them.
+  owner = tmp_path / 'st' / client_states.OWNER_FILE
+  with pytest.raises(ValueError) as refused:
+    client_states.claim_directory(str(tmp_path / 'st'), str(tmp_path / 'b'))
+  assert f'write {tmp_path / "b"} into {owner} to keep its states' in str(
+    refused.value
+  )
+  # An owner file a crash left empty is claimed, not refused.
+  owner.write_text('')
+  client_states.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
+  assert owner.read_text().strip() == 'runs/fedcka'
 
 
 @pytest.mark.usefixtures('tff_worker')

@@ -208,6 +208,15 @@ def test_settings_the_data_refuses_leave_no_settings_behind(tmp_path):
       experiment.validate(dataclasses.replace(config, seed=seed))
 
 
+def test_classes_no_client_trains_on_are_warned_of(caplog):
+  experiment.warn_of_untrained_classes([[2, 0, 1], [3, 0, 0]])
+  assert '1 of the 3 classes have no training example' in caplog.text
+  assert '(classes 1)' in caplog.text
+  caplog.clear()
+  experiment.warn_of_untrained_classes([[2, 1, 1]])
+  assert caplog.text == ''
+
+
 def test_an_output_directory_with_glob_characters_is_refused():
   config = experiment.ExperimentConfig(task='digits', output_dir='runs/a[1]*?')
   with pytest.raises(ValueError, match=r"--output_dir='runs/a\[1\]\*\?'"):

@@ -423,14 +423,23 @@ def claim_directory(directory: str, owner: str) -> None:
     with open(path) as f:
       current = f.read().strip()
   except FileNotFoundError:
+    current = ''
+  if not current:  # Unclaimed, or an owner file left empty by a crash.
     with open(path, 'w') as f:
       f.write(owner + '\n')
     return
   if current != owner:
+    moved = (
+      f' If this run was moved from {current}, write {owner} into {path} '
+      'to keep its states.'
+      if not os.path.exists(current)
+      else ''
+    )
     raise ValueError(
       f'The client state directory {directory} holds the states of '
-      f'another run ({current}); each run keeps its own. Give this run '
-      'another client_state_dir, or remove that directory to start over.'
+      f'another run ({current}); each run keeps its own.{moved} Otherwise '
+      'give this run another client_state_dir, or remove that directory '
+      'to start over.'
     )
 
 

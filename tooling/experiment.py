@@ -907,6 +907,22 @@ def run(
       raise disk_full from None
 
 
+def warn_of_untrained_classes(class_counts: np.ndarray) -> None:
+  """Warns when classes have no training example on any client (e.g. an
+  image folder of one image a class, whose image went to the test split)."""
+  untrained = np.flatnonzero(np.asarray(class_counts).sum(0) == 0)
+  if untrained.size:
+    logging.warning(
+      '%d of the %d classes have no training example on any client '
+      '(classes %s): the model never trains on them, and their test '
+      'examples count as errors.',
+      untrained.size,
+      np.shape(class_counts)[1],
+      ', '.join(map(str, untrained[:10]))
+      + (', ...' if untrained.size > 10 else ''),
+    )
+
+
 def _run_locked(config, progress, round_hook, data) -> dict:
   """`run`, holding the output directory."""
   done = training_loop.saved_round(config.output_dir)
@@ -975,6 +991,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       raise ValueError('Bad settings:\n  ' + '\n  '.join(refused))
   check_and_save_settings()
   if getattr(data, 'train_labels', None) is not None:
+    warn_of_untrained_classes(data.class_counts())
     report.write_partition_report(
       data.class_counts(),
       config.output_dir,
