@@ -162,6 +162,7 @@ def main(argv):
     reported,
     labels,
     references,
+    comparison.arm_settings(output_dir, arm_labels, seeds),
   )
   comparison.plot_accuracy(output_dir, arm_labels, seeds, title)
   with open(paths['markdown']) as f:

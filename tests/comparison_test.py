@@ -83,17 +83,37 @@ def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
   out = str(tmp_path)
   _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])
   _write_run(out, 'fedprox', 0, [0.3])
-  for method, rounds in (('fedavg', 3), ('fedprox', 1)):
-    with open(
-      os.path.join(comparison.run_dir(out, method, 0), 'results.json'), 'w'
-    ) as f:
+  for method, rounds, rate in (('fedavg', 3, 0.1), ('fedprox', 1, 0.03)):
+    run = comparison.run_dir(out, method, 0)
+    with open(os.path.join(run, 'results.json'), 'w') as f:
       json.dump({'rounds': rounds}, f)
+    with open(os.path.join(run, 'experiment.json'), 'w') as f:
+      json.dump(
+        {
+          'method': method,
+          'rounds': rounds,
+          'client_learning_rate': rate,
+          'batch_size': 32,
+        },
+        f,
+      )
   summaries = comparison.summarize(out, ['fedavg', 'fedprox'], [0], 0.6)
   assert comparison.rounds_run(summaries) == '1-3 rounds'
+  settings = comparison.arm_settings(out, ['fedavg', 'fedprox'], [0])
+  assert settings == {
+    'fedavg': {'client_learning_rate': 0.1},
+    'fedprox': {'client_learning_rate': 0.03},
+  }
   table = open(
-    comparison.write_report(summaries, out, 0.6, 't')['markdown']
+    comparison.write_report(summaries, out, 0.6, 't', settings=settings)[
+      'markdown'
+    ]
   ).read()
   assert 'Rounds trained differ: fedavg 3, fedprox 1.' in table
+  assert (
+    'Settings in which the arms differ: fedavg client_learning_rate=0.1; '
+    'fedprox client_learning_rate=0.03' in table
+  )
   assert comparison.rounds_run(summaries[:1]) == '3 rounds'
   # metrics.csv cut short of what results.json records: refused, by name.
   _write_run(out, 'fedmax', 0, [0.3, 0.4])

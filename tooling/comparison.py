@@ -31,6 +31,7 @@ from tff_methods import runtime
 from tff_methods import workers
 from tooling import experiment
 from tooling import process_setup
+from tooling import training_loop
 
 
 class RunFailedError(RuntimeError):
@@ -476,6 +477,40 @@ def rounds_run(summaries: Sequence[MethodSummary]) -> str:
   return f'{low}-{high} rounds'
 
 
+# Settings every run differs in by construction, or that do not change
+# what a run computes.
+_NOT_ARM_SETTINGS = frozenset(
+  {'method', 'seed', 'output_dir', 'cache_dir', 'data_dir', 'rounds'}
+  | set(training_loop.RESUMABLE_KEYS)
+)
+
+
+def arm_settings(
+  output_dir: str, labels: Sequence[str], seeds: Sequence[int]
+) -> dict[str, dict[str, Any]]:
+  """By arm, the settings its runs recorded (experiment.json) in which
+  the arms differ: what each arm actually ran with."""
+  recorded = {}
+  for label in labels:
+    path = os.path.join(run_dir(output_dir, label, seeds[0]), 'experiment.json')
+    try:
+      with open(path) as f:
+        recorded[label] = json.load(f)
+    except (OSError, ValueError):
+      recorded[label] = {}
+  names = set().union(*(r.keys() for r in recorded.values())) - (
+    _NOT_ARM_SETTINGS
+  )
+  differing = sorted(
+    n
+    for n in names
+    if len({json.dumps(r.get(n)) for r in recorded.values()}) > 1
+  )
+  return {
+    label: {n: recorded[label].get(n) for n in differing} for label in labels
+  }
+
+
 def _rounds_of_run(run_directory: str, rows: Sequence[Mapping[str, str]]):
   """The rounds a run trained, its metrics.csv checked against its
   results.json (a truncated metrics.csv would misstate its figures)."""
@@ -585,6 +620,7 @@ def write_report(
   reported: Optional[Mapping[str, Mapping[str, float]]] = None,
   labels: Optional[Mapping[str, str]] = None,
   references: Sequence[Any] = (),
+  settings: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> dict:
   """Writes comparison.md and comparison.csv; returns their paths.
 
@@ -598,6 +634,8 @@ def write_report(
     labels: By arm label, the name shown (e.g. the paper's row name).
     references: Published rows of methods not run here
       (`presets.Preset.references`): their paper figure, beside the table.
+    settings: By arm label, the settings in which the arms differ
+      (`arm_settings`), listed under the table.
   """
   os.makedirs(output_dir, exist_ok=True)
   reported = reported or {}
@@ -657,6 +695,14 @@ def write_report(
       )
       + '.',
     ]
+  differing = [
+    f'{labels.get(s.method, s.method)} '
+    + ', '.join(f'{k}={v}' for k, v in settings[s.method].items())
+    for s in ranked
+    if settings and settings.get(s.method)
+  ]
+  if differing:
+    lines += ['', 'Settings in which the arms differ: ' + '; '.join(differing)]
   lines += [
     '',
     f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
