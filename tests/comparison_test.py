@@ -133,6 +133,11 @@ def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
   os.remove(metrics)
   with pytest.raises(ValueError, match=rf'{metrics} can.t be read'):
     comparison.summarize(out, ['fedprox'], [0], 0.6)
+  # Deleted mid-run, then resumed: it holds only the later rounds.
+  with open(metrics, 'w') as f:
+    f.write('round,eval/accuracy,eval/macro_f1,seconds\n2,0.5,0.2,0.1\n')
+  with pytest.raises(ValueError, match=r'does not hold rounds 1-2 once each'):
+    comparison.summarize(out, ['fedprox'], [0], 0.6)
 
 
 def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):

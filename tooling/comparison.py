@@ -515,6 +515,12 @@ def _rounds_of_run(run_directory: str, rows: Sequence[Mapping[str, str]]):
   """The rounds a run trained, its metrics.csv checked against its
   results.json (a truncated metrics.csv would misstate its figures)."""
   last = int(rows[-1]['round']) if rows else 0
+  if [int(row['round']) for row in rows] != list(range(1, last + 1)):
+    raise ValueError(
+      f'{os.path.join(run_directory, "metrics.csv")} does not hold rounds '
+      f'1-{last} once each (deleted or cut, then the run resumed?): restore '
+      "it, or delete the run's directory to run it again."
+    )
   path = os.path.join(run_directory, 'results.json')
   if os.path.exists(path):
     with open(path) as f:
