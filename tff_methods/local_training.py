@@ -7,17 +7,15 @@ step per batch of its (already batched and repeated) data on
 
   objective = cross_entropy + sum of the regularizers' terms,
 
-and returns the update `w_g - w` (TFF's sign convention: the server
-optimizer treats it as a gradient) weighted by its number of examples. A
-client whose update is not finite gets weight 0 and is counted in the
-`num_non_finite_clients` measurement, as TFF does.
+and returns the update `w_g - w` (TFF's sign convention) weighted by its
+examples (or tokens, or uniformly). A client whose update is not finite
+gets weight 0 and is counted in `num_non_finite_clients`, as TFF does.
 
 `build_local_training_process` composes it with a distributor (TFF's
-broadcast, plus the values of regularizers that keep server state, such as
-FedCos's last global move), a mean aggregator and TFF's server-optimizer
-finalizer into a `tff.learning.templates.
-LearningProcess`; with no regularizers and TFF's SGD it computes what
-`tff.learning.algorithms.build_weighted_fed_avg` computes.
+broadcast, plus regularizers' server state, such as FedCos's last global
+move), a mean aggregator and TFF's server-optimizer finalizer into a
+`tff.learning.templates.LearningProcess`; with no regularizers and TFF's
+SGD it computes what `tff.learning.algorithms.build_weighted_fed_avg` does.
 """
 
 import collections
@@ -112,12 +110,11 @@ def build_client_update_fn(
     A function `(initial_weights, dataset, previous_weights=None,
     has_previous=False, broadcast=None, client_state=None,
     optimizer_hparams=None) -> (ClientResult, train_sums, final_weights)`;
-    `dataset` is the client's batches, a data set or
-    `batches_in_memory.SlicedBatches`;
-    `previous_weights` is the part of the previous model the regularizers'
-    previous-model view reads (`reference_outputs.ReferenceView.
-    kept_weights`); `broadcast` and `client_state` reach the regularizers
-    through `LocalStep`; `optimizer_hparams` are the round's
+    `dataset` is the client's batches, a data set or `batches_in_memory.
+    SlicedBatches`; `previous_weights` is the part of the previous model
+    the regularizers' previous-model view reads (`reference_outputs.
+    ReferenceView.kept_weights`); `broadcast` and `client_state` reach the
+    regularizers through `LocalStep`; `optimizer_hparams` are the round's
     hyperparameters of the optimizer (`client_hparams`), its own when None.
   """
   loss_fn = loss_fn or cross_entropy
@@ -248,12 +245,10 @@ def build_client_update_fn(
       (initial_sums, optimizer_state, carried, tf.constant(0.0)), reduce_fn
     )
     update = [g - w for g, w in zip(global_weights, trainable)]
-    if counts_tokens:
-      weight = tokens
-    elif weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
-      weight = sums['num_examples']
-    else:
-      weight = tf.constant(1.0)
+    weight = {
+      tff.learning.ClientWeighting.NUM_EXAMPLES: sums['num_examples'],
+      tff.learning.ClientWeighting.UNIFORM: tf.constant(1.0),
+    }.get(weighting, tokens)
     is_finite = tf.reduce_all(
       [tf.reduce_all(tf.math.is_finite(u)) for u in update]
     )
