@@ -264,13 +264,13 @@ _COMPARE = [
 ]
 
 
-@pytest.mark.slow
-def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
+def _start_training_compare(tmp_path, seeds):
+  """A 200-round compare in two jobs, once its first run has a round."""
   compare = subprocess.Popen(
     _COMPARE
     + [
       '--methods=fedavg,fedprox',
-      '--seeds=0,1',
+      f'--seeds={seeds}',
       '--rounds=200',
       f'--cache_dir={tmp_path / "cache"}',
       f'--output_dir={tmp_path / "cmp"}',
@@ -280,13 +280,19 @@ def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
     stderr=subprocess.PIPE,
     text=True,
   )
+  deadline = time.monotonic() + 300
+  while time.monotonic() < deadline and not any(
+    os.path.exists(tmp_path / 'cmp' / m / 'seed0' / 'metrics.csv')
+    for m in ('fedavg', 'fedprox')
+  ):
+    time.sleep(0.5)
+  return compare
+
+
+@pytest.mark.slow
+def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
+  compare = _start_training_compare(tmp_path, '0,1')
   try:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not any(
-      os.path.exists(tmp_path / 'cmp' / m / 'seed0' / 'metrics.csv')
-      for m in ('fedavg', 'fedprox')
-    ):
-      time.sleep(0.5)
     jobs = _jobs(compare.pid)
     assert len(jobs) == 2, jobs
     killed_at = time.monotonic()
@@ -302,26 +308,8 @@ def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_compare_parent_takes_its_jobs_and_workers_with_it(tmp_path):
-  compare = subprocess.Popen(
-    _COMPARE
-    + [
-      '--methods=fedavg,fedprox',
-      '--seeds=0',
-      '--rounds=200',
-      f'--cache_dir={tmp_path / "cache"}',
-      f'--output_dir={tmp_path / "cmp"}',
-    ],
-    cwd=REPO,
-    stdout=subprocess.DEVNULL,
-    stderr=subprocess.DEVNULL,
-  )
+  compare = _start_training_compare(tmp_path, '0')
   try:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not any(
-      os.path.exists(tmp_path / 'cmp' / m / 'seed0' / 'metrics.csv')
-      for m in ('fedavg', 'fedprox')
-    ):
-      time.sleep(0.5)
     # The jobs, their TFF workers and multiprocessing's resource tracker.
     left = _children(compare.pid)
     left += [w for job in _jobs(compare.pid) for w in _children(job)]
@@ -329,7 +317,7 @@ def test_a_killed_compare_parent_takes_its_jobs_and_workers_with_it(tmp_path):
     assert len(_jobs(compare.pid)) == 2
   finally:
     compare.kill()
-  compare.wait()
+  compare.wait()  # Not communicate: the jobs hold its pipes until they end.
   deadline = time.monotonic() + 30
   while time.monotonic() < deadline and any(_alive(p) for p in left):
     time.sleep(0.5)

@@ -57,6 +57,19 @@ def round_of_key(key: Any) -> int:
     ) from None
 
 
+# How a round's cohort is drawn (`sample_clients`).
+SAMPLINGS = ('without_replacement', 'poisson')
+
+
+def check_sampling(sampling: str) -> None:
+  """Raises ValueError for a `sampling` not in `SAMPLINGS`."""
+  if sampling not in SAMPLINGS:
+    raise ValueError(
+      f'sampling {sampling!r} is unknown; choose one of '
+      f'{", ".join(SAMPLINGS)}.'
+    )
+
+
 def sample_clients(
   client_ids: Sequence[str],
   clients_per_round: int,
@@ -81,15 +94,11 @@ def sample_clients(
   Raises:
     ValueError: an unknown `sampling`.
   """
+  check_sampling(sampling)
   rng = np.random.default_rng([seed, round_num])
   if sampling == 'poisson':
     taken = rng.random(len(client_ids)) < clients_per_round / len(client_ids)
     return [c for c, t in zip(client_ids, taken) if t]
-  if sampling != 'without_replacement':
-    raise ValueError(
-      f'sampling {sampling!r} is unknown; choose without_replacement or '
-      'poisson.'
-    )
   chosen = rng.choice(len(client_ids), clients_per_round, replace=False)
   return [client_ids[i] for i in sorted(chosen)]
 
@@ -111,7 +120,7 @@ class ClientRoundDataSource(tff.program.FederatedDataSource):
     seed: int = 0,
     sampling: str = 'without_replacement',
   ):
-    sample_clients(client_ids, 1, 1, seed, sampling)  # Checks `sampling`.
+    check_sampling(sampling)
     self._client_ids = list(client_ids)
     self._seed = seed
     self._sampling = sampling

@@ -33,7 +33,9 @@ from dp_accounting import pld
 from dp_accounting import rdp
 import numpy as np
 
-SAMPLINGS = ('without_replacement', 'poisson')
+from tff_methods import client_keys
+
+SAMPLINGS = client_keys.SAMPLINGS
 ACCOUNTANTS = ('rdp', 'pld')
 
 
@@ -102,10 +104,7 @@ def check_settings(
   accountant: str,
 ) -> None:
   """Raises ValueError naming a bad setting and what is allowed."""
-  if sampling not in SAMPLINGS:
-    raise ValueError(
-      f'sampling {sampling!r} is unknown; choose one of {", ".join(SAMPLINGS)}.'
-    )
+  client_keys.check_sampling(sampling)
   if accountant not in ACCOUNTANTS:
     raise ValueError(
       f'accountant {accountant!r} is unknown; choose one of '
