@@ -34,6 +34,7 @@ from binaries import experiment_flags
 from binaries import runtime_flags
 from tff_methods import methods
 from tooling import comparison
+from tooling import comparison_report
 from tooling import presets
 from tooling import tuning
 
@@ -146,15 +147,15 @@ def main(argv):
     return 2
   arm_labels = [comparison.as_arm(a).label for a in arms]
   try:
-    summaries = comparison.summarize(
+    summaries = comparison_report.summarize(
       output_dir, arm_labels, seeds, FLAGS.target_accuracy, FLAGS.last_rounds
     )
   except ValueError as e:  # A run's records disagree.
     print(f'error: {e}', file=sys.stderr)
     return 2
   if not FLAGS.preset:  # The rounds the runs trained, from their records.
-    title = f'{title}, {comparison.rounds_run(summaries)}'
-  paths = comparison.write_report(
+    title = f'{title}, {comparison_report.rounds_run(summaries)}'
+  paths = comparison_report.write_report(
     summaries,
     output_dir,
     FLAGS.target_accuracy,
@@ -162,9 +163,9 @@ def main(argv):
     reported,
     labels,
     references,
-    comparison.arm_settings(output_dir, arm_labels, seeds),
+    comparison_report.arm_settings(output_dir, arm_labels, seeds),
   )
-  comparison.plot_accuracy(output_dir, arm_labels, seeds, title)
+  comparison_report.plot_accuracy(output_dir, arm_labels, seeds, title)
   with open(paths['markdown']) as f:
     print(f.read())
   print(

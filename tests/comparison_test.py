@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tooling import comparison
+from tooling import comparison_report
 from tooling import experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,7 @@ def test_summary_numbers_by_hand(tmp_path):
   _write_run(out, 'fedavg', 1, [0.4, 0.7, 0.8])
   _write_run(out, 'fedprox+fedcos', 0, [0.1, 0.2, 0.3], seconds=2.0)
   _write_run(out, 'fedprox+fedcos', 1, [0.3, 0.5, 0.7], seconds=2.0)
-  fedavg, combo = comparison.summarize(
+  fedavg, combo = comparison_report.summarize(
     out, ['fedavg', 'fedprox+fedcos'], [0, 1], target_accuracy=0.6
   )
   assert np.allclose(fedavg.final_accuracy, (0.65, 0.15))
@@ -42,14 +43,18 @@ def test_summary_numbers_by_hand(tmp_path):
   assert fedavg.rounds_to_target == 2.0  # round 2 in both seeds
   assert combo.rounds_to_target is None and combo.reached_target == 1
   assert combo.seconds_per_round == 2.0
-  paths = comparison.write_report([fedavg, combo], out, 0.6, 'test')
+  paths = comparison_report.write_report([fedavg, combo], out, 0.6, 'test')
   table = open(paths['markdown']).read()
   assert '| fedavg | 65.00 ± 15.00 | 70.00 ± 10.00 |' in table
   assert 'not reached (1/2 seeds)' in table
-  assert os.path.exists(comparison.plot_accuracy(out, ['fedavg'], [0, 1], 't'))
+  assert os.path.exists(
+    comparison_report.plot_accuracy(out, ['fedavg'], [0, 1], 't')
+  )
   # One seed: no spread to show.
-  one = comparison.summarize(out, ['fedavg'], [0], target_accuracy=0.6)
-  table = open(comparison.write_report(one, out, 0.6, 't')['markdown']).read()
+  one = comparison_report.summarize(out, ['fedavg'], [0], target_accuracy=0.6)
+  table = open(
+    comparison_report.write_report(one, out, 0.6, 't')['markdown']
+  ).read()
   assert '| fedavg | 50.00 ± - | 60.00 ± - |' in table
   assert '± 0.00' not in table
 
@@ -58,23 +63,25 @@ def test_final_figures_average_the_last_rounds(tmp_path):
   out = str(tmp_path)
   _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])
   _write_run(out, 'fedavg', 1, [0.4, 0.7, 0.8])
-  (fedavg,) = comparison.summarize(out, ['fedavg'], [0, 1], 0.6, last_rounds=2)
+  (fedavg,) = comparison_report.summarize(
+    out, ['fedavg'], [0, 1], 0.6, last_rounds=2
+  )
   # Seed 0: (0.6 + 0.5) / 2 = 0.55; seed 1: (0.7 + 0.8) / 2 = 0.75.
   assert np.allclose(fedavg.final_accuracy, (0.65, 0.10))
   assert np.allclose(fedavg.final_macro_f1, (0.325, 0.05))
   assert np.allclose(fedavg.best_accuracy, (0.7, 0.1))  # unchanged
   table = open(
-    comparison.write_report([fedavg], out, 0.6, 't')['markdown']
+    comparison_report.write_report([fedavg], out, 0.6, 't')['markdown']
   ).read()
   assert "mean of the last 2 rounds' evaluations" in table
   # More last rounds than evaluations: the note says what was averaged.
-  (fedavg,) = comparison.summarize(out, ['fedavg'], [0, 1], 0.6, 1000)
+  (fedavg,) = comparison_report.summarize(out, ['fedavg'], [0, 1], 0.6, 1000)
   table = open(
-    comparison.write_report([fedavg], out, 0.6, 't')['markdown']
+    comparison_report.write_report([fedavg], out, 0.6, 't')['markdown']
   ).read()
   assert "mean of the last 3 rounds' evaluations" in table
   with pytest.raises(ValueError, match='last_rounds'):
-    comparison.summarize(out, ['fedavg'], [0], 0.6, last_rounds=0)
+    comparison_report.summarize(out, ['fedavg'], [0], 0.6, last_rounds=0)
   with pytest.raises(ValueError, match='jobs'):
     comparison.run_comparison([], jobs=0)
 
@@ -97,15 +104,15 @@ def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
         },
         f,
       )
-  summaries = comparison.summarize(out, ['fedavg', 'fedprox'], [0], 0.6)
-  assert comparison.rounds_run(summaries) == '1-3 rounds'
-  settings = comparison.arm_settings(out, ['fedavg', 'fedprox'], [0])
+  summaries = comparison_report.summarize(out, ['fedavg', 'fedprox'], [0], 0.6)
+  assert comparison_report.rounds_run(summaries) == '1-3 rounds'
+  settings = comparison_report.arm_settings(out, ['fedavg', 'fedprox'], [0])
   assert settings == {
     'fedavg': {'client_learning_rate': 0.1},
     'fedprox': {'client_learning_rate': 0.03},
   }
   table = open(
-    comparison.write_report(summaries, out, 0.6, 't', settings=settings)[
+    comparison_report.write_report(summaries, out, 0.6, 't', settings=settings)[
       'markdown'
     ]
   ).read()
@@ -114,7 +121,7 @@ def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
     'Settings in which the arms differ: fedavg client_learning_rate=0.1; '
     'fedprox client_learning_rate=0.03' in table
   )
-  assert comparison.rounds_run(summaries[:1]) == '3 rounds'
+  assert comparison_report.rounds_run(summaries[:1]) == '3 rounds'
   # metrics.csv cut short of what results.json records: refused, by name.
   _write_run(out, 'fedmax', 0, [0.3, 0.4])
   with open(
@@ -122,22 +129,22 @@ def test_the_table_states_the_rounds_the_runs_recorded(tmp_path):
   ) as f:
     json.dump({'rounds': 5}, f)
   with pytest.raises(ValueError, match=r'metrics.csv ends at round 2, but'):
-    comparison.summarize(out, ['fedmax'], [0], 0.6)
+    comparison_report.summarize(out, ['fedmax'], [0], 0.6)
   # Emptied, binary or gone: named, with what to do.
   metrics = os.path.join(comparison.run_dir(out, 'fedprox', 0), 'metrics.csv')
   for content in (b'', b'\xff\xfe\x00garbage'):
     with open(metrics, 'wb') as f:
       f.write(content)
     with pytest.raises(ValueError, match=rf'{metrics} .*restore it'):
-      comparison.summarize(out, ['fedprox'], [0], 0.6)
+      comparison_report.summarize(out, ['fedprox'], [0], 0.6)
   os.remove(metrics)
   with pytest.raises(ValueError, match=rf'{metrics} can.t be read'):
-    comparison.summarize(out, ['fedprox'], [0], 0.6)
+    comparison_report.summarize(out, ['fedprox'], [0], 0.6)
   # Deleted mid-run, then resumed: it holds only the later rounds.
   with open(metrics, 'w') as f:
     f.write('round,eval/accuracy,eval/macro_f1,seconds\n2,0.5,0.2,0.1\n')
   with pytest.raises(ValueError, match=r'does not hold rounds 1-2 once each'):
-    comparison.summarize(out, ['fedprox'], [0], 0.6)
+    comparison_report.summarize(out, ['fedprox'], [0], 0.6)
 
 
 def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):
@@ -148,9 +155,11 @@ def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):
   with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
     f.write('round,eval/accuracy,seconds,dp/epsilon\n1,0.1,0.5,3.0\n')
     f.write('2,0.4,0.5,4.25\n')
-  summaries = comparison.summarize(out, ['fedavg', 'fedavg@dp'], [0], 0.6)
+  summaries = comparison_report.summarize(
+    out, ['fedavg', 'fedavg@dp'], [0], 0.6
+  )
   assert [s.epsilon for s in summaries] == [None, 4.25]  # after the last round
-  paths = comparison.write_report(summaries, out, 0.6, 't')
+  paths = comparison_report.write_report(summaries, out, 0.6, 't')
   table = open(paths['markdown']).read()
   assert '| s/round | DP epsilon |' in table
   assert '| 0.50 | 4.25 |' in table and '| 0.50 |  |' in table

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tasks import datasets
-from tooling import comparison
+from tooling import comparison_report
 from tooling import experiment
 from tooling import presets
 
@@ -309,11 +309,11 @@ def test_published_rows_of_methods_not_implemented_are_shown_not_run(tmp_path):
   )
   assert 'fedma' not in [row.key for row in preset.rows]  # never run
   assert '87.53 (reference: not run here)' in presets.describe(preset)
-  summary = comparison.MethodSummary(
+  summary = comparison_report.MethodSummary(
     'fed2', 1, (0.88, 0.0), (0.88, 0.0), (0.87, 0.0), 10.0, 1, 1.0
   )
   table = open(
-    comparison.write_report(
+    comparison_report.write_report(
       [summary],
       str(tmp_path),
       0.8,

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from tff_methods import methods as methods_lib
 from tooling import comparison
+from tooling import comparison_report
 from tooling import experiment
 
 # The server rules whose learning rate is tuned (plain averaging keeps 1).
@@ -127,15 +128,15 @@ def choose(
   """By method: its best grid point's settings and validation accuracy.
 
   The accuracy is the final one, averaged over the last `last_rounds`
-  evaluations (`comparison.summarize`): with more than one, a setting that
-  oscillates from round to round loses to a steady one. `shared_settings`
-  (e.g. the client momentum every run of the search used) are recorded
-  with each choice, so that `compare --settings_from` trains as the search
-  did even where a comparison's own flags differ.
+  evaluations (`comparison_report.summarize`): with more than one, a
+  setting that oscillates from round to round loses to a steady one.
+  `shared_settings` (e.g. the client momentum every run of the search
+  used) are recorded with each choice, so that `compare --settings_from`
+  trains as the search did even where a comparison's own flags differ.
   """
   summaries = {
     s.method: s
-    for s in comparison.summarize(
+    for s in comparison_report.summarize(
       output_dir,
       [p.label for p in points],
       seeds,
@@ -176,7 +177,7 @@ def write_report(
     json.dump(dict(chosen), f, indent=2, sort_keys=True)
   summaries = {
     s.method: s
-    for s in comparison.summarize(
+    for s in comparison_report.summarize(
       output_dir,
       [p.label for p in points],
       seeds,
@@ -190,7 +191,7 @@ def write_report(
     else f'Validation accuracy over the last {last_rounds} rounds'
   )
   lines = [
-    f'# {title}, {comparison.rounds_run(list(summaries.values()))}: '
+    f'# {title}, {comparison_report.rounds_run(list(summaries.values()))}: '
     'learning rates on held-out data',
     '',
     f'{final} (%), mean over seeds '
@@ -218,7 +219,7 @@ def write_report(
     f.write('\n'.join(lines) + '\n')
   for method in dict.fromkeys(p.method for p in points):
     labels = [p.label for p in points if p.method == method]
-    figure = comparison.plot_accuracy(
+    figure = comparison_report.plot_accuracy(
       output_dir, labels, seeds, f'{method}: validation accuracy'
     )
     name = method.replace('+', '_plus_')
