@@ -25,7 +25,7 @@ process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 from binaries import experiment_flags
 from binaries import runtime_flags
 from tooling import analysis
-from tooling import training_loop
+from tooling import run_directory
 
 flags.DEFINE_integer(
   'analysis_clients', 5, "How many clients' local models are probed."
@@ -45,7 +45,7 @@ def main(argv):
     )
   try:
     analysis.experiment.validate(config)
-    training_loop.make_output_dir(output_dir)
+    run_directory.make_output_dir(output_dir)
   except ValueError as e:
     return experiment_flags.usage_error(str(e))
   error = runtime_flags.start()

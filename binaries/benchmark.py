@@ -43,7 +43,7 @@ from tasks import models as task_models
 from tff_methods import methods as methods_lib
 from tooling import benchmark
 from tooling import pytorch_loop
-from tooling import training_loop
+from tooling import run_directory
 
 flags.DEFINE_list(
   'models',
@@ -320,7 +320,7 @@ def main(argv):
       )
   if not errors:  # Only a run with good flags creates its directory.
     try:
-      training_loop.make_output_dir(FLAGS.output_dir)
+      run_directory.make_output_dir(FLAGS.output_dir)
     except ValueError as e:
       errors.append(str(e))
   if errors:

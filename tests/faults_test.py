@@ -27,6 +27,7 @@ from tasks import datasets
 from tff_methods import model_lib
 from tooling import comparison
 from tooling import experiment
+from tooling import run_directory
 from tooling import training_loop
 from tooling import tuning
 
@@ -52,15 +53,15 @@ def _config(tmp_path, name, **settings):
 
 
 def test_a_second_run_on_a_locked_output_directory_is_refused(tmp_path):
-  with training_loop.output_dir_lock(str(tmp_path / 'run')):
+  with run_directory.output_dir_lock(str(tmp_path / 'run')):
     with pytest.raises(
-      training_loop.OutputDirInUseError,
+      run_directory.OutputDirInUseError,
       match=rf'--output_dir={tmp_path}/run is in use by '
       rf'another run \(process {os.getpid()}\)',
     ):
       experiment.run(_config(tmp_path, 'run'), progress=False)
   # Released when the first ends.
-  with training_loop.output_dir_lock(str(tmp_path / 'run')):
+  with run_directory.output_dir_lock(str(tmp_path / 'run')):
     pass
 
 
@@ -70,8 +71,8 @@ def test_a_killed_runs_lock_does_not_block_the_next(tmp_path):
       sys.executable,
       '-c',
       'import sys, time; '
-      'from tooling import training_loop; '
-      'lock = training_loop.output_dir_lock(sys.argv[1]); '
+      'from tooling import run_directory; '
+      'lock = run_directory.output_dir_lock(sys.argv[1]); '
       'lock.__enter__(); print("held", flush=True); time.sleep(600)',
       str(tmp_path / 'run'),
     ],
@@ -82,13 +83,13 @@ def test_a_killed_runs_lock_does_not_block_the_next(tmp_path):
   try:
     assert holder.stdout.readline().strip() == 'held'
     with pytest.raises(
-      training_loop.OutputDirInUseError, match=f'process {holder.pid}'
+      run_directory.OutputDirInUseError, match=f'process {holder.pid}'
     ):
-      with training_loop.output_dir_lock(str(tmp_path / 'run')):
+      with run_directory.output_dir_lock(str(tmp_path / 'run')):
         pass
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
-    with training_loop.output_dir_lock(str(tmp_path / 'run')):
+    with run_directory.output_dir_lock(str(tmp_path / 'run')):
       pass
   finally:
     holder.kill()

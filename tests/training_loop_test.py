@@ -14,6 +14,7 @@ from tasks import datasets
 from tasks import models
 from tff_methods import model_lib
 from tooling import experiment
+from tooling import run_directory
 from tooling import training_loop
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -95,11 +96,11 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
 
 
 def test_output_dir_of_another_experiment_is_refused(tmp_path):
-  training_loop.check_experiment_config(
+  run_directory.check_experiment_config(
     str(tmp_path), dict(method='fedavg', mu=0.1, rounds=3)
   )
   # Changing only the number of rounds is allowed (it extends the run).
-  training_loop.check_experiment_config(
+  run_directory.check_experiment_config(
     str(tmp_path), dict(method='fedavg', mu=0.1, rounds=9)
   )
   with pytest.raises(
@@ -107,22 +108,22 @@ def test_output_dir_of_another_experiment_is_refused(tmp_path):
     match=r'different experiment \(method: '
     r"saved 'fedavg', now 'fedprox'; mu: saved 0.1, now 0.2",
   ):
-    training_loop.check_experiment_config(
+    run_directory.check_experiment_config(
       str(tmp_path), dict(method='fedprox', mu=0.2, rounds=3)
     )
 
 
 def test_a_setting_the_saved_config_lacks_is_taken_at_its_default(tmp_path):
-  training_loop.check_experiment_config(str(tmp_path), dict(method='fedavg'))
+  run_directory.check_experiment_config(str(tmp_path), dict(method='fedavg'))
   # A run saved before `aggregator` existed resumes with the default...
-  training_loop.check_experiment_config(
+  run_directory.check_experiment_config(
     str(tmp_path),
     dict(method='fedavg', aggregator='mean'),
     defaults=dict(aggregator='mean'),
   )
   # ... and is refused with another value (the config now records it).
   with pytest.raises(ValueError, match="aggregator: saved 'mean', now 'dp'"):
-    training_loop.check_experiment_config(
+    run_directory.check_experiment_config(
       str(tmp_path),
       dict(method='fedavg', aggregator='dp'),
       defaults=dict(aggregator='mean'),
@@ -259,11 +260,11 @@ def test_poisson_sampling_takes_each_client_with_the_expected_probability():
 
 
 def test_a_damaged_experiment_json_is_named(tmp_path):
-  path = tmp_path / training_loop.CONFIG_FILE
+  path = tmp_path / run_directory.CONFIG_FILE
   for content in ('{"rounds": 3, "seed"', '[1, 2]'):
     path.write_text(content)
     with pytest.raises(ValueError, match=rf"{path} is not a run's settings"):
-      training_loop.experiment_config_differences(str(tmp_path), {'seed': 0})
+      run_directory.experiment_config_differences(str(tmp_path), {'seed': 0})
 
 
 def test_bad_settings_are_all_named_before_any_work(tmp_path):
@@ -302,9 +303,9 @@ def test_partition_leaving_a_client_empty_is_refused(tmp_path):
 def test_a_retired_setting_at_todays_behaviour_still_resumes(tmp_path):
   config = {'method': 'fed2', 'rounds': 3}
   for saved, differs in (('uniform', False), ('class_weighted', True)):
-    with open(tmp_path / training_loop.CONFIG_FILE, 'w') as f:
+    with open(tmp_path / run_directory.CONFIG_FILE, 'w') as f:
       json.dump({'method': 'fed2', 'rounds': 2, 'fed2_pairing': saved}, f)
-    differences = training_loop.experiment_config_differences(
+    differences = run_directory.experiment_config_differences(
       str(tmp_path), config, retired={'fed2_pairing': 'uniform'}
     )
     assert differences == (

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from tooling import comparison
-from tooling import training_loop
+from tooling import run_directory
 
 
 def _read_metrics(run_directory: str) -> list[dict]:
@@ -89,7 +89,7 @@ def rounds_run(summaries: Sequence[MethodSummary]) -> str:
 # what a run computes.
 _NOT_ARM_SETTINGS = frozenset(
   {'method', 'seed', 'output_dir', 'cache_dir', 'data_dir', 'rounds'}
-  | set(training_loop.RESUMABLE_KEYS)
+  | set(run_directory.RESUMABLE_KEYS)
 )
 
 

@@ -40,6 +40,7 @@ from tff_methods import optimizers
 from tff_methods import similarity as similarity_lib
 from tooling import dp_runs
 from tooling import evaluation
+from tooling import run_directory
 from tooling import tff_baselines
 from tooling import training_loop
 
@@ -868,7 +869,7 @@ def _check_cohort(config: ExperimentConfig, client_ids) -> None:
 
 def saved_settings_differences(config: ExperimentConfig) -> list[str]:
   """How `config` differs from the run saved in its output directory, if any."""
-  return training_loop.experiment_config_differences(
+  return run_directory.experiment_config_differences(
     config.output_dir,
     dataclasses.asdict(config),
     defaults=dataclasses.asdict(ExperimentConfig()),
@@ -897,7 +898,7 @@ def run(
     `training_loop.run_training`'s results.
   """
   validate(config)
-  with training_loop.output_dir_lock(config.output_dir):
+  with run_directory.output_dir_lock(config.output_dir):
     try:
       return _run_locked(config, progress, round_hook, data)
     except Exception as e:
@@ -934,16 +935,16 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       'directory.'
     )
   if done and not os.path.exists(
-    os.path.join(config.output_dir, training_loop.CONFIG_FILE)
+    os.path.join(config.output_dir, run_directory.CONFIG_FILE)
   ):
     raise ValueError(
       f'--output_dir={config.output_dir} holds a checkpoint at round {done} '
-      f'but no {training_loop.CONFIG_FILE}: the settings it was trained with '
+      f'but no {run_directory.CONFIG_FILE}: the settings it was trained with '
       'are unknown, so it is not resumed. Restore that file, or give another '
       'output directory (or delete this one) to start over.'
     )
   if done and config.dp_target_epsilon is not None:
-    saved_rounds = training_loop.saved_setting(config.output_dir, 'rounds')
+    saved_rounds = run_directory.saved_setting(config.output_dir, 'rounds')
     if saved_rounds not in (None, config.rounds):
       raise ValueError(
         f'--output_dir={config.output_dir} holds a run whose noise was '
@@ -970,7 +971,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       )
 
   def check_and_save_settings():
-    training_loop.check_experiment_config(
+    run_directory.check_experiment_config(
       config.output_dir,
       dataclasses.asdict(config),
       defaults=dataclasses.asdict(ExperimentConfig()),

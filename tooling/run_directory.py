@@ -1,0 +1,177 @@
+"""A run's output directory: held by one run at a time, and the settings
+it was started with (`experiment.json`), which a resumption must match.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from typing import Any, Mapping, Optional
+
+# Settings that may change between a run and its resumption.
+RESUMABLE_KEYS = (
+  'rounds',
+  'verbosity',
+  'progress',
+  'max_concurrent_clients',
+  'output_dir',
+  'data_dir',
+  'cache_dir',
+  'restart_client_states',
+)
+CONFIG_FILE = 'experiment.json'
+
+
+# The file a run holds locked while it writes to its output directory.
+LOCK_FILE = '.lock'
+
+
+class OutputDirInUseError(ValueError):
+  """Another process is running on the output directory."""
+
+
+def make_output_dir(output_dir: str) -> str:
+  """Creates `output_dir` if needed, and checks it can be written.
+
+  Raises:
+    ValueError: naming the directory and why (a file, read-only, ...).
+  """
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=output_dir):
+      pass
+  except OSError as e:
+    raise ValueError(
+      f'--output_dir={output_dir} cannot be written: ' f'{e.strerror or e}.'
+    ) from None
+  return output_dir
+
+
+@contextlib.contextmanager
+def output_dir_lock(output_dir: str):
+  """Holds `output_dir` for this process while the block runs.
+
+  An exclusive `flock` on `<output_dir>/.lock`: a second run on the same
+  directory is refused at once (two runs would interleave their rows of
+  `metrics.csv` and their checkpoints). The kernel releases the lock when
+  the process ends, SIGKILL included, so a dead run never blocks the next.
+
+  Raises:
+    OutputDirInUseError: naming the directory and the process that holds it.
+  """
+  make_output_dir(output_dir)
+  try:
+    lock = open(os.path.join(output_dir, LOCK_FILE), 'a+')
+  except OSError as e:
+    raise ValueError(
+      f'--output_dir={output_dir} cannot be written: ' f'{e.strerror or e}.'
+    ) from None
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    lock.seek(0)
+    holder = lock.read().strip() or 'another process'
+    lock.close()
+    raise OutputDirInUseError(
+      f'--output_dir={output_dir} is in use by another run (process '
+      f'{holder}); wait for it to end, or use another output '
+      'directory.'
+    ) from None
+  try:
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    yield
+  finally:
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+
+
+def experiment_config_differences(
+  output_dir: str,
+  config: Mapping[str, Any],
+  defaults: Optional[Mapping[str, Any]] = None,
+  retired: Optional[Mapping[str, Any]] = None,
+) -> list[str]:
+  """Each setting in which `config` differs from the one saved in `output_dir`.
+
+  A setting the saved config does not record (one that did not exist when
+  it was written) is taken at its value in `defaults`. A saved setting that
+  no longer exists matches if it holds its value in `retired` (the one
+  that did what the code does now). Settings a resumption may change
+  (`RESUMABLE_KEYS`) are not compared. Empty when nothing is saved there.
+  """
+  path = os.path.join(output_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return []
+  config = json.loads(json.dumps(dict(config), default=str))
+  saved = _read_saved_config(path)
+  defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
+  saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
+  for key, value in (retired or {}).items():
+    if key not in config and saved.get(key) == value:
+      del saved[key]
+  keys = (set(saved) | set(config)) - set(RESUMABLE_KEYS)
+  return [
+    f'{k}: saved {saved.get(k)!r}, now {config.get(k)!r}'
+    for k in sorted(keys)
+    if saved.get(k) != config.get(k)
+  ]
+
+
+def saved_setting(output_dir: str, name: str) -> Any:
+  """The setting `name` of the run saved in `output_dir`, or None."""
+  path = os.path.join(output_dir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return None
+  return _read_saved_config(path).get(name)
+
+
+def _read_saved_config(path: str) -> dict:
+  """A run's saved settings; a ValueError naming the file if unreadable."""
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+    problem = None if isinstance(saved, dict) else 'not a JSON object'
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    saved, problem = None, str(e)
+  if problem:
+    raise ValueError(
+      f"{path} is not a run's settings ({problem}): restore it, or give "
+      'another output directory (or delete this one) to start over.'
+    )
+  return saved
+
+
+def check_experiment_config(
+  output_dir: str,
+  config: Mapping[str, Any],
+  defaults: Optional[Mapping[str, Any]] = None,
+  retired: Optional[Mapping[str, Any]] = None,
+) -> None:
+  """Writes `config` to `output_dir`, or checks it matches the one there.
+
+  Raises:
+    ValueError: when `output_dir` holds a different experiment: names each
+      setting that differs, with both values
+      (`experiment_config_differences`).
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  differences = experiment_config_differences(
+    output_dir, config, defaults, retired
+  )
+  if differences:
+    raise ValueError(
+      f'--output_dir={output_dir} holds a checkpoint of a different '
+      'experiment (' + '; '.join(differences) + '). Use a new '
+      'output directory, or the same settings to resume.'
+    )
+  with open(os.path.join(output_dir, CONFIG_FILE), 'w') as f:
+    json.dump(
+      json.loads(json.dumps(dict(config), default=str)),
+      f,
+      indent=2,
+      sort_keys=True,
+    )
