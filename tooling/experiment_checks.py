@@ -1,0 +1,301 @@
+"""`validate`: every check of an `ExperimentConfig` that needs no data,
+run before any work starts; one ValueError names every bad value and what
+is allowed.
+"""
+
+import os
+
+from tasks import datasets
+from tasks import models as task_models
+from tasks import partition as partition_lib
+from tff_methods import aggregation
+from tff_methods import fedcos
+from tff_methods import methods
+from tff_methods import moon
+from tff_methods import optimizers
+from tff_methods import similarity as similarity_lib
+from tooling import dp_runs
+from tooling import experiment_config
+from tooling import tff_baselines
+
+
+def validate(config: experiment_config.ExperimentConfig) -> None:
+  """Checks every setting; raises one ValueError naming all bad values."""
+  errors = []
+
+  def need(ok, message):
+    if not ok:
+      errors.append(message)
+
+  try:
+    parts = methods.parse_method(config.method)
+  except ValueError as e:
+    parts = []
+    errors.append(f'--method={config.method!r}: {e}')
+  tff_task = config.is_tff_baseline()
+  need(
+    config.task in datasets.TASK_NAMES + tff_baselines.TASK_NAMES,
+    f'--task={config.task!r} is unknown; choose one of '
+    f'{", ".join(datasets.TASK_NAMES + tff_baselines.TASK_NAMES)}',
+  )
+  if tff_task:
+    _validate_tff_baseline(config, parts, need)
+  else:
+    need(
+      config.model_name() in task_models.MODEL_NAMES + task_models.FED2_MODELS,
+      f'--model={config.model!r} is unknown; choose one of '
+      f'{", ".join(task_models.MODEL_NAMES)}',
+    )
+    for flag in ('use_synthetic_data', 'max_elements'):
+      need(
+        not getattr(config, flag),
+        f'--{flag}={getattr(config, flag)} is for the tff_baselines tasks, '
+        f'not --task={config.task}',
+      )
+  need(
+    config.partition in partition_lib.PARTITIONERS,
+    f'--partition={config.partition!r} is unknown; choose one of '
+    f'{", ".join(partition_lib.PARTITIONERS)}',
+  )
+  need(config.alpha > 0, f'--alpha={config.alpha} must be > 0')
+  need(config.min_size >= 0, f'--min_size={config.min_size} must be >= 0')
+  need(
+    config.classes_per_client >= 1,
+    f'--classes_per_client={config.classes_per_client} must be >= 1',
+  )
+  need(
+    config.shards_per_client >= 1,
+    f'--shards_per_client={config.shards_per_client} must be >= 1',
+  )
+  need(
+    0 <= config.non_iid_fraction <= 1,
+    f'--non_iid_fraction={config.non_iid_fraction} must be in [0, 1]',
+  )
+  need(
+    config.num_clients >= 1, f'--num_clients={config.num_clients} must be >= 1'
+  )
+  need(
+    1 <= config.clients_per_round <= config.num_clients
+    or config.task in ('emnist', 'shakespeare')
+    or tff_task,
+    f'--clients_per_round={config.clients_per_round} must be in [1, '
+    f'--num_clients={config.num_clients}]',
+  )
+  need(config.rounds >= 1, f'--rounds={config.rounds} must be >= 1')
+  need(
+    config.local_epochs >= 1,
+    f'--local_epochs={config.local_epochs} must be >= 1',
+  )
+  need(
+    config.local_steps is None or config.local_steps >= 1,
+    f'--local_steps={config.local_steps} must be >= 1',
+  )
+  need(
+    config.batch_size >= 1, f'--batch_size={config.batch_size} must be ' '>= 1'
+  )
+  need(
+    config.client_learning_rate > 0,
+    f'--client_learning_rate={config.client_learning_rate} must be > 0',
+  )
+  need(
+    0 <= config.client_momentum < 1,
+    f'--client_momentum={config.client_momentum} must be in [0, 1)',
+  )
+  need(
+    config.weight_decay >= 0,
+    f'--weight_decay={config.weight_decay} must be >= 0',
+  )
+  need(
+    config.server_learning_rate is None or config.server_learning_rate > 0,
+    f'--server_learning_rate={config.server_learning_rate} must be > 0',
+  )
+  need(
+    0 <= config.server_momentum < 1,
+    f'--server_momentum={config.server_momentum} must be in [0, 1)',
+  )
+  need(
+    config.server_epsilon > 0,
+    f'--server_epsilon={config.server_epsilon} must be > 0',
+  )
+  need(
+    config.server_momentum_form in optimizers.MOMENTUM_FORMS,
+    f'--server_momentum_form={config.server_momentum_form!r} is unknown; '
+    f'choose one of {", ".join(optimizers.MOMENTUM_FORMS)}',
+  )
+  need(
+    config.fedcos_direction in fedcos.DIRECTIONS,
+    f'--fedcos_direction={config.fedcos_direction!r} is unknown; choose '
+    f'one of {", ".join(fedcos.DIRECTIONS)}',
+  )
+  need(
+    config.moon_first_round in moon.FIRST_ROUNDS,
+    f'--moon_first_round={config.moon_first_round!r} is unknown; choose '
+    f'one of {", ".join(moon.FIRST_ROUNDS)}',
+  )
+  need(
+    config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
+    f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
+    f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}',
+  )
+  need(
+    config.client_weighting in aggregation.CLIENT_WEIGHTINGS,
+    f'--client_weighting={config.client_weighting!r} is unknown; choose one '
+    f'of {", ".join(aggregation.CLIENT_WEIGHTINGS)}',
+  )
+  need(
+    config.aggregator != 'dp'
+    or config.client_weighting in ('num_examples', 'uniform'),
+    f'--client_weighting={config.client_weighting} with --aggregator=dp: DP '
+    'weighs clients uniformly; give --client_weighting=uniform',
+  )
+  need(
+    'num_tokens' not in (config.client_weighting, config.scaffold_weighting)
+    or config.task in tff_baselines.TEXT_TASK_NAMES,
+    f'num_tokens weighting is for the text tasks '
+    f'({", ".join(tff_baselines.TEXT_TASK_NAMES)}), not --task={config.task}',
+  )
+  need(
+    config.aggregator in aggregation.AGGREGATORS,
+    f'--aggregator={config.aggregator!r} is unknown; choose one of '
+    f'{", ".join(aggregation.AGGREGATORS)}',
+  )
+  errors.extend(dp_runs.check(config, None if tff_task else config.num_clients))
+  if config.aggregator == 'dp' and parts == ['scaffold']:
+    need(
+      config.scaffold_weighting == 'uniform',
+      '--aggregator=dp averages clients uniformly; it needs '
+      '--scaffold_weighting=uniform',
+    )
+  for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
+    value = getattr(config, flag)
+    need(
+      value is None or value >= 0, f'--{flag}={value} must be >= 0 (a strength)'
+    )
+  need(
+    config.temperature > 0, f'--temperature={config.temperature} must be > 0'
+  )
+  need(
+    config.cka_layers >= 1, f'--cka_layers={config.cka_layers} must be ' '>= 1'
+  )
+  need(
+    config.similarity in similarity_lib.SIMILARITIES,
+    f'--similarity={config.similarity!r} is unknown; choose one of '
+    f'{", ".join(similarity_lib.SIMILARITIES)}',
+  )
+  model_name = config.model_name()
+  zoo_model = not tff_task and model_name in task_models.MODEL_NAMES
+  need(
+    config.projection_dim >= 0
+    and (
+      config.projection_dim == 0
+      or (not tff_task and model_name in task_models.TAKES_PROJECTION_DIM)
+    ),
+    f'--projection_dim={config.projection_dim} must be >= 0, and is for '
+    f'--model={"/".join(task_models.TAKES_PROJECTION_DIM)} only',
+  )
+  if 'moon' in parts and zoo_model:
+    need(
+      task_models.has_projection_head(model_name, config.projection_dim),
+      f'--method=moon needs a model with a projection head (z): '
+      f'{", ".join(task_models.PROJECTION_BUILT_IN)}, or '
+      f'{"/".join(task_models.TAKES_PROJECTION_DIM)} with '
+      f'--projection_dim > 0, not --model={model_name}',
+    )
+  if 'fed2' in parts and not tff_task:
+    need(
+      model_name in task_models.FED2_MODELS,
+      '--method=fed2 supports --model='
+      f'{"/".join(task_models.FED2_MODELS)}, not {model_name}',
+    )
+    need(
+      config.fed2_groups >= 1,
+      f'--fed2_groups={config.fed2_groups} must be >= 1',
+    )
+  if 'fedcka' in parts and zoo_model:
+    need(
+      config.cka_layers <= task_models.LAYER_OUTPUTS[model_name],
+      f'--cka_layers={config.cka_layers} is more than --model='
+      f"{model_name}'s {task_models.LAYER_OUTPUTS[model_name]} layers",
+    )
+  need(
+    config.rounds_per_eval >= 1,
+    f'--rounds_per_eval={config.rounds_per_eval} must be >= 1',
+  )
+  need(
+    0 <= config.seed < 2**31,
+    f'--seed={config.seed} must be in [0, 2^31 - 1]',
+  )
+  need(
+    config.rounds_per_checkpoint >= 1,
+    f'--rounds_per_checkpoint={config.rounds_per_checkpoint} must be >= 1',
+  )
+  need(
+    0 <= config.validation_fraction < 1
+    and (
+      config.validation_fraction == 0
+      or config.task not in datasets.NATURAL_TASKS
+    ),
+    f'--validation_fraction={config.validation_fraction} must be in '
+    '[0, 1), and 0 for tasks with natural clients '
+    f'({", ".join(datasets.NATURAL_TASKS)}; TFF\'s baseline tasks hold out '
+    'whole clients)',
+  )
+  need(config.image_size >= 8, f'--image_size={config.image_size} must be >= 8')
+  if config.task == 'image_folder':
+    need(
+      bool(config.data_dir) and os.path.isdir(config.data_dir),
+      f'--data_dir={config.data_dir!r} must be a directory of class '
+      'sub-directories for --task=image_folder',
+    )
+  for flag in ('output_dir', 'client_state_dir'):
+    path = getattr(config, flag) or ''
+    need(
+      not set(path) & set('[]*?'),
+      f'--{flag}={path!r} holds a character of [ ] * ?, which TensorFlow '
+      'reads as a file pattern when it looks for checkpoints: choose a '
+      'directory name without them',
+    )
+  if errors:
+    raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
+
+
+def _validate_tff_baseline(
+  config: experiment_config.ExperimentConfig, parts, need
+) -> None:
+  """The checks of a run on one of TFF's baseline tasks."""
+  if config.task not in tff_baselines.TASK_NAMES:
+    return  # Named unknown by `validate`.
+  task_models_ids = tff_baselines.models(config.task)
+  model_name = config.model_name()
+  need(
+    model_name in task_models_ids,
+    f'--model={config.model!r} is not a model of {config.task}; TFF builds '
+    f'{", ".join(task_models_ids)}',
+  )
+  need(
+    'fed2' not in parts,
+    f'--method=fed2 groups the layers of the project\'s CNNs and VGGs '
+    f'(--model={"/".join(task_models.FED2_MODELS)}); it does not apply to '
+    f"TFF's {model_name} model of {config.task}",
+  )
+  if 'fedcka' in parts and model_name in task_models_ids:
+    layers = tff_baselines.layer_outputs(config.task, model_name)
+    need(
+      config.cka_layers <= layers,
+      f'--cka_layers={config.cka_layers} is more than the {layers} layers '
+      f"FedCKA can read of TFF's {model_name} model of {config.task}",
+    )
+  need(
+    config.local_steps is None,
+    f"--local_steps={config.local_steps}: TFF's preprocessing of "
+    f'{config.task} trains whole epochs (--local_epochs, --max_elements)',
+  )
+  need(
+    not config.drop_last,
+    f"--drop_last: TFF's preprocessing of {config.task} keeps each "
+    "client's last, partial batch",
+  )
+  need(
+    config.max_elements is None or config.max_elements >= 1,
+    f'--max_elements={config.max_elements} must be >= 1',
+  )

@@ -1,0 +1,382 @@
+"""Every setting of one experiment, `ExperimentConfig`: the one source of
+the binaries' flags (`binaries/experiment_flags.py` defines a flag per
+field, with its default and help).
+"""
+
+import dataclasses
+import hashlib
+import os
+import re
+from typing import Any, Optional
+
+from tasks import datasets
+from tff_methods import methods
+from tooling import dp_runs
+from tooling import tff_baselines
+
+DEFAULT_MODELS = {
+  'digits': 'fedcka_cnn',
+  'cifar10': 'fedcka_cnn',
+  'cifar100': 'fedcka_cnn',
+  'fmnist': 'fedcka_cnn',
+  'mnist': 'fedcka_cnn',
+  'emnist': 'fedmax_cnn',
+  'shakespeare': 'shakespeare_lstm',
+  'synthetic': 'mlp',
+  'image_folder': 'resnet18',
+}
+
+
+# Settings that no longer exist, with the value that did what the code does
+# now: a run saved with it still resumes (with another, it is refused).
+RETIRED_SETTINGS = {
+  # Fed2's class-weighted pairing was removed: the paper pairs by examples.
+  'fed2_pairing': 'uniform',
+}
+
+
+def _setting(default: Any, help_text: str) -> Any:
+  """A config field with its help text (the flag's help)."""
+  return dataclasses.field(default=default, metadata={'help': help_text})
+
+
+# The library's own defaults for the settings a method's builder takes:
+# the experiment's are the same values, defined once (`methods`).
+_METHOD_DEFAULTS = {
+  f.name: f.default for f in dataclasses.fields(methods.Hyperparameters)
+}
+
+
+def _method_setting(name: str, help_text: str) -> Any:
+  """A config field for `methods.Hyperparameters.<name>`, at its default."""
+  return _setting(_METHOD_DEFAULTS[name], help_text)
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+  """Every setting of one federated training run.
+
+  The single source of the settings: each field's default and help (its
+  metadata) are the binaries' flags (`binaries/experiment_flags.py` defines
+  one flag per field).
+  """
+
+  method: str = _setting(
+    'fedavg',
+    f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
+    '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
+    'fedmax, fedcos, moon, fedcka).',
+  )
+  task: str = _setting(
+    'digits',
+    'digits (offline), cifar10, cifar100, fmnist, mnist, emnist, '
+    "shakespeare, synthetic or image_folder; or one of TFF's baseline "
+    f'tasks: {", ".join(tff_baselines.TASK_NAMES)} (docs/tff_baselines.md).',
+  )
+  model: Optional[str] = _setting(
+    None,
+    'fedcka_cnn, fedmax_cnn, lenet, mlp, mlp1, resnet18, resnet50, vgg9, '
+    'mobilenet, shakespeare_lstm, shakespeare_lstm100 (and vgg16 for '
+    "fed2); for a tff_baselines task, one of TFF's models for it; by "
+    "default the task's usual model.",
+  )
+  use_synthetic_data: bool = _setting(
+    False,
+    "tff_baselines tasks: TFF's synthetic data, offline (a few clients "
+    'with a handful of examples: for trying a pipeline, not for results).',
+  )
+  max_elements: Optional[int] = _setting(
+    None,
+    "tff_baselines tasks: TFF's cap on a client's examples per round "
+    '(ClientSpec.max_elements); by default all of them.',
+  )
+  projection_dim: int = _setting(
+    0,
+    "resnet18/resnet50: width of a MOON projection head 'z' (0: none; "
+    'MOON needs one).',
+  )
+  partition: str = _setting(
+    'dirichlet', 'iid, dirichlet, pathological, shards or mixed.'
+  )
+  alpha: float = _setting(0.5, 'Dirichlet concentration (> 0).')
+  min_size: int = _setting(10, 'Dirichlet: fewest examples per client.')
+  classes_per_client: int = _setting(2, 'pathological: classes each.')
+  shards_per_client: int = _setting(2, 'shards: shards each.')
+  non_iid_fraction: float = _setting(
+    1.0, 'mixed: share of each client kept label-sorted.'
+  )
+  synthetic_alpha: float = _setting(1.0, 'synthetic(alpha, beta): alpha.')
+  synthetic_beta: float = _setting(1.0, 'synthetic(alpha, beta): beta.')
+  image_size: int = _setting(32, 'image_folder: images resized to this.')
+  num_clients: int = _setting(10, 'Clients to split the data into.')
+  clients_per_round: int = _setting(10, 'Clients sampled per round.')
+  rounds: int = _setting(10, 'Total communication rounds.')
+  local_epochs: int = _setting(1, 'Local epochs per round.')
+  local_steps: Optional[int] = _setting(
+    None, 'Local steps per round (instead of epochs).'
+  )
+  batch_size: int = _setting(32, 'Local batch size.')
+  drop_last: bool = _setting(
+    False,
+    "Drop each pass's last batch when it is partial (the MOON repo); by "
+    "default it is kept, as PyTorch's DataLoader does.",
+  )
+  client_learning_rate: float = _method_setting(
+    'client_learning_rate', 'Client SGD learning rate.'
+  )
+  client_momentum: float = _method_setting(
+    'client_momentum',
+    'Client SGD momentum (not used by scaffold, which trains with plain '
+    'SGD).',
+  )
+  weight_decay: float = _method_setting(
+    'weight_decay', 'Client L2 weight decay.'
+  )
+  server_learning_rate: Optional[float] = _method_setting(
+    'server_learning_rate',
+    'Server learning rate (default: 1.0 for averaging, 0.01 for '
+    'fedadam/fedyogi).',
+  )
+  server_momentum: float = _method_setting(
+    'server_momentum', 'fedavgm: server momentum.'
+  )
+  server_epsilon: float = _method_setting(
+    'server_epsilon',
+    'fedadam/fedyogi: the epsilon of the server optimizer (Reddi et al. '
+    'tune it per task).',
+  )
+  mu: Optional[float] = _method_setting(
+    'mu',
+    "The strength of the method's term(s) (default: fedprox 0.01, moon 1, "
+    'fedcka 3, fedcos 0.02).',
+  )
+  fedprox_mu: Optional[float] = _setting(
+    None, "FedProx's mu in a combination (overrides --mu)."
+  )
+  fedcos_mu: Optional[float] = _setting(
+    None, "FedCos's mu in a combination (overrides --mu)."
+  )
+  beta: Optional[float] = _method_setting(
+    'beta',
+    "fedmax: the prior's strength (default 1000, the paper's CIFAR value).",
+  )
+  temperature: float = _method_setting(
+    'temperature', 'moon: the contrastive temperature.'
+  )
+  cka_layers: int = _method_setting(
+    'cka_layers', 'fedcka: M, the first M layers regularized.'
+  )
+  similarity: str = _method_setting(
+    'similarity',
+    'fedcka: linear_cka, kernel_cka, frobenius (||a1 - a2||^2), cosine '
+    '(the inner product), normalized_cosine or normalized_frobenius.',
+  )
+  client_state_dir: Optional[str] = _setting(
+    None,
+    'moon/fedcka/scaffold: where the client state files go (default: '
+    '<output_dir>/client_states); given, each run keeps its states in a '
+    'directory of its own under it. TFF workers must see it.',
+  )
+  fed2_groups: int = _method_setting(
+    'fed2_groups', 'fed2: G, the number of groups.'
+  )
+  fed2_decouple_depth: Optional[int] = _method_setting(
+    'fed2_decouple_depth',
+    'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
+    'the FedCKA CNN).',
+  )
+  server_momentum_form: str = _method_setting(
+    'server_momentum_form',
+    'fedavgm: heavy_ball (TFF: m = beta m + delta) or ema (the FedCos '
+    'code: m = beta m + (1 - beta) delta).',
+  )
+  client_weighting: str = _method_setting(
+    'client_weighting',
+    'How client updates are weighted in the mean (every method but '
+    "scaffold, which takes --scaffold_weighting): num_examples (TFF's "
+    'default), uniform, or num_tokens (the labels that are not padding: '
+    "Reddi et al.'s weighting of the text tasks). --aggregator=dp weighs "
+    'clients uniformly.',
+  )
+  scaffold_weighting: str = _method_setting(
+    'scaffold_weighting',
+    'scaffold: the model average, uniform (the paper), num_examples '
+    '(NIID-Bench) or num_tokens.',
+  )
+  scaffold_momentum: bool = _method_setting(
+    'scaffold_momentum',
+    'scaffold: clients use --client_momentum (NIID-Bench, the MOON repo); '
+    'by default plain SGD (the paper).',
+  )
+  moon_first_round: str = _setting(
+    'skip',
+    'moon: a client first taking part after round 1 skips the term (skip, '
+    'the paper) or contrasts against its own initial model '
+    '(initial_model, the MOON repo).',
+  )
+  fedcos_direction: str = _method_setting(
+    'fedcos_direction',
+    "fedcos: d, the global model's last move (global_move, the paper) or "
+    'the mean client update before the server optimizer '
+    '(mean_client_update, the FedCos code).',
+  )
+  aggregator: str = _method_setting(
+    'aggregator',
+    "TFF's model aggregator for every method: mean (the weighted mean), "
+    'robust (tff.learning.robust_aggregator: zeroing and adaptive '
+    'clipping), dp (differential privacy: noise on clipped updates, '
+    'uniform weighting), compression or secure.',
+  )
+  dp_noise_multiplier: float = _method_setting(
+    'dp_noise_multiplier',
+    'dp: the Gaussian noise standard deviation over the clip (TFF '
+    'needs it below 0.1 x --clients_per_round with adaptive clipping).',
+  )
+  dp_clip: Optional[float] = _method_setting(
+    'dp_clip',
+    'dp: a fixed L2 clipping norm; by default adaptive clipping '
+    '(tff.learning.dp_aggregator).',
+  )
+  dp_clipped_count_stddev: Optional[float] = _method_setting(
+    'dp_clipped_count_stddev',
+    'dp, adaptive clip: the noise on the count of clipped clients; by '
+    "default TFF's 0.05 x --clients_per_round. It must exceed half of "
+    '--dp_noise_multiplier; the larger it is, the more noise the updates '
+    'get for the same privacy (Andrew et al., 2021).',
+  )
+  dp_target_quantile: float = _method_setting(
+    'dp_target_quantile',
+    'dp, adaptive clip: the share of clients whose updates the clip aims '
+    'to leave unclipped.',
+  )
+  dp_delta: Optional[float] = _setting(
+    None,
+    "dp: the delta of the run's reported (epsilon, delta); by default "
+    '1 / N^1.1 for N clients.',
+  )
+  dp_target_epsilon: Optional[float] = _setting(
+    None,
+    'dp: the client-level epsilon to meet after --rounds at --dp_delta; '
+    'the smallest noise multiplier that meets it is found before any '
+    'work and replaces --dp_noise_multiplier.',
+  )
+  dp_accountant: str = _setting(
+    'rdp',
+    "dp: the accountant of the run's epsilon, rdp or pld (dp_accounting's; "
+    'pld is tighter and needs --client_sampling=poisson).',
+  )
+  client_sampling: str = _setting(
+    'without_replacement',
+    'How each round draws its clients: without_replacement (exactly '
+    '--clients_per_round clients) or poisson (each client with probability '
+    '--clients_per_round / N, independently: the cohort size varies; DP '
+    'accounting is tighter).',
+  )
+  restart_client_states: bool = _setting(
+    False,
+    'moon/fedcka/scaffold: resume a run whose client states are gone with '
+    "every client's state started over (refused otherwise).",
+  )
+  seed: int = _setting(0, 'Fixes partition, sampling and init.')
+  rounds_per_eval: int = _setting(1, 'Evaluate every N rounds.')
+  rounds_per_checkpoint: int = _setting(1, 'Save state every N rounds.')
+  output_dir: str = _setting(
+    'runs/experiment',
+    'Where results go (the binaries default to '
+    'runs/<task>_<method>_s<seed>).',
+  )
+  data_dir: Optional[str] = _setting(
+    None,
+    'tensorflow_datasets data directory, the image folder for '
+    "--task=image_folder, or TFF's download cache for the tff_baselines "
+    'tasks (TFF: ~/.tff).',
+  )
+  cache_dir: Optional[str] = _setting(
+    None, "Clients' data files (default ~/.cache/tff_methods)."
+  )
+  validation_fraction: float = _setting(
+    0.0,
+    'If > 0, hold out this share of the training data and evaluate on it '
+    "instead of the test set (for tuning; binaries/tune.py sets it); TFF's "
+    'baseline tasks hold out this share of their training clients.',
+  )
+
+  def client_state_directory(self) -> str:
+    """Where this run's clients keep their states (MOON, FedCKA, SCAFFOLD):
+    `<output_dir>/client_states`, or under `client_state_dir` a directory
+    of the run's own, named after its output directory (runs of a
+    comparison may share `--client_state_dir`, never their states)."""
+    if not self.client_state_dir:
+      return os.path.join(self.output_dir, 'client_states')
+    run = os.path.abspath(self.output_dir)
+    name = re.sub(
+      r'[^A-Za-z0-9_.+@-]',
+      '_',
+      '_'.join(p for p in run.split(os.sep)[-2:] if p),
+    )
+    digest = hashlib.sha1(run.encode()).hexdigest()[:8]
+    return os.path.join(self.client_state_dir, f'{name}-{digest}')
+
+  def is_tff_baseline(self) -> bool:
+    """Whether the task is one of TFF's (`tooling.tff_baselines`)."""
+    return tff_baselines.is_baseline_task(self.task)
+
+  def data_description(self) -> str:
+    """The task and its clients, for a report's title."""
+    if self.is_tff_baseline():
+      data = ", TFF's synthetic data" if self.use_synthetic_data else ''
+      return f"{self.task} (TFF's clients{data})"
+    return (
+      f'{self.task}, {self.partition} partition, {self.num_clients} clients'
+    )
+
+  def model_name(self) -> str:
+    if self.is_tff_baseline() and self.task in tff_baselines.TASK_NAMES:
+      return self.model or tff_baselines.models(self.task)[0]
+    return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
+
+  def local_batches(self) -> datasets.LocalBatches:
+    """What a client trains on in a round (`tasks.datasets.LocalBatches`)."""
+    return datasets.LocalBatches(
+      self.batch_size,
+      self.local_epochs,
+      self.local_steps,
+      drop_last=self.drop_last,
+      seed=self.seed,
+      with_index=methods.wants_example_index(
+        self.method, self.local_epochs, self.local_steps
+      ),
+    )
+
+  def hyperparameters(
+    self, num_clients: Optional[int] = None
+  ) -> methods.Hyperparameters:
+    strengths = tuple(
+      (name, value)
+      for name, value in (
+        ('fedprox', self.fedprox_mu),
+        ('fedcos', self.fedcos_mu),
+      )
+      if value is not None
+    )
+    shared = {
+      name: getattr(self, name)
+      for name in _METHOD_DEFAULTS
+      if name in _CONFIG_FIELDS
+    }
+    if self.aggregator == 'dp':  # --dp_target_epsilon's noise, if given.
+      shared['dp_noise_multiplier'] = dp_runs.noise_multiplier(
+        self, num_clients or self.num_clients
+      )
+    return methods.Hyperparameters(
+      **{
+        **shared,
+        'strengths': strengths,
+        'num_clients': num_clients or self.num_clients,
+        # Kept with the run, so that it resumes exactly.
+        'client_state_dir': self.client_state_directory(),
+      }
+    )
+
+
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)}
