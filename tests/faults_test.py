@@ -265,7 +265,7 @@ _COMPARE = [
 ]
 
 
-def _start_training_compare(tmp_path, seeds):
+def _start_training_compare(tmp_path, seeds, output=subprocess.PIPE):
   """A 200-round compare in two jobs, once its first run has a round."""
   compare = subprocess.Popen(
     _COMPARE
@@ -277,8 +277,8 @@ def _start_training_compare(tmp_path, seeds):
       f'--output_dir={tmp_path / "cmp"}',
     ],
     cwd=REPO,
-    stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE,
+    stdout=output,
+    stderr=output,
     text=True,
   )
   deadline = time.monotonic() + 300
@@ -309,7 +309,8 @@ def test_a_killed_compare_job_ends_the_parent_with_an_error(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_compare_parent_takes_its_jobs_and_workers_with_it(tmp_path):
-  compare = _start_training_compare(tmp_path, '0')
+  # Its output unread: the jobs would block on a full pipe once it died.
+  compare = _start_training_compare(tmp_path, '0', subprocess.DEVNULL)
   try:
     # The jobs, their TFF workers and multiprocessing's resource tracker.
     left = _children(compare.pid)
@@ -318,7 +319,7 @@ def test_a_killed_compare_parent_takes_its_jobs_and_workers_with_it(tmp_path):
     assert len(_jobs(compare.pid)) == 2
   finally:
     compare.kill()
-  compare.wait()  # Not communicate: the jobs hold its pipes until they end.
+  compare.wait()
   deadline = time.monotonic() + 30
   while time.monotonic() < deadline and any(_alive(p) for p in left):
     time.sleep(0.5)
