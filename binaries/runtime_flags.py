@@ -4,7 +4,11 @@
 - `--tff_worker_binary=PATH`: that local worker is PATH (e.g. a CUDA build);
 - `--tff_workers=host:port,...`: workers already running (started with
   `python -m binaries.worker --port=PORT`), each round's clients split
-  between them (`tff_methods.runtime.set_remote_execution_context`).
+  between them (`tff_methods.runtime.set_remote_execution_context`);
+- `--execution=in_process --devices=gpu:0,gpu:1`: the rounds' TensorFlow in
+  this process, the clients spread over the devices
+  (`tff_methods.in_process`); what doesn't compile for it goes to a local
+  worker.
 """
 
 import re
@@ -12,8 +16,11 @@ from typing import Optional
 
 from absl import flags
 
+from tff_methods import in_process
 from tff_methods import runtime
 from tff_methods import workers
+
+EXECUTIONS = ('worker', 'in_process')
 
 flags.DEFINE_list(
   'tff_workers',
@@ -35,6 +42,26 @@ flags.DEFINE_integer(
   'Client computations the local worker runs at once '
   '(<= 0: no limit); with a limit, models under a million '
   'parameters get the cores split between them.',
+)
+flags.DEFINE_enum(
+  'execution',
+  'worker',
+  EXECUTIONS,
+  "Where a round's TensorFlow runs: TFF's C++ worker (CPU only), or "
+  'in_process: in this process on --devices (GPUs too).',
+)
+flags.DEFINE_list(
+  'devices',
+  [],
+  'With --execution=in_process: the devices clients run on, e.g. '
+  'gpu:0,gpu:1; more cpu:N than one splits the CPU into logical devices. '
+  'Empty: every GPU, else the CPU.',
+)
+flags.DEFINE_bool(
+  'deterministic',
+  False,
+  'With --execution=in_process: TF32 off and op determinism on, for '
+  'results that repeat on a GPU (slower).',
 )
 FLAGS = flags.FLAGS
 
@@ -98,6 +125,24 @@ def define_jobs_flag() -> None:
 def check() -> list[str]:
   """The runtime flags' errors (before any work starts)."""
   errors = []
+  if FLAGS.execution == 'in_process':
+    if FLAGS.tff_workers:
+      errors.append(
+        '--execution=in_process runs rounds in this process; --tff_workers '
+        'runs them on workers: give one of them'
+      )
+    if FLAGS.devices:
+      try:
+        in_process.parse_devices(FLAGS.devices)
+      except in_process.DeviceError as e:
+        errors.append(f'--{e}')
+  else:
+    for name in ('devices', 'deterministic'):
+      if FLAGS[name].present:
+        errors.append(
+          f'--{name} is for --execution=in_process (the worker runs on its '
+          'CPU)'
+        )
   if FLAGS.tff_workers:
     try:
       parse_worker_addresses(','.join(FLAGS.tff_workers))
@@ -113,6 +158,19 @@ def check() -> list[str]:
   return errors
 
 
+def prepare_devices() -> Optional[str]:
+  """With --execution=in_process, makes --devices exist (a CPU split into
+  logical devices has to happen before TensorFlow runs an op: call this
+  first in `main`); None, or the flag's error."""
+  if FLAGS.execution != 'in_process':
+    return None
+  try:
+    in_process.configure_devices(FLAGS.devices or None)
+  except in_process.DeviceError as e:
+    return f'--{e}'
+  return None
+
+
 def start_for_runs() -> Optional[str]:
   """`start`, or with `--jobs` > 1 only the checks (each job starts its own
   worker)."""
@@ -120,6 +178,11 @@ def start_for_runs() -> Optional[str]:
     return f'--jobs={FLAGS.jobs} must be >= 1.'
   if FLAGS.jobs == 1:
     return start()
+  if FLAGS.execution == 'in_process':
+    return (
+      '--execution=in_process runs in one process: not with '
+      f'--jobs={FLAGS.jobs} (its devices already run the clients at once).'
+    )
   runtime.discard_default_context()  # The jobs run TFF; this process won't.
   errors = check()
   if FLAGS.tff_workers or FLAGS.tff_worker_binary:
@@ -144,8 +207,21 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
   errors = check()
   if errors:
     return 'Bad flags:\n  ' + '\n  '.join(errors)
+  error = prepare_devices()
+  if error:
+    return error
   try:
-    if FLAGS.tff_workers:
+    if FLAGS.execution == 'in_process':
+      in_process.set_in_process_execution_context(
+        FLAGS.devices or None,
+        deterministic=FLAGS.deterministic,
+        fallback_fn=lambda: runtime.create_local_execution_context(
+          FLAGS.max_concurrent_clients,
+          FLAGS.tff_worker_binary,
+          model_parameters=model_parameters,
+        ),
+      )
+    elif FLAGS.tff_workers:
       runtime.set_remote_execution_context(FLAGS.tff_workers)
     else:
       runtime.set_local_execution_context(
@@ -155,6 +231,8 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
       )
   except workers.WorkerUnreachableError as e:
     return f'--tff_workers: {with_worker_command(e)}'
+  except in_process.DeviceError as e:
+    return f'--{e}'
   except RuntimeError as e:
     return str(e)
   return None

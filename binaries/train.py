@@ -42,6 +42,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   process_setup.quiet(FLAGS.verbosity)
+  error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
+  if error:
+    return experiment_flags.usage_error(error)
   try:
     if FLAGS.preset:
       preset = presets.get(FLAGS.preset)

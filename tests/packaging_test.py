@@ -24,6 +24,7 @@ BINARIES = (
   'analyze',
   'benchmark',
   'compare',
+  'device_check',
   'presets',
   'train',
   'tune',
@@ -104,7 +105,8 @@ def test_the_wheel_holds_only_tff_methods_names_and_every_command(wheel):
     scripts = configparser.ConfigParser()
     scripts.read_string(archive.read(entry_points).decode())
     assert dict(scripts['console_scripts']) == {
-      f'tff-methods-{b}': f'tff_methods_binaries.{b}:run' for b in BINARIES
+      f'tff-methods-{b.replace("_", "-")}': f'tff_methods_binaries.{b}:run'
+      for b in BINARIES
     }
     (license_file,) = [n for n in names if n.endswith('LICENSE')]
     assert b'Apache License' in archive.read(license_file)
