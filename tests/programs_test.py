@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
+from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import runtime
@@ -51,7 +52,9 @@ def _diverged(output):
   return not model_lib.all_finite(output.state.global_model_weights)
 
 
-def _train_model(process, data, root, total_rounds, keras_model_fn):
+def _train_model(
+  process, data, root, total_rounds, keras_model_fn, sync_context=None
+):
   state_manager = tff.program.FileProgramStateManager(
     os.path.join(root, 'program_state')
   )
@@ -62,7 +65,7 @@ def _train_model(process, data, root, total_rounds, keras_model_fn):
   )
   # Not asyncio.run: it would clear the thread's event loop for later tests.
   with tff.framework.get_context_stack().install(
-    runtime.create_program_context()
+    runtime.create_program_context(sync_context)
   ):
     asyncio.new_event_loop().run_until_complete(
       tff.learning.programs.train_model(
@@ -155,6 +158,38 @@ def test_train_model_runs_and_resumes_every_method(method, cache_dir, tmp_path):
         tf.nest.flatten(whole_states.get(client_id)),
       ):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_train_model_in_process_resumes_and_equals_the_worker(
+  cache_dir, tmp_path
+):
+  # In this process (no worker behind it): SCAFFOLD, whose clients keep
+  # state in files and whose server keeps c.
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  runs = {}
+  for name in ('worker', 'whole', 'resumed'):
+    config = _config('scaffold', str(tmp_path / name), cache_dir)
+    data = experiment.load_data(config)
+    runs[name] = (data,) + experiment.build_process(config, data)
+  data, process, keras_model_fn = runs['worker']
+  on_worker, _ = _train_model(
+    process, data, str(tmp_path / 'worker'), ROUNDS, keras_model_fn
+  )
+  data, process, keras_model_fn = runs['whole']
+  whole, metrics = _train_model(
+    process, data, str(tmp_path / 'whole'), ROUNDS, keras_model_fn, context
+  )
+  assert sorted(metrics.values()) == list(range(1, ROUNDS + 1))
+  np.testing.assert_allclose(whole, on_worker, rtol=1e-5, atol=1e-6)
+
+  data, process, keras_model_fn = runs['resumed']
+  root = str(tmp_path / 'resumed')
+  _train_model(process, data, root, 1, keras_model_fn, context)
+  resumed, _ = _train_model(
+    process, data, root, ROUNDS, keras_model_fn, context
+  )
+  np.testing.assert_array_equal(resumed, whole)
+  assert context.on_fallback == []
 
 
 def test_data_source_iterator_survives_program_state(tmp_path):

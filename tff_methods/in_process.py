@@ -35,6 +35,7 @@ call's nodes actually ran, from TensorFlow's step stats.
 
 import collections
 import concurrent.futures
+import logging
 import re
 import threading
 from typing import Any, Optional, Sequence
@@ -547,6 +548,8 @@ class InProcessExecutionContext(context_base.SyncContext):
     self._plans = {}  # id(computation) -> (computation, plan or None)
     self._lock = threading.Lock()
     self.trace = False
+    # The type signatures of the computations sent to the fallback.
+    self.on_fallback = []
 
   def _plan(self, computation):
     with self._lock:
@@ -572,6 +575,11 @@ class InProcessExecutionContext(context_base.SyncContext):
           'nor to local TensorFlow, and this context has no worker to send '
           f'it to ({why}); run it with the worker (execution=worker).'
         )
+      if plan is None:
+        logging.info(
+          'in_process: %s goes to the worker: %s', type_signature, why
+        )
+        self.on_fallback.append(str(type_signature))
       self._plans[id(computation)] = (computation, plan)
       return plan
 

@@ -46,6 +46,9 @@ class Row:
   # Ops of the clients' graphs with no GPU kernel, but the host's.
   without_gpu_kernel: list
   metrics_equal: bool
+  # Computations of the method's process the in-process context could not
+  # compile (sent to its worker).
+  on_fallback: list
 
 
 def _config(method: str, output_dir: str, cache_dir: str, num_clients: int):
@@ -102,6 +105,7 @@ def check_methods(
   cache_dir = os.path.join(work_dir, 'cache')
   for method in method_names:
     runs = {}
+    fallen_back = len(context.on_fallback)
     for path, ctx in (('worker', worker_context), ('in_process', context)):
       # A process each: the stateful ones keep their clients' states apart.
       config = _config(
@@ -134,6 +138,7 @@ def check_methods(
       placement=context.placement(round_fn),
       without_gpu_kernel=sorted(context.ops_without_gpu_kernel(round_fn)),
       metrics_equal=_metrics_equal(worker_metrics, our_metrics),
+      on_fallback=context.on_fallback[fallen_back:],
     )
 
 
@@ -150,6 +155,12 @@ def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
   lines = [
     'devices found: ' + ', '.join(in_process.available_devices()),
     "clients' devices: " + ', '.join(devices),
+    '',
+    'Sent to the worker (not compiled in-process): '
+    + (
+      '; '.join(f'{r.method}: {c}' for r in rows for c in r.on_fallback)
+      or 'nothing'
+    ),
     '',
     '| method | worker s/round | in-process s/round | ratio | max rel. '
     "weight difference | metrics equal | clients' nodes on their device | "

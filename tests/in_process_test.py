@@ -1,0 +1,160 @@
+"""The in-process execution context (`tff_methods.in_process`).
+
+Every method's rounds run in-process on the CPU split into two logical
+devices (`binaries.device_check`, one subprocess: the split must happen
+before TensorFlow starts) and equal the worker's; each device's clients run
+on it; no op of a client's graph lacks a GPU kernel but the host's. The
+rest runs in this test process on its one CPU.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods import in_process
+from tooling import device_check
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICES = ('/device:CPU:0', '/device:CPU:1')
+
+
+@pytest.fixture(scope='module')
+def rows(tmp_path_factory):
+  """`binaries.device_check`'s rows for every method, 2 rounds, 4 clients
+  on 2 logical CPU devices."""
+  output = tmp_path_factory.mktemp('device_check') / 'rows.json'
+  result = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'binaries.device_check',
+      '--devices=cpu:0,cpu:1',
+      '--methods=' + ','.join(device_check.EVERY_METHOD),
+      '--rounds=2',
+      f'--json_output={output}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "clients' devices: /device:CPU:0, /device:CPU:1" in result.stdout
+  return {row['method']: row for row in json.loads(output.read_text())}
+
+
+def test_the_check_covers_the_projects_methods_and_tffs_fedavg():
+  assert len(device_check.EVERY_METHOD) == 12
+  assert 'tff_fedavg' in device_check.EVERY_METHOD
+  assert {'fed2', 'scaffold', 'moon', 'fedcka'} <= set(
+    device_check.EVERY_METHOD
+  )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('method', device_check.EVERY_METHOD)
+def test_every_method_in_process_equals_the_worker_on_its_devices(rows, method):
+  row = rows[method]
+  assert row['relative_difference'] < 1e-5, row
+  assert row['metrics_equal'], row
+  # Nothing went to the worker: the rounds, initialize and the weights'
+  # getters and setters all ran in-process.
+  assert row['on_fallback'] == [], row
+  # Both devices trained clients, each on itself; the few nodes elsewhere
+  # are the input pipeline and files, on the host.
+  assert set(row['placement']) == set(DEVICES)
+  for device, ran in row['placement'].items():
+    assert ran.get(device, 0) / sum(ran.values()) > 0.9, (device, ran)
+  assert set(row['placement']['/device:CPU:1']) <= set(DEVICES)
+  assert row['without_gpu_kernel'] == [], row
+
+
+def test_devices_are_checked_by_name():
+  assert in_process.parse_devices(['cpu:0', 'GPU:1']) == [
+    '/device:CPU:0',
+    '/device:GPU:1',
+  ]
+  for bad, says in (
+    (['tpu:0'], "'tpu:0' is not a device; allowed: cpu:N or gpu:N"),
+    (['gpu'], "'gpu' is not a device"),
+    (['cpu:0', 'cpu:0'], "'cpu:0' is named twice"),
+    ([], 'name at least one device'),
+  ):
+    with pytest.raises(in_process.DeviceError, match=says):
+      in_process.parse_devices(bad)
+
+
+def test_a_missing_gpu_or_a_late_cpu_split_is_named():
+  tf.constant(0)  # TensorFlow has started.
+  with pytest.raises(
+    in_process.DeviceError, match=r'/device:GPU:3 not found; .* /device:CPU:0'
+  ):
+    in_process.configure_devices(['gpu:3'])
+  with pytest.raises(in_process.DeviceError, match='before TensorFlow starts'):
+    in_process.configure_devices(['cpu:0', 'cpu:7'])
+  assert in_process.configure_devices(None) == ['/device:CPU:0']
+
+
+@tff.tensorflow.computation(np.int32)
+def _double(x):
+  return x * 2
+
+
+@tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+def _double_on_clients(values):
+  # Clients in and out: not a round of MapReduceForm.
+  return tff.federated_map(_double, values)
+
+
+@tff.federated_computation(
+  tff.FederatedType(np.int32, tff.SERVER),
+  tff.FederatedType(np.int32, tff.CLIENTS),
+)
+def _sum_round(state, values):
+  total = tff.federated_sum(tff.federated_map(_double, values))
+  new_state = tff.federated_map(
+    tff.tensorflow.computation(lambda s, t: s + t), (state, total)
+  )
+  return new_state, total
+
+
+def test_a_round_runs_in_process_and_sums_clients_from_every_device():
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  with tff.framework.get_context_stack().install(context):
+    state, total = _sum_round(10, [1, 2, 3, 4, 5])
+  assert (state, total) == (40, 30)
+  assert context.on_fallback == []
+
+
+def test_what_does_not_compile_fails_in_one_line_or_goes_to_the_fallback():
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  with tff.framework.get_context_stack().install(context):
+    with pytest.raises(
+      in_process.NotRunnableError,
+      match=r'^in_process: \(\{int32\}@CLIENTS -> \{int32\}@CLIENTS\) '
+      r'compiles neither .* run it with the worker',
+    ):
+      _double_on_clients([1, 2])
+
+  calls = []
+
+  class Fallback(tff.framework.SyncContext):
+    def invoke(self, comp, arg):
+      calls.append(comp.type_signature)
+      return [2 * v for v in arg]
+
+  context = in_process.InProcessExecutionContext(
+    ['cpu:0'], fallback_fn=Fallback
+  )
+  with tff.framework.get_context_stack().install(context):
+    assert _double_on_clients([1, 2]) == [2, 4]
+    assert _double_on_clients([3]) == [6]  # The fallback made once.
+  assert len(calls) == 2
+  assert context.on_fallback == [str(_double_on_clients.type_signature)]
