@@ -4,6 +4,7 @@ The TFF worker must end on every exit path: a normal end, and SIGINT or
 SIGTERM mid-round.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -207,3 +208,75 @@ def test_help_prints_the_docstring_and_every_flag_and_exits_0(binary):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def _train(tmp_path, name, *flags):
+  return subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'binaries.train',
+      '--task=digits',
+      '--model=mlp',
+      '--num_clients=4',
+      '--clients_per_round=4',
+      '--rounds=2',
+      f'--cache_dir={tmp_path / "cache"}',
+      f'--output_dir={tmp_path / name}',
+      '--noprogress',
+      *flags,
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+
+
+def test_in_process_on_two_devices_gives_the_workers_results(tmp_path):
+  on_worker = _train(tmp_path, 'worker', '--method=scaffold')
+  assert on_worker.returncode == 0, on_worker.stderr[-2000:]
+  ours = _train(
+    tmp_path,
+    'in_process',
+    '--method=scaffold',
+    '--execution=in_process',
+    '--devices=cpu:0,cpu:1',
+  )
+  assert ours.returncode == 0, ours.stderr[-2000:]
+  results = {
+    name: json.loads((tmp_path / name / 'results.json').read_text())
+    for name in ('worker', 'in_process')
+  }
+  assert results['in_process']['final_eval']['accuracy'] == pytest.approx(
+    results['worker']['final_eval']['accuracy'], abs=1e-6
+  )
+  assert results['in_process']['final_eval']['loss'] == pytest.approx(
+    results['worker']['final_eval']['loss'], rel=1e-5
+  )
+
+
+@pytest.mark.parametrize(
+  'flags, says',
+  [
+    (
+      ['--execution=in_process', '--devices=tpu:0'],
+      "--devices: 'tpu:0' is not a device; allowed: cpu:N or gpu:N",
+    ),
+    (
+      ['--execution=in_process', '--devices=gpu:0'],
+      '--devices: /device:GPU:0 not found; this process has /device:CPU:0',
+    ),
+    (['--devices=cpu:0'], '--devices is for --execution=in_process'),
+    (
+      ['--execution=in_process', '--tff_workers=127.0.0.1:8000'],
+      '--execution=in_process runs rounds in this process; --tff_workers',
+    ),
+  ],
+)
+def test_bad_execution_flags_fail_before_any_work(tmp_path, flags, says):
+  result = _train(tmp_path, 'run', *flags)
+  assert result.returncode == 2
+  assert says in result.stderr
+  assert not (tmp_path / 'run').exists()
