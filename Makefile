@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint bazel clean-venv
+.PHONY: setup demo test lint bazel gpu-setup gpu-check clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
@@ -56,6 +56,19 @@ BAZEL_TESTS ?= //tests:fedprox_test //tests:similarity_test
 bazel: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bazel build //...
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bazel test $(BAZEL_TESTS)
+
+# GPUs: TensorFlow's CUDA libraries into .venv (about 3 GB), then whether
+# and how fast the GPUs run a round, beside TFF's CPU worker
+# (docs/devices.md). GPU_CHECK_FLAGS adds flags, e.g. --methods=fedavg,moon.
+GPU_STAMP := $(VENV)/.installed-gpu
+$(GPU_STAMP): $(STAMP)
+	$(VENV)/bin/pip install --quiet 'tensorflow[and-cuda]==2.14.1'
+	touch $(GPU_STAMP)
+
+gpu-setup: $(GPU_STAMP)
+
+gpu-check: $(GPU_STAMP)
+	$(VENV)/bin/python -m binaries.device_check $(GPU_CHECK_FLAGS)
 
 clean-venv:
 	rm -rf $(VENV)
