@@ -37,9 +37,12 @@ from tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
+import tensorflow_federated as tff
+
 from binaries import runtime_flags
 from tasks import datasets
 from tasks import models as task_models
+from tff_methods import in_process
 from tff_methods import methods as methods_lib
 from tooling import benchmark
 from tooling import pytorch_loop
@@ -145,6 +148,19 @@ flags.DEFINE_string(
   'floor comparison (a virtual environment with torch; '
   'default: this one). Without torch the PyTorch figure '
   'is reported as not measured.',
+)
+flags.DEFINE_bool(
+  'in_process',
+  True,
+  'Also time every method in this process (tff_methods.in_process, on '
+  "--in_process_devices) beside the worker: the models' tables and the "
+  'clients-per-round table, in as many passes.',
+)
+flags.DEFINE_list(
+  'in_process_devices',
+  [],
+  'Devices of the in-process timings (cpu:N, gpu:N); empty: every GPU, '
+  'else the CPU.',
 )
 flags.DEFINE_integer('seed', 0, 'Fixes the generated data and weights.')
 flags.DEFINE_string('output_dir', 'runs/benchmark', 'Where results go.')
@@ -310,6 +326,15 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   process_setup.quiet(FLAGS.verbosity)
   errors = _check_flags()
+  in_process_context = None
+  if FLAGS.in_process:
+    try:  # Before TensorFlow runs an op (a CPU split).
+      in_process_context = in_process.InProcessExecutionContext(
+        FLAGS.in_process_devices or None,
+        fallback_fn=runtime.create_local_execution_context,
+      )
+    except in_process.DeviceError as e:
+      errors.append(f'--in_process_{e}')
   pytorch_python = FLAGS.pytorch_python or sys.executable
   pytorch_error = None
   if FLAGS.floor_local_epochs and not errors:
@@ -351,6 +376,9 @@ def main(argv):
       client_learning_rate=FLAGS.client_learning_rate,
       client_momentum=FLAGS.client_momentum,
       max_concurrent_clients=FLAGS.max_concurrent_clients,
+      in_process_devices=', '.join(in_process_context.devices)
+      if in_process_context
+      else '',
     ),
     models={},
   )
@@ -392,6 +420,16 @@ def main(argv):
         print(f'  pass {pass_num + 1} of {FLAGS.passes}', flush=True)
         restart_worker()
       outcomes.append(run_pass())
+    return outcomes
+
+  def in_process_passes(run_pass):
+    """`run_pass()`'s results in `--passes` passes in this process; each
+    pass's sessions end with it (its processes are built anew)."""
+    outcomes = []
+    for _ in range(FLAGS.passes):
+      with tff.framework.get_context_stack().install(in_process_context):
+        outcomes.append(run_pass())
+      in_process_context.close()
     return outcomes
 
   def save():
@@ -441,11 +479,30 @@ def main(argv):
       )
     )
     timings = benchmark.combine_passes(passes)
+    if in_process_context:
+      print(f'== {model_name} in-process', flush=True)
+      in_process_timings = benchmark.combine_passes(
+        in_process_passes(
+          functools.partial(
+            benchmark.time_methods,
+            model_name,
+            names,
+            data,
+            hparams,
+            FLAGS.local_epochs,
+            FLAGS.batch_size,
+            FLAGS.repeats,
+            FLAGS.seed,
+            on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
+          )
+        )
+      )
     results['models'][model_name] = dict(
       examples_per_client=examples,
       local_epochs=FLAGS.local_epochs,
       threads_per_client=threads,
       methods=timings,
+      in_process=in_process_timings if in_process_context else None,
       peak_mb=benchmark.resident_mb()['total_peak_mb'],
       training_flops_per_example=benchmark.training_flops_per_example(
         task_models.get_model(
@@ -531,6 +588,7 @@ def main(argv):
         cache_dir,
         FLAGS.repeats,
         FLAGS.seed,
+        in_process_context=in_process_context,
       ),
     )
     save()

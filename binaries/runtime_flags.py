@@ -138,7 +138,7 @@ def check() -> list[str]:
         errors.append(f'--{e}')
   else:
     for name in ('devices', 'deterministic'):
-      if FLAGS[name].present:
+      if FLAGS[name].value:
         errors.append(
           f'--{name} is for --execution=in_process (the worker runs on its '
           'CPU)'

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tasks import datasets
 from tasks import models as task_models
+from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import reference_outputs
@@ -328,13 +329,18 @@ def test_report_marks_each_figure_against_its_target():
   timing = lambda median, ratio: dict(median=median, ratio=ratio)
   results = dict(
     settings=dict(
-      num_clients=10, repeats=3, batch_size=64, max_concurrent_clients=2
+      num_clients=10,
+      repeats=3,
+      batch_size=64,
+      max_concurrent_clients=2,
+      in_process_devices='/device:GPU:0',
     ),
     models={
       'fedcka_cnn': dict(
         examples_per_client=500,
         local_epochs=1,
         peak_mb=1500.0,
+        in_process={'fedavg': timing(1.0, 1.0), 'moon': timing(1.6, 1.6)},
         methods={
           'fedavg': timing(2.0, 1.0),
           # Target 1.2: met against the project's FedAvg, not
@@ -377,7 +383,10 @@ def test_report_marks_each_figure_against_its_target():
       examples_per_client=20,
       by_count={
         100: dict(
-          fedavg_seconds=0.5, plain_tf_seconds=0.4, overhead_ms_per_client=1.0
+          fedavg_seconds=0.5,
+          plain_tf_seconds=0.4,
+          overhead_ms_per_client=1.0,
+          fedavg_in_process_seconds=0.25,
         )
       },
     ),
@@ -408,7 +417,11 @@ def test_report_marks_each_figure_against_its_target():
     "TFF's cost per client beyond the plain loop: 20.0 ms (target <= "
     '3: **no**).'
   ) in text
-  assert '| 100 | 0.50 | 5.0 | 0.40 | 4.0 | 1.0 |' in text
+  assert '| 100 | 0.50 | 5.0 | 0.40 | 4.0 | 1.0 | 0.25 |' in text
+  # The in-process column: each method beside its worker time.
+  assert 'In this process, on /device:GPU:0' in text
+  assert '| fedavg | 2.00 | 1.00 | 0.50 |' in text
+  assert '| moon | 2.20 | 1.60 | 0.73 |' in text
   assert "Building the partition and the clients' files: 30.0 s." in text
   assert '| fedavg | 2.00 | 50.0 | +2.0% (yes) | none |  |' in text
   assert (
@@ -574,14 +587,24 @@ def test_fed2_is_timed_only_on_groupable_models():
 
 def test_scaling_reports_tffs_cost_per_client(tmp_path):
   hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
   by_count = benchmark.scaling(
-    [2, 4], 'mlp', 3, 8, hparams, str(tmp_path), repeats=1
+    [2, 4],
+    'mlp',
+    3,
+    8,
+    hparams,
+    str(tmp_path),
+    repeats=1,
+    in_process_context=context,
   )
   assert sorted(by_count) == [2, 4]
   for count, row in by_count.items():
     assert row['overhead_ms_per_client'] == pytest.approx(
       1000 * (row['fedavg_seconds'] - row['plain_tf_seconds']) / count
     )
+    assert row['fedavg_in_process_seconds'] > 0
+  assert context.on_fallback == []
 
 
 def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import in_process
+from tff_methods import model_lib
 from tooling import device_check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,21 +60,32 @@ def test_the_check_covers_the_projects_methods_and_tffs_fedavg():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('method', device_check.EVERY_METHOD)
-def test_every_method_in_process_equals_the_worker_on_its_devices(rows, method):
-  row = rows[method]
-  assert row['relative_difference'] < 1e-5, row
-  assert row['metrics_equal'], row
-  # Nothing went to the worker: the rounds, initialize and the weights'
-  # getters and setters all ran in-process.
-  assert row['on_fallback'] == [], row
-  # Both devices trained clients, each on itself; the few nodes elsewhere
-  # are the input pipeline and files, on the host.
-  assert set(row['placement']) == set(DEVICES)
-  for device, ran in row['placement'].items():
-    assert ran.get(device, 0) / sum(ran.values()) > 0.9, (device, ran)
-  assert set(row['placement']['/device:CPU:1']) <= set(DEVICES)
-  assert row['without_gpu_kernel'] == [], row
+def test_every_method_in_process_equals_the_worker_on_its_devices(rows):
+  # One test over every method's row (not one per method: pytest-xdist
+  # would run the module's fixture again in each process taking one).
+  wrong = {}
+  for method in device_check.EVERY_METHOD:
+    row = rows[method]
+    # Nothing went to the worker: the rounds, initialize and the weights'
+    # getters and setters all ran in-process. Both devices trained
+    # clients, each on itself; the few nodes elsewhere are the input
+    # pipeline and files, on the host.
+    checks = {
+      'weights': row['relative_difference'] < 1e-5,
+      'metrics': row['metrics_equal'],
+      'fallback': row['on_fallback'] == [],
+      'devices': set(row['placement']) == set(DEVICES),
+      'placement': all(
+        ran.get(device, 0) / sum(ran.values()) > 0.9
+        for device, ran in row['placement'].items()
+      ),
+      'host': set(row['placement'].get(DEVICES[1], {})) <= set(DEVICES),
+      'kernels': row['without_gpu_kernel'] == [],
+    }
+    failed = [name for name, ok in checks.items() if not ok]
+    if failed:
+      wrong[method] = (failed, row)
+  assert not wrong, wrong
 
 
 def test_devices_are_checked_by_name():
@@ -158,3 +170,70 @@ def test_what_does_not_compile_fails_in_one_line_or_goes_to_the_fallback():
     assert _double_on_clients([3]) == [6]  # The fallback made once.
   assert len(calls) == 2
   assert context.on_fallback == [str(_double_on_clients.type_signature)]
+
+
+@pytest.mark.usefixtures('tff_worker')
+def test_tffs_aggregators_run_in_process():
+  # TFF's FedAvg on a tiny model under each of TFF's aggregator families,
+  # 2 rounds of 3 clients, in this process and on the worker. DP's noise
+  # differs between the runs; the rest is deterministic (compression's
+  # rounding is seeded by its state, and leaves small tensors alone).
+  def model_fn():
+    keras_model = tf.keras.Sequential(
+      [tf.keras.Input((4,)), tf.keras.layers.Dense(3)]
+    )
+    return tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(
+        tf.TensorSpec([None, 4], tf.float32),
+        tf.TensorSpec([None], tf.int32),
+      ),
+    )
+
+  rng = np.random.default_rng(0)
+  clients = [
+    tf.data.Dataset.from_tensor_slices(
+      (
+        rng.normal(size=(8, 4)).astype(np.float32),
+        rng.integers(0, 3, 8).astype(np.int32),
+      )
+    ).batch(4)
+    for _ in range(3)
+  ]
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  optimizer = tff.learning.optimizers.build_sgdm(0.1)
+  for name, factory in (
+    ('robust', tff.learning.robust_aggregator()),
+    ('secure', tff.learning.secure_aggregator()),
+    ('dp', tff.learning.dp_aggregator(0.1, clients_per_round=3)),
+    ('compression', tff.learning.compression_aggregator()),
+  ):
+    # DP's factory is unweighted, the others weighted.
+    build = (
+      tff.learning.algorithms.build_unweighted_fed_avg
+      if name == 'dp'
+      else tff.learning.algorithms.build_weighted_fed_avg
+    )
+    process = build(
+      model_fn, client_optimizer_fn=optimizer, model_aggregator=factory
+    )
+    weights = {}
+    for path, ctx in (
+      ('worker', tff.framework.get_context_stack().current),
+      ('in_process', context),
+    ):
+      with tff.framework.get_context_stack().install(ctx):
+        state = process.initialize()
+        for _ in range(2):
+          state = process.next(state, clients).state
+        weights[path] = model_lib.flat_trainable(
+          process.get_model_weights(state)
+        )
+    assert np.all(np.isfinite(weights['in_process'])), name
+    difference = np.max(np.abs(weights['in_process'] - weights['worker']))
+    if name == 'dp':  # The same model, moved by noise of a small size.
+      assert 0 < difference < 0.5, name
+    else:
+      assert difference < 1e-5, name
+  assert context.on_fallback == []

@@ -12,6 +12,8 @@ import stat
 import subprocess
 import sys
 
+from absl import flags
+from absl.testing import flagsaver
 import numpy as np
 import portpicker
 import pytest
@@ -337,3 +339,25 @@ def test_tff_worker_binary_is_the_worker_started(tmp_path):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+@pytest.mark.parametrize(
+  'settings, says',
+  [
+    (dict(execution='in_process', devices=['tpu:0']), "'tpu:0' is not a"),
+    (dict(devices=['cpu:0']), '--devices is for --execution=in_process'),
+    (dict(deterministic=True), '--deterministic is for --execution=in_pro'),
+    (
+      dict(execution='in_process', tff_workers=['127.0.0.1:8000']),
+      '--execution=in_process runs rounds in this process; --tff_workers',
+    ),
+  ],
+)
+def test_execution_flags_are_checked_together(settings, says):
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  with flagsaver.flagsaver(**settings):
+    errors = runtime_flags.check()
+  assert any(says in e for e in errors), errors
+  with flagsaver.flagsaver(execution='in_process', devices=['cpu:0', 'gpu:1']):
+    assert runtime_flags.check() == []

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tasks import datasets
 from tasks import models as task_models
@@ -39,6 +40,7 @@ from tff_methods import reference_outputs
 from tff_methods import runtime
 from tff_methods import workers
 from tooling import client_profile
+from tooling import device_check
 from tooling import experiment
 from tooling import pytorch_loop
 
@@ -913,17 +915,19 @@ def scaling(
   cache_dir: str,
   repeats: int = 3,
   seed: int = 0,
+  in_process_context=None,
 ) -> dict[int, dict[str, Any]]:
   """FedAvg's seconds per round as the cohort grows, against the plain loop.
 
   For each N of `client_counts`: N generated CIFAR-shaped clients of
   `examples_per_client` examples, all taking part, one local epoch; the
-  project's FedAvg through TFF and `PlainTFFedAvg` at the same settings.
+  project's FedAvg through TFF and `PlainTFFedAvg` at the same settings,
+  and FedAvg in `in_process_context` when one is given.
 
   Returns:
-    By N: `fedavg_seconds`, `plain_tf_seconds` (medians), and
+    By N: `fedavg_seconds`, `plain_tf_seconds` (medians),
     `overhead_ms_per_client`: what TFF adds per client beyond the plain
-    loop's arithmetic.
+    loop's arithmetic, and `fedavg_in_process_seconds`.
   """
   results = {}
   for count in client_counts:
@@ -951,6 +955,12 @@ def scaling(
       plain_tf_seconds=plain,
       overhead_ms_per_client=_overhead_ms(fedavg, plain, count),
     )
+    if in_process_context is not None:
+      with tff.framework.get_context_stack().install(in_process_context):
+        results[count]['fedavg_in_process_seconds'] = time_methods(
+          model_name, ['fedavg'], data, hparams, 1, batch_size, repeats, seed
+        )['fedavg']['median']
+      in_process_context.close()
   return results
 
 
@@ -1294,6 +1304,12 @@ def report_markdown(results: dict) -> str:
         f"{'' if target is None else _mark(judged, target)}"
         f" | {paper.get(name, '')} |"
       )
+    if model.get('in_process'):
+      lines += [''] + device_check.benchmark_lines(
+        model['methods'],
+        model['in_process'],
+        results['settings'].get('in_process_devices', ''),
+      )
     for method, label, per_step_key, per_step_label in (
       (
         'fedcka',
@@ -1466,17 +1482,19 @@ def report_markdown(results: dict) -> str:
       'client, one local epoch, all taking part)',
       '',
       '| clients | FedAvg s/round | ms/client | plain TF s/round | '
-      "ms/client | TFF's cost per client (ms) |",
-      '|---|---|---|---|---|---|',
+      "ms/client | TFF's cost per client (ms) | FedAvg in-process s/round |",
+      '|---|---|---|---|---|---|---|',
     ]
     for count, row in scaling_results['by_count'].items():
       count = int(count)
+      in_process = row.get('fedavg_in_process_seconds')
       lines.append(
         f"| {count} | {row['fedavg_seconds']:.2f} | "
         f"{1000 * row['fedavg_seconds'] / count:.1f} | "
         f"{row['plain_tf_seconds']:.2f} | "
         f"{1000 * row['plain_tf_seconds'] / count:.1f} | "
-        f"{row['overhead_ms_per_client']:.1f} |"
+        f"{row['overhead_ms_per_client']:.1f} | "
+        f'{_format(in_process)} |'
       )
     lines.append('')
   device = results.get('cross_device')

@@ -67,8 +67,10 @@ def _config(method: str, output_dir: str, cache_dir: str, num_clients: int):
   )
 
 
-def _run(process, context, initial, ids, rounds, trace_first):
-  """(final flat weights, last metrics, seconds of each round)."""
+def run_rounds(process, context, initial, ids, rounds, trace_first=False):
+  """`rounds` rounds of `process` in `context` from `initial` weights, all
+  of `ids` in each: (final flat weights, last metrics, each round's
+  seconds); with `trace_first`, the first round's placement is traced."""
   seconds = []
   with tff.framework.get_context_stack().install(context):
     state = process.set_model_weights(process.initialize(), initial)
@@ -116,7 +118,7 @@ def check_methods(
         data = experiment.load_data(config)
         process, keras_model_fn = experiment.build_process(config, data)
         initial = model_lib.initial_weights(keras_model_fn, seed=0)
-      runs[path] = _run(
+      runs[path] = run_rounds(
         process,
         ctx,
         initial,
@@ -181,6 +183,25 @@ def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
       + f' | {", ".join(row.without_gpu_kernel) or "none"} |'
     )
   return '\n'.join(lines)
+
+
+def benchmark_lines(worker: dict, in_process: dict, devices: str) -> list[str]:
+  """The benchmark's in-process table for one model: each method's
+  seconds per round on the worker and in-process (medians of the passes)."""
+  lines = [
+    f'In this process, on {devices} (`tff_methods.in_process`), the same '
+    'rounds as the table above:',
+    '',
+    '| method | worker s/round | in-process s/round | in-process / worker |',
+    '|---|---|---|---|',
+  ]
+  for name, timing in in_process.items():
+    on_worker = worker[name]['median']
+    lines.append(
+      f"| {name} | {on_worker:.2f} | {timing['median']:.2f} | "
+      f"{timing['median'] / on_worker:.2f} |"
+    )
+  return lines + ['']
 
 
 def worker_context():
