@@ -37,6 +37,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   process_setup.quiet(FLAGS.verbosity)
+  error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
+  if error:
+    return experiment_flags.usage_error(error)
   output_dir = FLAGS.output_dir or f'runs/analysis_{FLAGS.method}'
   config = experiment_flags.config_from_flags(output_dir=output_dir)
   if FLAGS.analysis_clients < 2:

@@ -255,6 +255,11 @@ def _check_flags() -> list[str]:
       f'--memory_rounds={FLAGS.memory_rounds} must be 0 or > 20 '
       '(growth is measured from round 20)'
     )
+  if FLAGS.execution != 'worker':
+    errors.append(
+      f'--execution={FLAGS.execution}: the benchmark times the worker, and '
+      'the in-process path beside it (--in_process, on --in_process_devices)'
+    )
   if FLAGS.client_learning_rate <= 0:
     errors.append(
       f'--client_learning_rate={FLAGS.client_learning_rate} ' 'must be > 0'

@@ -77,6 +77,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   process_setup.quiet(FLAGS.verbosity)
+  error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
+  if error:
+    return experiment_flags.usage_error(error)
   try:
     seeds = experiment_flags.numbers('seeds')
   except ValueError as e:

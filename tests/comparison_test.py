@@ -249,13 +249,18 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
   )
   assert again.returncode == 0
   assert again.stdout.count('== ') == 0  # every run had finished
-  # A run's figures do not depend on the job that trained it.
+  # A run's figures depend neither on the job that trained it nor on where
+  # its TensorFlow ran (this one in-process, on two logical CPU devices).
   alone = tmp_path / 'alone'
   one = subprocess.run(
     command[:3]
     + ['--methods=fedprox', '--seeds=1']
     + command[5:]
-    + [f'--output_dir={alone}'],
+    + [
+      f'--output_dir={alone}',
+      '--execution=in_process',
+      '--devices=cpu:0,cpu:1',
+    ],
     cwd=REPO,
     capture_output=True,
     text=True,

@@ -20,6 +20,7 @@ from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import scaffold
+from tooling import device_check
 from tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -32,7 +33,23 @@ def client_data(digits_task):
   )
 
 
-@pytest.mark.parametrize('name', methods.STATELESS_METHODS)
+# Each single method runs two rounds on the worker and in-process in
+# in_process_test (device_check's rows), and TFF's program logic with every
+# kind of server state (the combinations too) in programs_test: here TFF's
+# FedOpt builders and the combinations in TFF's simulation loop.
+_LOOP_METHODS = tuple(
+  m for m in methods.STATELESS_METHODS if m not in device_check.EVERY_METHOD
+)
+
+
+def test_the_loop_and_the_device_check_cover_every_stateless_method():
+  assert set(_LOOP_METHODS) | set(device_check.EVERY_METHOD) >= set(
+    methods.STATELESS_METHODS
+  )
+  assert 'fedprox+fedcos' in _LOOP_METHODS and 'tff_fedadam' in _LOOP_METHODS
+
+
+@pytest.mark.parametrize('name', _LOOP_METHODS)
 def test_method_runs_in_tffs_training_loop(
   name, client_data, small_model_fn, tmp_path
 ):

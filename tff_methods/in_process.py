@@ -59,6 +59,20 @@ _HOST_OP = re.compile(
 )
 
 
+# What a graph's own device may hand to the host besides `_HOST_OP`s: the
+# arguments and results of the host's functions, and the control flow and
+# constants around them.
+_PLUMBING = re.compile(
+  r'^(_Arg|_Retval|_Send|_Recv|NoOp|Switch|Merge|Identity|Const)$'
+)
+
+
+def runs_on_host(op: str) -> bool:
+  """Whether op type `op` belongs on the host whatever the client's device:
+  the input pipeline, files and strings, and the plumbing around them."""
+  return bool(_HOST_OP.search(op) or _PLUMBING.match(op))
+
+
 class DeviceError(ValueError):
   """Devices that can't be used as asked."""
 
@@ -165,6 +179,12 @@ def available_devices() -> list[str]:
   ]
 
 
+def _op_type(timeline_label: str) -> str:
+  """The op type in a step stat's label, `name = Type(inputs)`."""
+  match = re.search(r'= (\w+)\(', timeline_label)
+  return match.group(1) if match else timeline_label.split(' ')[0]
+
+
 def _session_config() -> tf.compat.v1.ConfigProto:
   """The eager context's config (its logical devices, threads, GPU memory
   options), allowing soft placement for ops inside functions that have no
@@ -243,56 +263,93 @@ def _unflatten(leaves: list, type_spec):
 
 
 class _Graph:
-  """One TFF TensorFlow computation, imported into a session on a device."""
+  """TFF TensorFlow computations imported into one session on a device.
 
-  def __init__(self, computation, device: str):
+  Usually one computation. Given several (`parts`: (computation, bound)
+  pairs), each after the first may take parameters from the results of the
+  one before, `bound` mapping its parameter's leaves to that one's result
+  leaves: a client's training and the sum of its update in one call. The
+  feeds are every part's other parameter leaves, part by part; the results
+  the last part's.
+  """
+
+  def __init__(self, parts, device: str):
     from tensorflow_federated.python.core.impl.computation import (
       computation_impl,
     )
 
-    proto = computation_impl.ConcreteComputation.get_proto(computation)
-    tf_proto = proto.tensorflow
-    graph_def = tf.compat.v1.GraphDef()
-    tf_proto.graph_def.Unpack(graph_def)
     self.device = device
-    for node in graph_def.node:
-      if not node.device:
-        node.device = _HOST if self._host_only(node.op, device) else device
-    self.op_types = {n.op for n in graph_def.node} | {
-      n.op for f in graph_def.library.function for n in f.node_def
-    }
+    self.op_types = set()
     self._graph = tf.Graph()
-    input_map, self._feeds = {}, []
+    feeds, init_ops, tokens, results = [], [], [], []
     with self._graph.as_default():
-      for leaf in _leaves(tf_proto.parameter):
-        if leaf.WhichOneof('binding') == 'tensor':
-          self._feeds.append(leaf.tensor.tensor_name)
-          continue
-        sequence = leaf.sequence
-        if sequence.WhichOneof('binding') == 'graph_def_tensor_name':
-          self._feeds.append(sequence.graph_def_tensor_name)
-          continue
-        with tf.device(_HOST):
-          serialized = tf.compat.v1.placeholder(tf.string, [])
-          input_map[sequence.variant_tensor_name] = tf.raw_ops.DatasetFromGraph(
-            graph_def=serialized
-          )
-        self._feeds.append(serialized.name)
-      token = tf_proto.session_token_tensor_name
-      self._token = token if token else None
-      if token and not any(
-        n.name == token.split(':')[0] for n in graph_def.node
-      ):
-        self._token = None
-      tf.graph_util.import_graph_def(graph_def, input_map=input_map, name='')
-    self._fetches = [
-      leaf.tensor.tensor_name for leaf in _leaves(tf_proto.result)
-    ]
-    self._init_op = tf_proto.initialize_op or None
+      for index, (computation, bound) in enumerate(parts):
+        tf_proto = computation_impl.ConcreteComputation.get_proto(
+          computation
+        ).tensorflow
+        graph_def = tf.compat.v1.GraphDef()
+        tf_proto.graph_def.Unpack(graph_def)
+        for node in graph_def.node:
+          if not node.device:
+            node.device = _HOST if self._host_only(node.op, device) else device
+        self.op_types |= {n.op for n in graph_def.node} | {
+          n.op for f in graph_def.library.function for n in f.node_def
+        }
+        prefix = f'part{index}' if len(parts) > 1 else ''
+        named = (
+          lambda name, prefix=prefix: f'{prefix}/{name}' if prefix else name
+        )
+        input_map, fed = {}, []
+        for k, leaf in enumerate(_leaves(tf_proto.parameter)):
+          if k in bound:
+            input_map[leaf.tensor.tensor_name] = results[bound[k]]
+          elif leaf.WhichOneof('binding') == 'tensor':
+            fed.append(named(leaf.tensor.tensor_name))
+          elif leaf.sequence.WhichOneof('binding') == 'graph_def_tensor_name':
+            fed.append(named(leaf.sequence.graph_def_tensor_name))
+          else:
+            with tf.device(_HOST):
+              serialized = tf.compat.v1.placeholder(tf.string, [])
+              input_map[leaf.sequence.variant_tensor_name] = (
+                tf.raw_ops.DatasetFromGraph(graph_def=serialized)
+              )
+            fed.append(serialized)
+        names = {n.name for n in graph_def.node}
+        token = tf_proto.session_token_tensor_name
+        if token and token.split(':')[0] in names:
+          tokens.append(named(token))
+        if tf_proto.initialize_op:
+          init_ops.append(named(tf_proto.initialize_op))
+        results = tf.graph_util.import_graph_def(
+          graph_def,
+          input_map=input_map,
+          return_elements=[
+            leaf.tensor.tensor_name for leaf in _leaves(tf_proto.result)
+          ],
+          name=prefix,
+        )
+        feeds += [
+          f if isinstance(f, tf.Tensor) else self._graph.get_tensor_by_name(f)
+          for f in fed
+        ]
+    self._feeds = feeds
+    self._fetches = list(results)
+    self._tokens = {self._graph.get_tensor_by_name(t): b'' for t in tokens}
+    self._init_ops = [self._graph.get_operation_by_name(o) for o in init_ops]
     self._session = tf.compat.v1.Session(
       graph=self._graph, config=_session_config()
     )
+    # Callables: less Python per call than `Session.run` (a client's
+    # training is two calls: the variables' initialization, then this).
+    self._call = (
+      self._session.make_callable(
+        self._fetches, feed_list=self._feeds + list(self._tokens)
+      )
+      if self._fetches
+      else None
+    )
     self.traced = None
+    self.elsewhere = None
 
   @staticmethod
   def _host_only(op: str, device: str) -> bool:
@@ -301,15 +358,14 @@ class _Graph:
     )
 
   def run(self, leaves: list, trace: bool = False) -> list:
-    feed = dict(zip(self._feeds, leaves))
-    if self._token:
-      feed[self._token] = b''
-    if self._init_op:
-      self._session.run(self._init_op, feed_dict=feed)
+    if self._init_ops:
+      self._session.run(self._init_ops, feed_dict=self._tokens)
     if not self._fetches:
       return []
     if not trace:
-      return self._session.run(self._fetches, feed_dict=feed)
+      return self._call(*leaves, *self._tokens.values())
+    feed = dict(zip(self._feeds, leaves))
+    feed.update(self._tokens)
     metadata = tf.compat.v1.RunMetadata()
     with _TRACE_LOCK:  # TensorFlow traces one session run at a time.
       outputs = self._session.run(
@@ -328,6 +384,13 @@ class _Graph:
         for stats in metadata.step_stats.dev_stats
       }
     )
+    # The op types that ran elsewhere than this graph's device.
+    self.elsewhere = collections.Counter(
+      _op_type(node.timeline_label)
+      for stats in metadata.step_stats.dev_stats
+      if not stats.device.endswith(self.device.replace('/device', 'device'))
+      for node in stats.node_stats
+    )
     return outputs
 
   def close(self):
@@ -340,21 +403,30 @@ class _MapReduceRound:
   def __init__(self, form, devices: Sequence[str]):
     self._form = form
     self._devices = list(devices)
-    server = self._devices[0]
-    self._prepare = _Graph(form.prepare, server)
-    self._merge = _Graph(form.merge, server)
-    self._report = _Graph(form.report, server)
-    self._update = _Graph(form.update, server)
-    self._zero = {d: _Graph(form.zero, d) for d in self._devices}
-    self._work = {d: _Graph(form.work, d) for d in self._devices}
-    self._accumulate = {d: _Graph(form.accumulate, d) for d in self._devices}
     work_result = form.work.type_signature.result
     if any(_leaves_of_type(secure) for secure in list(work_result)[1:]):
       raise NotRunnableError(
         'in_process: a round whose clients still sum securely (secure '
         'intrinsics should have been replaced by their bodies).'
       )
-    self._update_size = len(_leaves_of_type(work_result[0]))
+    server = self._devices[0]
+    one = lambda computation, device: _Graph([(computation, {})], device)
+    self._prepare = one(form.prepare, server)
+    self._merge = one(form.merge, server)
+    self._report = one(form.report, server)
+    self._update = one(form.update, server)
+    self._zero = {d: one(form.zero, d) for d in self._devices}
+    # A client's step: `work`, then `accumulate` of the running sum and
+    # work's update (its first result; the secure sums' inputs are empty),
+    # in one call: the update never leaves the device.
+    accumulated = len(_leaves_of_type(form.zero.type_signature.result))
+    update = {
+      accumulated + k: k for k in range(len(_leaves_of_type(work_result[0])))
+    }
+    self._step = {
+      d: _Graph([(form.work, {}), (form.accumulate, update)], d)
+      for d in self._devices
+    }
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self._devices))
     self.trace = False
 
@@ -362,18 +434,18 @@ class _MapReduceRound:
     """Every graph of the round, server's first."""
     yield from (self._prepare, self._merge, self._report, self._update)
     for d in self._devices:
-      yield from (self._zero[d], self._work[d], self._accumulate[d])
+      yield from (self._zero[d], self._step[d])
 
   def work_graphs(self) -> dict:
-    """The clients' training graph on each device."""
-    return dict(self._work)
+    """The clients' step (training, and the sum of updates) on each device."""
+    return dict(self._step)
 
   def __call__(self, state, clients: list):
     from tensorflow_federated.python.core.impl.types import computation_types
 
     parameter = self._form.type_signature.parameter
     state_leaves = _flatten(state, parameter[0])
-    broadcast = self._prepare.run(state_leaves)
+    broadcast = list(self._prepare.run(state_leaves))
     client_type = parameter[1].member
     # Client k on device k mod n: each device's clients in order, the
     # devices at once.
@@ -383,15 +455,10 @@ class _MapReduceRound:
     }
 
     def train(device):
-      total = self._zero[device].run([])
+      total = list(self._zero[device].run([]))
       for client in shares[device]:
-        update = self._work[device].run(
-          _flatten(client, client_type) + list(broadcast), trace=self.trace
-        )
-        # `work` returns <update, secure sums' inputs>; the secure parts
-        # are empty (their intrinsics replaced by plain bodies).
-        total = self._accumulate[device].run(
-          list(total) + update[: self._update_size]
+        total = self._step[device].run(
+          _flatten(client, client_type) + broadcast + total, trace=self.trace
         )
       return total
 
@@ -425,7 +492,7 @@ class _LocalComputation:
 
   def __init__(self, computation, device: str):
     self._type = computation.type_signature
-    self._graph = _Graph(computation, device)
+    self._graph = _Graph([(computation, {})], device)
 
   def graphs(self):
     yield self._graph
@@ -593,7 +660,7 @@ class InProcessExecutionContext(context_base.SyncContext):
       return self._fallback.invoke(comp, arg)
     if self.trace:
       for graph in plan.graphs():
-        graph.traced = None
+        graph.traced = graph.elsewhere = None
     plan.trace = self.trace
     if isinstance(plan, _MapReduceRound):
       result = plan(arg[0], list(arg[1]))
@@ -606,21 +673,37 @@ class InProcessExecutionContext(context_base.SyncContext):
   def placement(self, computation) -> dict:
     """Where the last traced call (`trace = True`) of `computation`'s client
     work ran: {assigned device: {device that ran nodes: node count}}."""
+    return {
+      device: dict(graph.traced or {})
+      for device, graph in self._work_graphs(computation).items()
+    }
+
+  def off_device_ops(self, computation) -> dict:
+    """The op types of the last traced call of `computation`'s client work
+    that ran off their device but do not belong on the host
+    (`runs_on_host`): {assigned device: {op type: nodes}}; empty where
+    every client step ran on its device."""
+    found = {}
+    for device, graph in self._work_graphs(computation).items():
+      wrong = {
+        op: n
+        for op, n in (graph.elsewhere or {}).items()
+        if not runs_on_host(op)
+      }
+      if wrong:
+        found[device] = wrong
+    return found
+
+  def _work_graphs(self, computation) -> dict:
     plan = self._plan(computation)
     if not isinstance(plan, _MapReduceRound):
       raise ValueError(f'{computation.type_signature} has no client work.')
-    return {
-      device: dict(graph.traced or {})
-      for device, graph in plan.work_graphs().items()
-    }
+    return plan.work_graphs()
 
   def ops_without_gpu_kernel(self, computation) -> set[str]:
     """The op types of `computation`'s client work that no GPU could run,
     but the host's (`_HOST_OP`: data sets, iterators, files)."""
-    plan = self._plan(computation)
-    if not isinstance(plan, _MapReduceRound):
-      raise ValueError(f'{computation.type_signature} has no client work.')
-    graph = next(iter(plan.work_graphs().values()))
+    graph = next(iter(self._work_graphs(computation).values()))
     return {
       op
       for op in graph.op_types

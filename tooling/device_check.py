@@ -43,6 +43,9 @@ class Row:
   in_process_seconds: float
   # {assigned device: {device that ran nodes: nodes}}, the first round.
   placement: dict
+  # {assigned device: {op type: nodes}} that ran off it and don't belong
+  # on the host (`in_process.runs_on_host`); empty: every step on its device.
+  off_device_ops: dict
   # Ops of the clients' graphs with no GPU kernel, but the host's.
   without_gpu_kernel: list
   metrics_equal: bool
@@ -140,6 +143,7 @@ def check_methods(
       worker_seconds=statistics.median(worker_s[1:] or worker_s),
       in_process_seconds=statistics.median(our_s[1:] or our_s),
       placement=context.placement(round_fn),
+      off_device_ops=context.off_device_ops(round_fn),
       without_gpu_kernel=sorted(context.ops_without_gpu_kernel(round_fn)),
       metrics_equal=_metrics_equal(worker_metrics, our_metrics),
       on_fallback=context.on_fallback[fallen_back:],
