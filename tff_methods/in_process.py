@@ -14,9 +14,10 @@ A round (`next(state, client_data)`) is compiled once by TFF's own
 TensorFlow graphs (`prepare`, `work`, `zero`, `accumulate`, `merge`,
 `report`, `update`). The server's graphs run on the first device; the
 round's clients are dealt to the devices in turn (client k to device
-k mod n), each device trains its clients one after the other in sessions
-of its own and sums their updates (`accumulate`), the devices run at the
-same time, and their sums are merged in device order. Computations with no
+k mod n); each device trains its clients one after the other, a client's
+`work` and the `accumulate` of its update as one graph in a session of the
+device's own (the update stays on the device), the devices run at the same
+time, and their sums are merged in device order. Computations with no
 clients (`initialize`, `get_model_weights`, ...) are turned into one
 TensorFlow graph each by TFF's local compiler and run on the first device.
 Anything else goes to a TFF worker (`runtime.create_local_execution_context`,
@@ -340,7 +341,12 @@ class _Graph:
       graph=self._graph, config=_session_config()
     )
     # Callables: less Python per call than `Session.run` (a client's
-    # training is two calls: the variables' initialization, then this).
+    # training is two calls: its variables' initialization, then the step).
+    self._initialize = (
+      self._session.make_callable(self._init_ops, feed_list=list(self._tokens))
+      if self._init_ops
+      else None
+    )
     self._call = (
       self._session.make_callable(
         self._fetches, feed_list=self._feeds + list(self._tokens)
@@ -358,8 +364,8 @@ class _Graph:
     )
 
   def run(self, leaves: list, trace: bool = False) -> list:
-    if self._init_ops:
-      self._session.run(self._init_ops, feed_dict=self._tokens)
+    if self._initialize:
+      self._initialize(*self._tokens.values())
     if not self._fetches:
       return []
     if not trace:
