@@ -88,32 +88,6 @@ def test_every_method_in_process_equals_the_worker_on_its_devices(rows):
   assert not wrong, wrong
 
 
-def test_devices_are_checked_by_name():
-  assert in_process.parse_devices(['cpu:0', 'GPU:1']) == [
-    '/device:CPU:0',
-    '/device:GPU:1',
-  ]
-  for bad, says in (
-    (['tpu:0'], "'tpu:0' is not a device; allowed: cpu:N or gpu:N"),
-    (['gpu'], "'gpu' is not a device"),
-    (['cpu:0', 'cpu:0'], "'cpu:0' is named twice"),
-    ([], 'name at least one device'),
-  ):
-    with pytest.raises(in_process.DeviceError, match=says):
-      in_process.parse_devices(bad)
-
-
-def test_a_missing_gpu_or_a_late_cpu_split_is_named():
-  tf.constant(0)  # TensorFlow has started.
-  with pytest.raises(
-    in_process.DeviceError, match=r'/device:GPU:3 not found; .* /device:CPU:0'
-  ):
-    in_process.configure_devices(['gpu:3'])
-  with pytest.raises(in_process.DeviceError, match='before TensorFlow starts'):
-    in_process.configure_devices(['cpu:0', 'cpu:7'])
-  assert in_process.configure_devices(None) == ['/device:CPU:0']
-
-
 @tff.tensorflow.computation(np.int32)
 def _double(x):
   return x * 2

@@ -28,379 +28,32 @@ Secure aggregation's intrinsics are replaced by their plain bodies first, as
 the worker's contexts do (`runtime.compile_for_simulation`): in a
 simulation every party is this program.
 
-Placement is explicit: each graph is imported on its device, and an op with
-no kernel for that device (the input pipeline, the client-state files'
-reads and writes) goes to the host CPU. `placement()` counts where a traced
-call's nodes actually ran, from TensorFlow's step stats.
+Placement is explicit: each graph is imported on its device
+(`session_graphs.SessionGraph`), and an op that belongs on the host (the
+input pipeline, the client-state files' reads and writes) or has no kernel
+for a GPU goes to the host CPU (`devices`). `placement()` counts where a
+traced call's nodes actually ran, from TensorFlow's step stats.
 """
 
-import collections
 import concurrent.futures
 import logging
-import re
 import threading
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
-import numpy as np
 import tensorflow as tf
 from tensorflow_federated.python.core.impl.context_stack import context_base
 
-DEVICE_PATTERN = re.compile(r'^(cpu|gpu):(\d+)$')
-_HOST = '/device:CPU:0'
-_TRACE_LOCK = threading.Lock()
-# Ops that stay on the host CPU whatever the device: TFF's worker keeps its
-# data sets and iterators there (its session provider); file IO, strings
-# and the input pipeline's parsing have no kernel elsewhere. Those the
-# project's clients run: data sets and their parsing and shuffling, a
-# client key's strings, the client-state files and their serialization.
-_HOST_OP = re.compile(
-  r'Dataset|Iterator|ReadFile|WriteFile|MatchingFiles|ParseExample|DecodeRaw|'
-  r'StatelessShuffle|^String|^StaticRegex|^AsString$|^ParseTensor$|'
-  r'^SerializeTensor$'
-)
+from tff_methods import devices as devices_lib
+from tff_methods import session_graphs
 
-
-# What a graph's own device may hand to the host besides `_HOST_OP`s: the
-# arguments and results of the host's functions, and the control flow and
-# constants around them.
-_PLUMBING = re.compile(
-  r'^(_Arg|_Retval|_Send|_Recv|NoOp|Switch|Merge|Identity|Const)$'
-)
-
-
-def runs_on_host(op: str) -> bool:
-  """Whether op type `op` belongs on the host whatever the client's device:
-  the input pipeline, files and strings, and the plumbing around them."""
-  return bool(_HOST_OP.search(op) or _PLUMBING.match(op))
-
-
-class DeviceError(ValueError):
-  """Devices that can't be used as asked."""
+# The device names and checks callers use with this context.
+DeviceError = devices_lib.DeviceError
+configure_devices = devices_lib.configure_devices
+parse_devices = devices_lib.parse_devices
 
 
 class NotRunnableError(RuntimeError):
   """A computation this context can't run and has no worker to send to."""
-
-
-def parse_devices(devices: Sequence[str]) -> list[str]:
-  """`['cpu:0', 'gpu:1']` as TensorFlow's device names, checked.
-
-  Raises:
-    DeviceError: An entry is not `cpu:N` or `gpu:N`, or appears twice.
-  """
-  names = []
-  for entry in devices:
-    match = DEVICE_PATTERN.match(str(entry).strip().lower())
-    if not match:
-      raise DeviceError(
-        f'devices: {entry!r} is not a device; allowed: cpu:N or gpu:N '
-        '(e.g. gpu:0,gpu:1, or cpu:0,cpu:1 to split the CPU).'
-      )
-    name = f'/device:{match.group(1).upper()}:{match.group(2)}'
-    if name in names:
-      raise DeviceError(f'devices: {entry!r} is named twice.')
-    names.append(name)
-  if not names:
-    raise DeviceError('devices: name at least one device.')
-  return names
-
-
-def configure_devices(devices: Optional[Sequence[str]] = None) -> list[str]:
-  """Makes `devices` exist in this process; returns their TensorFlow names.
-
-  `None` means every GPU, or the CPU where there is none. Asking for
-  `cpu:N` beyond the one CPU device splits the CPU into N + 1 logical
-  devices, so the multi-device path runs (and is tested) without a GPU.
-  This has to happen before TensorFlow's runtime starts (before any op
-  runs); afterwards only devices that already exist can be named.
-
-  Raises:
-    DeviceError: A device is not there (a GPU this machine lacks, or a CPU
-      split asked for after TensorFlow started), naming what there is.
-  """
-  if devices is None:
-    gpus = tf.config.list_physical_devices('GPU')
-    return [f'/device:GPU:{k}' for k in range(len(gpus))] or [_HOST]
-  names = parse_devices(devices)
-  cpus_needed = 1 + max(
-    (int(n.rsplit(':', 1)[1]) for n in names if ':CPU:' in n), default=0
-  )
-  cpu = tf.config.list_physical_devices('CPU')[0]
-  if cpus_needed > 1:
-    configured = tf.config.get_logical_device_configuration(cpu) or []
-    if len(configured) < cpus_needed:
-      try:
-        tf.config.set_logical_device_configuration(
-          cpu, [tf.config.LogicalDeviceConfiguration()] * cpus_needed
-        )
-      except RuntimeError as e:
-        raise DeviceError(
-          f'devices: splitting the CPU into {cpus_needed} logical devices '
-          'must happen before TensorFlow starts running ops; configure the '
-          'devices first thing (configure_devices).'
-        ) from e
-  there = {
-    d.name.replace('/physical_device:', '/device:')
-    for d in tf.config.list_logical_devices()
-  }
-  there = {re.sub(r'^/job:[^/]*/replica:\d+/task:\d+', '', n) for n in there}
-  missing = [n for n in names if n not in there]
-  if missing:
-    raise DeviceError(
-      f'devices: {", ".join(missing)} not found; this process has '
-      f'{", ".join(sorted(there))}.'
-    )
-  return names
-
-
-def configure_determinism(deterministic: bool) -> None:
-  """With `deterministic`, TF32 off and TensorFlow's op determinism on: a
-  GPU's results then repeat, and differ from the CPU's only by rounding
-  (for equality checks; slower)."""
-  if deterministic:
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    tf.config.experimental.enable_op_determinism()
-
-
-def has_gpu_kernel(op: str) -> bool:
-  """Whether TensorFlow has a kernel for `op` that runs on a GPU (the CUDA
-  build registers them with or without a GPU)."""
-  from tensorflow.python.framework import kernels
-
-  registered = kernels.get_registered_kernels_for_op(op).kernel
-  return any(k.device_type in ('GPU', 'DEFAULT') for k in registered)
-
-
-def available_devices() -> list[str]:
-  """This process's devices, as `cpu:N`/`gpu:N`."""
-  return [
-    re.sub(r'.*device:', '', d.name).lower()
-    for d in tf.config.list_logical_devices()
-    if d.device_type in ('CPU', 'GPU')
-  ]
-
-
-def _op_type(timeline_label: str) -> str:
-  """The op type in a step stat's label, `name = Type(inputs)`."""
-  match = re.search(r'= (\w+)\(', timeline_label)
-  return match.group(1) if match else timeline_label.split(' ')[0]
-
-
-def _session_config() -> tf.compat.v1.ConfigProto:
-  """The eager context's config (its logical devices, threads, GPU memory
-  options), allowing soft placement for ops inside functions that have no
-  kernel on their device; a fresh ConfigProto would lose the devices."""
-  from tensorflow.python.eager import context
-
-  config = tf.compat.v1.ConfigProto()
-  config.CopyFrom(context.context().config)
-  config.allow_soft_placement = True
-  return config
-
-
-def _leaves(binding) -> list:
-  """A TFF TensorFlow binding's tensor and sequence bindings, in order."""
-  kind = binding.WhichOneof('binding')
-  if kind == 'struct':
-    return [leaf for b in binding.struct.element for leaf in _leaves(b)]
-  if kind is None:
-    return []
-  return [binding]
-
-
-def _flatten(value: Any, type_spec) -> list:
-  """`value` of TFF type `type_spec` as its leaves: numpy arrays, and a
-  data set's serialized graph for each sequence."""
-  from tensorflow_federated.python.common_libs import structure
-  from tensorflow_federated.python.core.impl.executors import (
-    value_serialization,
-  )
-  from tensorflow_federated.python.core.impl.types import computation_types
-
-  if isinstance(type_spec, computation_types.FederatedType):
-    type_spec = type_spec.member
-  if isinstance(type_spec, computation_types.StructType):
-    elements = structure.from_container(value)
-    if len(elements) != len(type_spec):
-      raise TypeError(
-        f'Expected a value of {len(type_spec)} elements for {type_spec}, '
-        f'got {len(elements)}: {value!r:.200}'
-      )
-    return [
-      leaf
-      for element, member_type in zip(elements, type_spec)
-      for leaf in _flatten(element, member_type)
-    ]
-  if isinstance(type_spec, computation_types.SequenceType):
-    if isinstance(value, list):
-      from tensorflow_federated.python.core.environments.tensorflow_backend import (  # noqa: E501
-        tensorflow_utils,
-      )
-
-      value = tensorflow_utils.make_data_set_from_elements(
-        None, value, type_spec.element
-      )
-    return [value_serialization._serialize_dataset(value)]  # pylint: disable=protected-access
-  return [np.asarray(value, dtype=type_spec.dtype)]
-
-
-def _unflatten(leaves: list, type_spec):
-  """The inverse of `_flatten` for tensor-only types: a `Struct` tree."""
-  from tensorflow_federated.python.common_libs import structure
-  from tensorflow_federated.python.core.impl.types import computation_types
-
-  leaves = iter(leaves)
-
-  def build(t):
-    if isinstance(t, computation_types.FederatedType):
-      return build(t.member)
-    if isinstance(t, computation_types.StructType):
-      return structure.Struct(
-        [(name, build(member)) for name, member in structure.iter_elements(t)]
-      )
-    return next(leaves)
-
-  return build(type_spec)
-
-
-class _Graph:
-  """TFF TensorFlow computations imported into one session on a device.
-
-  Usually one computation. Given several (`parts`: (computation, bound)
-  pairs), each after the first may take parameters from the results of the
-  one before, `bound` mapping its parameter's leaves to that one's result
-  leaves: a client's training and the sum of its update in one call. The
-  feeds are every part's other parameter leaves, part by part; the results
-  the last part's.
-  """
-
-  def __init__(self, parts, device: str):
-    from tensorflow_federated.python.core.impl.computation import (
-      computation_impl,
-    )
-
-    self.device = device
-    self.op_types = set()
-    self._graph = tf.Graph()
-    feeds, init_ops, tokens, results = [], [], [], []
-    with self._graph.as_default():
-      for index, (computation, bound) in enumerate(parts):
-        tf_proto = computation_impl.ConcreteComputation.get_proto(
-          computation
-        ).tensorflow
-        graph_def = tf.compat.v1.GraphDef()
-        tf_proto.graph_def.Unpack(graph_def)
-        for node in graph_def.node:
-          if not node.device:
-            node.device = _HOST if self._host_only(node.op, device) else device
-        self.op_types |= {n.op for n in graph_def.node} | {
-          n.op for f in graph_def.library.function for n in f.node_def
-        }
-        prefix = f'part{index}' if len(parts) > 1 else ''
-        named = (
-          lambda name, prefix=prefix: f'{prefix}/{name}' if prefix else name
-        )
-        input_map, fed = {}, []
-        for k, leaf in enumerate(_leaves(tf_proto.parameter)):
-          if k in bound:
-            input_map[leaf.tensor.tensor_name] = results[bound[k]]
-          elif leaf.WhichOneof('binding') == 'tensor':
-            fed.append(named(leaf.tensor.tensor_name))
-          elif leaf.sequence.WhichOneof('binding') == 'graph_def_tensor_name':
-            fed.append(named(leaf.sequence.graph_def_tensor_name))
-          else:
-            with tf.device(_HOST):
-              serialized = tf.compat.v1.placeholder(tf.string, [])
-              input_map[leaf.sequence.variant_tensor_name] = (
-                tf.raw_ops.DatasetFromGraph(graph_def=serialized)
-              )
-            fed.append(serialized)
-        names = {n.name for n in graph_def.node}
-        token = tf_proto.session_token_tensor_name
-        if token and token.split(':')[0] in names:
-          tokens.append(named(token))
-        if tf_proto.initialize_op:
-          init_ops.append(named(tf_proto.initialize_op))
-        results = tf.graph_util.import_graph_def(
-          graph_def,
-          input_map=input_map,
-          return_elements=[
-            leaf.tensor.tensor_name for leaf in _leaves(tf_proto.result)
-          ],
-          name=prefix,
-        )
-        feeds += [
-          f if isinstance(f, tf.Tensor) else self._graph.get_tensor_by_name(f)
-          for f in fed
-        ]
-    self._feeds = feeds
-    self._fetches = list(results)
-    self._tokens = {self._graph.get_tensor_by_name(t): b'' for t in tokens}
-    self._init_ops = [self._graph.get_operation_by_name(o) for o in init_ops]
-    self._session = tf.compat.v1.Session(
-      graph=self._graph, config=_session_config()
-    )
-    # Callables: less Python per call than `Session.run` (a client's
-    # training is two calls: its variables' initialization, then the step).
-    self._initialize = (
-      self._session.make_callable(self._init_ops, feed_list=list(self._tokens))
-      if self._init_ops
-      else None
-    )
-    self._call = (
-      self._session.make_callable(
-        self._fetches, feed_list=self._feeds + list(self._tokens)
-      )
-      if self._fetches
-      else None
-    )
-    self.traced = None
-    self.elsewhere = None
-
-  @staticmethod
-  def _host_only(op: str, device: str) -> bool:
-    return bool(_HOST_OP.search(op)) or (
-      ':GPU:' in device and not has_gpu_kernel(op)
-    )
-
-  def run(self, leaves: list, trace: bool = False) -> list:
-    if self._initialize:
-      self._initialize(*self._tokens.values())
-    if not self._fetches:
-      return []
-    if not trace:
-      return self._call(*leaves, *self._tokens.values())
-    feed = dict(zip(self._feeds, leaves))
-    feed.update(self._tokens)
-    metadata = tf.compat.v1.RunMetadata()
-    with _TRACE_LOCK:  # TensorFlow traces one session run at a time.
-      outputs = self._session.run(
-        self._fetches,
-        feed_dict=feed,
-        options=tf.compat.v1.RunOptions(
-          trace_level=tf.compat.v1.RunOptions.FULL_TRACE
-        ),
-        run_metadata=metadata,
-      )
-    self.traced = collections.Counter(
-      {
-        re.sub(r'^/job:[^/]*/replica:\d+/task:\d+', '', stats.device): len(
-          stats.node_stats
-        )
-        for stats in metadata.step_stats.dev_stats
-      }
-    )
-    # The op types that ran elsewhere than this graph's device.
-    self.elsewhere = collections.Counter(
-      _op_type(node.timeline_label)
-      for stats in metadata.step_stats.dev_stats
-      if not stats.device.endswith(self.device.replace('/device', 'device'))
-      for node in stats.node_stats
-    )
-    return outputs
-
-  def close(self):
-    self._session.close()
 
 
 class _MapReduceRound:
@@ -410,13 +63,17 @@ class _MapReduceRound:
     self._form = form
     self._devices = list(devices)
     work_result = form.work.type_signature.result
-    if any(_leaves_of_type(secure) for secure in list(work_result)[1:]):
+    if any(
+      session_graphs.leaves_of_type(secure) for secure in list(work_result)[1:]
+    ):
       raise NotRunnableError(
         'in_process: a round whose clients still sum securely (secure '
         'intrinsics should have been replaced by their bodies).'
       )
     server = self._devices[0]
-    one = lambda computation, device: _Graph([(computation, {})], device)
+    one = lambda computation, device: session_graphs.SessionGraph(
+      [(computation, {})], device
+    )
     self._prepare = one(form.prepare, server)
     self._merge = one(form.merge, server)
     self._report = one(form.report, server)
@@ -425,12 +82,17 @@ class _MapReduceRound:
     # A client's step: `work`, then `accumulate` of the running sum and
     # work's update (its first result; the secure sums' inputs are empty),
     # in one call: the update never leaves the device.
-    accumulated = len(_leaves_of_type(form.zero.type_signature.result))
+    accumulated = len(
+      session_graphs.leaves_of_type(form.zero.type_signature.result)
+    )
     update = {
-      accumulated + k: k for k in range(len(_leaves_of_type(work_result[0])))
+      accumulated + k: k
+      for k in range(len(session_graphs.leaves_of_type(work_result[0])))
     }
     self._step = {
-      d: _Graph([(form.work, {}), (form.accumulate, update)], d)
+      d: session_graphs.SessionGraph(
+        [(form.work, {}), (form.accumulate, update)], d
+      )
       for d in self._devices
     }
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self._devices))
@@ -450,7 +112,7 @@ class _MapReduceRound:
     from tensorflow_federated.python.core.impl.types import computation_types
 
     parameter = self._form.type_signature.parameter
-    state_leaves = _flatten(state, parameter[0])
+    state_leaves = session_graphs.flatten(state, parameter[0])
     broadcast = list(self._prepare.run(state_leaves))
     client_type = parameter[1].member
     # Client k on device k mod n: each device's clients in order, the
@@ -464,7 +126,8 @@ class _MapReduceRound:
       total = list(self._zero[device].run([]))
       for client in shares[device]:
         total = self._step[device].run(
-          _flatten(client, client_type) + broadcast + total, trace=self.trace
+          session_graphs.flatten(client, client_type) + broadcast + total,
+          trace=self.trace,
         )
       return total
 
@@ -476,7 +139,7 @@ class _MapReduceRound:
     outputs = self._update.run(state_leaves + list(report))
     result_type = self._form.type_signature.result
     assert isinstance(result_type, computation_types.StructType)
-    return _unflatten(outputs, result_type)
+    return session_graphs.unflatten(outputs, result_type)
 
   def close(self):
     self._pool.shutdown()
@@ -484,29 +147,20 @@ class _MapReduceRound:
       graph.close()
 
 
-def _leaves_of_type(type_spec) -> list:
-  """The tensor types of a tensor-only TFF type, in order."""
-  from tensorflow_federated.python.core.impl.types import computation_types
-
-  if isinstance(type_spec, computation_types.StructType):
-    return [leaf for member in type_spec for leaf in _leaves_of_type(member)]
-  return [type_spec]
-
-
 class _LocalComputation:
   """A computation without clients, as one TensorFlow graph on a device."""
 
   def __init__(self, computation, device: str):
     self._type = computation.type_signature
-    self._graph = _Graph([(computation, {})], device)
+    self._graph = session_graphs.SessionGraph([(computation, {})], device)
 
   def graphs(self):
     yield self._graph
 
   def __call__(self, arg):
     parameter = self._type.parameter
-    leaves = [] if parameter is None else _flatten(arg, parameter)
-    return _unflatten(self._graph.run(leaves), self._type.result)
+    leaves = [] if parameter is None else session_graphs.flatten(arg, parameter)
+    return session_graphs.unflatten(self._graph.run(leaves), self._type.result)
 
   def close(self):
     self._graph.close()
@@ -615,7 +269,7 @@ class InProcessExecutionContext(context_base.SyncContext):
       `runtime.create_local_execution_context`), called once, the first time
       it is needed; None: such a computation fails in one line.
     """
-    self.devices = configure_devices(devices)
+    self.devices = devices_lib.configure_devices(devices)
     self._fallback_fn = fallback_fn
     self._fallback = None
     self._plans = {}  # id(computation) -> (computation, plan or None)
@@ -694,7 +348,7 @@ class InProcessExecutionContext(context_base.SyncContext):
       wrong = {
         op: n
         for op, n in (graph.elsewhere or {}).items()
-        if not runs_on_host(op)
+        if not devices_lib.runs_on_host(op)
       }
       if wrong:
         found[device] = wrong
@@ -708,12 +362,12 @@ class InProcessExecutionContext(context_base.SyncContext):
 
   def ops_without_gpu_kernel(self, computation) -> set[str]:
     """The op types of `computation`'s client work that no GPU could run,
-    but the host's (`_HOST_OP`: data sets, iterators, files)."""
+    but the host's (`devices.HOST_OP`: data sets, iterators, files)."""
     graph = next(iter(self._work_graphs(computation).values()))
     return {
       op
       for op in graph.op_types
-      if not _HOST_OP.search(op) and not has_gpu_kernel(op)
+      if not devices_lib.is_host_op(op) and not devices_lib.has_gpu_kernel(op)
     }
 
   def close(self):
@@ -731,7 +385,7 @@ def create_in_process_execution_context(
 ) -> InProcessExecutionContext:
   """The context `set_in_process_execution_context` sets, to install
   yourself (arguments as there)."""
-  configure_determinism(deterministic)
+  devices_lib.configure_determinism(deterministic)
   if fallback_fn is None:
     from tff_methods import runtime
 

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_methods import client_keys
+from tff_methods import devices as devices_lib
 from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
@@ -44,7 +45,7 @@ class Row:
   # {assigned device: {device that ran nodes: nodes}}, the first round.
   placement: dict
   # {assigned device: {op type: nodes}} that ran off it and don't belong
-  # on the host (`in_process.runs_on_host`); empty: every step on its device.
+  # on the host (`devices.runs_on_host`); empty: every step on its device.
   off_device_ops: dict
   # Ops of the clients' graphs with no GPU kernel, but the host's.
   without_gpu_kernel: list
@@ -161,7 +162,7 @@ def on_own_device(placement: dict) -> dict:
 def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
   """The check's table, and the devices found."""
   lines = [
-    'devices found: ' + ', '.join(in_process.available_devices()),
+    'devices found: ' + ', '.join(devices_lib.available_devices()),
     "clients' devices: " + ', '.join(devices),
     '',
     'Sent to the worker (not compiled in-process): '
@@ -189,7 +190,7 @@ def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
   return '\n'.join(lines)
 
 
-def benchmark_lines(worker: dict, in_process: dict, devices: str) -> list[str]:
+def benchmark_lines(worker: dict, ours: dict, devices: str) -> list[str]:
   """The benchmark's in-process table for one model: each method's
   seconds per round on the worker and in-process (medians of the passes)."""
   lines = [
@@ -199,7 +200,7 @@ def benchmark_lines(worker: dict, in_process: dict, devices: str) -> list[str]:
     '| method | worker s/round | in-process s/round | in-process / worker |',
     '|---|---|---|---|',
   ]
-  for name, timing in in_process.items():
+  for name, timing in ours.items():
     on_worker = worker[name]['median']
     lines.append(
       f"| {name} | {on_worker:.2f} | {timing['median']:.2f} | "
