@@ -2,6 +2,7 @@
 life) and tooling.process_setup (the binaries' own set-up)."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -315,3 +316,27 @@ def test_a_script_that_imports_the_library_and_exits_prints_no_traceback():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_a_worker_ended_by_a_signal_is_the_interruption_not_a_death(
+  monkeypatch,
+):
+  # Ctrl-C mid-round: the handler ends the worker and raises; if Python
+  # dropped that exception (raised inside a weakref callback), the next
+  # call finds the worker gone: it is the interruption again.
+  class Exited:
+    pid, returncode = 123, -9
+
+    def poll(self):
+      return -9
+
+  worker = workers.LocalWorker(None, 2, None)
+  worker._process = Exited()
+  with pytest.raises(workers.WorkerExitedError, match='exited with code -9'):
+    worker.get_stub()
+  monkeypatch.setattr(workers, '_received_signal', signal.SIGINT)
+  with pytest.raises(KeyboardInterrupt):
+    worker.get_stub()
+  monkeypatch.setattr(workers, '_received_signal', signal.SIGTERM)
+  with pytest.raises(SystemExit, match='143'):
+    worker.get_stub()

@@ -266,9 +266,19 @@ def _register_atexit() -> None:
   atexit.register(stop_workers)
 
 
+# The signal whose handler ended this process's workers, if one did.
+_received_signal = None
+
+
 def _signal_handler(signum, frame):
+  global _received_signal
   del frame
+  _received_signal = signum
   stop_workers()
+  _raise_for(signum)
+
+
+def _raise_for(signum) -> None:
   if signum == signal.SIGINT:
     raise KeyboardInterrupt
   raise SystemExit(128 + signum)
@@ -322,6 +332,11 @@ class LocalWorker:
       if self._stub is not None and self._stub.is_ready:
         return self._stub
       if self._process is not None and self._process.poll() is not None:
+        if _received_signal is not None:
+          # The signal handler ended the worker, and the exception it raised
+          # was lost (Python ignores one raised inside a weakref callback):
+          # this is the interruption, not a worker that died.
+          _raise_for(_received_signal)
         raise WorkerExitedError(
           f'The TFF worker (pid {self._process.pid}) exited with code '
           f'{self._process.returncode} during the run.'
