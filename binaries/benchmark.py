@@ -469,38 +469,23 @@ def main(argv):
       flush=True,
     )
     benchmark.reset_peak_memory()
-    passes = in_passes(
-      functools.partial(
-        benchmark.time_methods,
-        model_name,
-        names,
-        data,
-        hparams,
-        FLAGS.local_epochs,
-        FLAGS.batch_size,
-        FLAGS.repeats,
-        FLAGS.seed,
-        on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
-      )
+    time_pass = functools.partial(
+      benchmark.time_methods,
+      model_name,
+      names,
+      data,
+      hparams,
+      FLAGS.local_epochs,
+      FLAGS.batch_size,
+      FLAGS.repeats,
+      FLAGS.seed,
+      on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
     )
-    timings = benchmark.combine_passes(passes)
+    timings = benchmark.combine_passes(in_passes(time_pass))
     if in_process_context:
       print(f'== {model_name} in-process', flush=True)
       in_process_timings = benchmark.combine_passes(
-        in_process_passes(
-          functools.partial(
-            benchmark.time_methods,
-            model_name,
-            names,
-            data,
-            hparams,
-            FLAGS.local_epochs,
-            FLAGS.batch_size,
-            FLAGS.repeats,
-            FLAGS.seed,
-            on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
-          )
-        )
+        in_process_passes(time_pass)
       )
     results['models'][model_name] = dict(
       examples_per_client=examples,
