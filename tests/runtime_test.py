@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -340,3 +341,36 @@ def test_a_worker_ended_by_a_signal_is_the_interruption_not_a_death(
   monkeypatch.setattr(workers, '_received_signal', signal.SIGTERM)
   with pytest.raises(SystemExit, match='143'):
     worker.get_stub()
+
+
+def test_from_another_thread_the_interruption_reaches_the_main_thread(
+  monkeypatch,
+):
+  # TFF calls the worker from its event-loop thread, where a
+  # KeyboardInterrupt would escape with a traceback: the call fails
+  # plainly there, and the main thread is interrupted.
+  class Exited:
+    pid, returncode = 123, -9
+
+    def poll(self):
+      return -9
+
+  worker = workers.LocalWorker(None, 2, None)
+  worker._process = Exited()
+  monkeypatch.setattr(workers, '_received_signal', signal.SIGINT)
+  in_thread = []
+
+  def call():
+    try:
+      worker.get_stub()
+    except workers.WorkerExitedError as e:
+      in_thread.append(str(e))
+
+  with pytest.raises(KeyboardInterrupt):
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    for _ in range(200):  # The pending interruption is handled here.
+      time.sleep(0.01)
+  thread.join()
+  assert in_thread == ['The TFF worker was ended by this process on a signal.']

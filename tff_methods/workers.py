@@ -22,6 +22,7 @@ execution contexts on these workers; `LocalWorker` and `RemoteWorker` are
 the connections it uses.
 """
 
+import _thread
 import atexit
 import ctypes
 import importlib.util
@@ -335,8 +336,16 @@ class LocalWorker:
         if _received_signal is not None:
           # The signal handler ended the worker, and the exception it raised
           # was lost (Python ignores one raised inside a weakref callback):
-          # this is the interruption, not a worker that died.
-          _raise_for(_received_signal)
+          # this is the interruption, not a worker that died. Raised in the
+          # main thread; from TFF's event-loop thread the main thread gets
+          # it (a KeyboardInterrupt would escape that thread with a
+          # traceback), and this call fails plainly.
+          if threading.current_thread() is threading.main_thread():
+            _raise_for(_received_signal)
+          _thread.interrupt_main(_received_signal)
+          raise WorkerExitedError(
+            'The TFF worker was ended by this process on a signal.'
+          )
         raise WorkerExitedError(
           f'The TFF worker (pid {self._process.pid}) exited with code '
           f'{self._process.returncode} during the run.'
