@@ -106,11 +106,9 @@ def unflatten(leaves: list, type_spec):
 
 def leaves_of_type(type_spec) -> list:
   """The tensor types of a tensor-only TFF type, in order."""
-  from tensorflow_federated.python.core.impl.types import computation_types
+  from tensorflow_federated.python.common_libs import structure
 
-  if isinstance(type_spec, computation_types.StructType):
-    return [leaf for member in type_spec for leaf in leaves_of_type(member)]
-  return [type_spec]
+  return structure.flatten(type_spec)
 
 
 class SessionGraph:
