@@ -24,6 +24,9 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from tasks import model_outputs
+from tasks import resnets
+
 MODEL_NAMES = (
   'fedcka_cnn',
   'fedmax_cnn',
@@ -171,20 +174,6 @@ def fed2_plan(name: str, input_shape: Sequence[int]) -> dict:
 SHAKESPEARE_VOCAB_SIZE = 90
 
 
-def _outputs(
-  layers: Sequence[tf.Tensor],
-  features: tf.Tensor,
-  logits: tf.Tensor,
-  z: Optional[tf.Tensor] = None,
-) -> dict:
-  out = {f'layer_{i + 1}': t for i, t in enumerate(layers)}
-  out['features'] = features
-  if z is not None:
-    out['z'] = z
-  out['logits'] = logits
-  return out
-
-
 def fedcka_cnn(
   num_classes: int, input_shape=(32, 32, 3), padding: Optional[str] = None
 ) -> tf.keras.Model:
@@ -219,7 +208,9 @@ def fedcka_cnn(
   logits = tf.keras.layers.Dense(num_classes)(z)
   return tf.keras.Model(
     inputs,
-    _outputs([block1, block2, fc1, fc2, fc3, z, logits], fc3, logits, z),
+    model_outputs.named(
+      [block1, block2, fc1, fc2, fc3, z, logits], fc3, logits, z
+    ),
     name='fedcka_cnn',
   )
 
@@ -245,7 +236,7 @@ def fedmax_cnn(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   features = tf.keras.layers.Dense(512, activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
   return tf.keras.Model(
-    inputs, _outputs(blocks, features, logits), name='fedmax_cnn'
+    inputs, model_outputs.named(blocks, features, logits), name='fedmax_cnn'
   )
 
 
@@ -268,7 +259,7 @@ def lenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   features = tf.keras.layers.Dense(84, activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
   return tf.keras.Model(
-    inputs, _outputs(blocks, features, logits), name='lenet'
+    inputs, model_outputs.named(blocks, features, logits), name='lenet'
   )
 
 
@@ -286,7 +277,9 @@ def mlp(
     x = tf.keras.layers.Dense(width, activation='relu')(x)
     blocks.append(x)
   logits = tf.keras.layers.Dense(num_classes)(x)
-  return tf.keras.Model(inputs, _outputs(blocks, x, logits), name=name)
+  return tf.keras.Model(
+    inputs, model_outputs.named(blocks, x, logits), name=name
+  )
 
 
 def mlp1(num_classes: int, input_shape=(28, 28, 1)) -> tf.keras.Model:
@@ -320,115 +313,7 @@ def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   features = tf.keras.layers.GlobalAveragePooling2D()(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
   return tf.keras.Model(
-    inputs, _outputs(blocks, features, logits), name='mobilenet'
-  )
-
-
-def _group_norm(x, groups=2):
-  channels = x.shape[-1]
-  return tf.keras.layers.GroupNormalization(groups=min(groups, channels))(x)
-
-
-def _basic_block(x, filters, stride, groups):
-  shortcut = x
-  y = tf.keras.layers.Conv2D(filters, 3, stride, 'same', use_bias=False)(x)
-  y = tf.keras.layers.ReLU()(_group_norm(y, groups))
-  y = tf.keras.layers.Conv2D(filters, 3, 1, 'same', use_bias=False)(y)
-  y = _group_norm(y, groups)
-  if stride != 1 or x.shape[-1] != filters:
-    shortcut = tf.keras.layers.Conv2D(filters, 1, stride, use_bias=False)(x)
-    shortcut = _group_norm(shortcut, groups)
-  return tf.keras.layers.ReLU()(tf.keras.layers.Add()([y, shortcut]))
-
-
-def _bottleneck_block(x, filters, stride, groups):
-  shortcut = x
-  y = tf.keras.layers.Conv2D(filters, 1, use_bias=False)(x)
-  y = tf.keras.layers.ReLU()(_group_norm(y, groups))
-  y = tf.keras.layers.Conv2D(filters, 3, stride, 'same', use_bias=False)(y)
-  y = tf.keras.layers.ReLU()(_group_norm(y, groups))
-  y = tf.keras.layers.Conv2D(4 * filters, 1, use_bias=False)(y)
-  y = _group_norm(y, groups)
-  if stride != 1 or x.shape[-1] != 4 * filters:
-    shortcut = tf.keras.layers.Conv2D(4 * filters, 1, stride, use_bias=False)(x)
-    shortcut = _group_norm(shortcut, groups)
-  return tf.keras.layers.ReLU()(tf.keras.layers.Add()([y, shortcut]))
-
-
-def _resnet(
-  name,
-  block_fn,
-  blocks_per_stage,
-  num_classes,
-  input_shape,
-  projection_dim,
-  norm_groups,
-  width,
-):
-  """A CIFAR-style ResNet (3x3 stem, no max-pool) with group normalization.
-
-  `layer_1` is the stem, `layer_2`..`layer_5` the four residual stages; with
-  a projection head (`projection_dim` > 0), pooled features -> dense -> ReLU
-  -> dense(projection_dim) = `z` -> classifier, as in MOON. `features`
-  (FedMAX) is the pooled vector, post-ReLU, with or without the head.
-  """
-  x = inputs = tf.keras.Input(input_shape)
-  x = tf.keras.layers.Conv2D(width, 3, 1, 'same', use_bias=False)(x)
-  x = tf.keras.layers.ReLU()(_group_norm(x, norm_groups))
-  blocks = [x]
-  for stage, num_blocks in enumerate(blocks_per_stage):
-    filters = width * 2**stage
-    for i in range(num_blocks):
-      stride = 2 if (i == 0 and stage > 0) else 1
-      x = block_fn(x, filters, stride, norm_groups)
-    blocks.append(x)
-  pooled = tf.keras.layers.GlobalAveragePooling2D()(x)
-  z = None
-  head_input = pooled
-  if projection_dim:
-    h = tf.keras.layers.Dense(pooled.shape[-1], activation='relu')(pooled)
-    z = head_input = tf.keras.layers.Dense(projection_dim)(h)
-  logits = tf.keras.layers.Dense(num_classes)(head_input)
-  return tf.keras.Model(inputs, _outputs(blocks, pooled, logits, z), name=name)
-
-
-def resnet18(
-  num_classes: int,
-  input_shape=(32, 32, 3),
-  projection_dim=0,
-  norm_groups: int = 2,
-  width: int = 64,
-) -> tf.keras.Model:
-  """ResNet-18 with group normalization and an optional projection head."""
-  return _resnet(
-    'resnet18',
-    _basic_block,
-    (2, 2, 2, 2),
-    num_classes,
-    input_shape,
-    projection_dim,
-    norm_groups,
-    width,
-  )
-
-
-def resnet50(
-  num_classes: int,
-  input_shape=(32, 32, 3),
-  projection_dim=0,
-  norm_groups: int = 2,
-  width: int = 64,
-) -> tf.keras.Model:
-  """ResNet-50 with group normalization and an optional projection head."""
-  return _resnet(
-    'resnet50',
-    _bottleneck_block,
-    (3, 4, 6, 3),
-    num_classes,
-    input_shape,
-    projection_dim,
-    norm_groups,
-    width,
+    inputs, model_outputs.named(blocks, features, logits), name='mobilenet'
   )
 
 
@@ -448,7 +333,9 @@ def vgg9(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   x = tf.keras.layers.Dense(fc1[1], activation='relu')(x)
   features = tf.keras.layers.Dense(fc2[1], activation='relu')(x)
   logits = tf.keras.layers.Dense(num_classes)(features)
-  return tf.keras.Model(inputs, _outputs(blocks, features, logits), name='vgg9')
+  return tf.keras.Model(
+    inputs, model_outputs.named(blocks, features, logits), name='vgg9'
+  )
 
 
 def shakespeare_lstm(
@@ -469,7 +356,7 @@ def shakespeare_lstm(
   layer_2 = tf.keras.layers.LSTM(units, return_sequences=True)(layer_1)
   logits = tf.keras.layers.Dense(num_classes)(layer_2)
   return tf.keras.Model(
-    inputs, _outputs([layer_1, layer_2], layer_2, logits), name=name
+    inputs, model_outputs.named([layer_1, layer_2], layer_2, logits), name=name
   )
 
 
@@ -488,8 +375,8 @@ _REGISTRY: dict[str, Callable[..., tf.keras.Model]] = {
   'lenet': lenet,
   'mlp': mlp,
   'mlp1': mlp1,
-  'resnet18': resnet18,
-  'resnet50': resnet50,
+  'resnet18': resnets.resnet18,
+  'resnet50': resnets.resnet50,
   'vgg9': vgg9,
   'mobilenet': mobilenet,
   'shakespeare_lstm': shakespeare_lstm,
