@@ -16,6 +16,7 @@ from tff_methods import client_keys
 from tff_methods import model_lib
 from tooling import experiment
 from tooling import presets
+from tooling import tff_baseline_models
 from tooling import tff_baselines
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -60,7 +61,7 @@ def _load(task, **settings):
 def test_tffs_model_is_named_for_the_methods_with_its_own_weights(task, model):
   task_data = _load(task, model=model)
   named = task_data.keras_model_fn()
-  tffs = tff_baselines.keras_model(task_data.tff_task)
+  tffs = tff_baseline_models.keras_model(task_data.tff_task)
   layers = tff_baselines.layer_outputs(task, model)
   assert sorted(named.output) == sorted(
     [f'layer_{k}' for k in range(1, layers + 1)] + ['features', 'z', 'logits']
