@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import array_sources
 from tasks import datasets
 from tasks import report
 from tff_methods import batches_in_memory
@@ -459,12 +460,12 @@ def test_image_folder_layouts_it_cannot_read_are_named(tmp_path):
   _write_png(tmp_path / 'a' / 'cat' / '0.png')
   _write_png(tmp_path / 'a' / 'cat' / 'more' / '1.png')
   with pytest.raises(ValueError, match=r'cat/more is a folder inside'):
-    datasets.load_image_folder_arrays(str(tmp_path / 'a'), 8)
+    array_sources.load_image_folder_arrays(str(tmp_path / 'a'), 8)
   # A test class the training data lacks: named, not silently dropped.
   for split, cls in (('train', 'cat'), ('test', 'cat'), ('test', 'owl')):
     _write_png(tmp_path / 'b' / split / cls / '0.png')
   with pytest.raises(ValueError, match=r'holds classes owl that'):
-    datasets.load_image_folder_arrays(str(tmp_path / 'b'), 8)
+    array_sources.load_image_folder_arrays(str(tmp_path / 'b'), 8)
 
 
 def test_shakespeare_snippets_become_next_character_sequences():

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import datasets
+from tasks import array_sources
 from tff_methods import model_lib
 from tooling import comparison
 from tooling import experiment
@@ -482,9 +482,9 @@ def test_an_image_folder_names_an_empty_class_and_a_bad_file(tmp_path):
   with pytest.raises(
     ValueError, match=rf'class folder {tmp_path}/dog has no ' 'images'
   ):
-    datasets.load_image_folder_arrays(str(tmp_path), image_size=4)
+    array_sources.load_image_folder_arrays(str(tmp_path), image_size=4)
   _png(tmp_path / 'dog' / 'a.png', 5)
-  x_train, _, x_test, _ = datasets.load_image_folder_arrays(
+  x_train, _, x_test, _ = array_sources.load_image_folder_arrays(
     str(tmp_path), image_size=4
   )
   assert len(x_train) + len(x_test) == 5  # .DS_Store skipped
@@ -494,7 +494,7 @@ def test_an_image_folder_names_an_empty_class_and_a_bad_file(tmp_path):
     ValueError,
     match=rf'{tmp_path}/emu/b\.png is not an ' 'image TensorFlow can read',
   ):
-    datasets.load_image_folder_arrays(str(tmp_path), image_size=4)
+    array_sources.load_image_folder_arrays(str(tmp_path), image_size=4)
 
 
 @pytest.mark.usefixtures('tff_worker')

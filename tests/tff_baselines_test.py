@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
+from tasks import array_sources
 from tff_methods import client_keys
 from tff_methods import model_lib
 from tooling import experiment
@@ -365,7 +365,7 @@ def test_compare_runs_the_projects_methods_beside_tffs_offline(tmp_path):
 
 @pytest.mark.slow
 def test_real_data_without_a_network_is_one_line(tmp_path):
-  if datasets._can_reach('storage.googleapis.com'):  # pylint: disable=protected-access
+  if array_sources._can_reach('storage.googleapis.com'):  # pylint: disable=protected-access
     pytest.skip('this machine can download EMNIST')
   result = subprocess.run(
     [
