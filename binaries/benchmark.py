@@ -45,6 +45,12 @@ from tasks import models as task_models
 from tff_methods import in_process
 from tff_methods import methods as methods_lib
 from tooling import benchmark
+from tooling import benchmark_floors
+from tooling import benchmark_memory
+from tooling import benchmark_processes
+from tooling import benchmark_report
+from tooling import cross_device
+from tooling import plain_loops
 from tooling import pytorch_loop
 from tooling import run_directory
 
@@ -55,7 +61,7 @@ flags.DEFINE_list(
 )
 flags.DEFINE_list(
   'methods',
-  list(benchmark.BENCHMARK_METHODS),
+  list(benchmark_processes.BENCHMARK_METHODS),
   'Methods to time (fedavg and tff_fedavg are always ' 'included).',
 )
 flags.DEFINE_integer('num_clients', 10, 'Clients, all taking part.')
@@ -176,10 +182,10 @@ def _check_flags() -> list[str]:
         f'{", ".join(task_models.MODEL_NAMES)}'
       )
   for name in FLAGS.methods:
-    if name not in benchmark.BENCHMARK_METHODS:
+    if name not in benchmark_processes.BENCHMARK_METHODS:
       errors.append(
         f'--methods: {name!r} is not one of '
-        f'{", ".join(benchmark.BENCHMARK_METHODS)}'
+        f'{", ".join(benchmark_processes.BENCHMARK_METHODS)}'
       )
   for name in (
     'num_clients',
@@ -193,16 +199,16 @@ def _check_flags() -> list[str]:
     if FLAGS[name].value < 1:
       errors.append(f'--{name}={FLAGS[name].value} must be >= 1')
   for name in FLAGS.client_profile_methods:
-    if name not in benchmark.BENCHMARK_METHODS:
+    if name not in benchmark_processes.BENCHMARK_METHODS:
       errors.append(
         f'--client_profile_methods: {name!r} is not one of '
-        f'{", ".join(benchmark.BENCHMARK_METHODS)}'
+        f'{", ".join(benchmark_processes.BENCHMARK_METHODS)}'
       )
   for name in FLAGS.cross_device_methods:
-    if name not in benchmark.BENCHMARK_METHODS:
+    if name not in benchmark_processes.BENCHMARK_METHODS:
       errors.append(
         f'--cross_device_methods: {name!r} is not one of '
-        f'{", ".join(benchmark.BENCHMARK_METHODS)}'
+        f'{", ".join(benchmark_processes.BENCHMARK_METHODS)}'
       )
   if FLAGS.cross_device_model not in task_models.MODEL_NAMES:
     errors.append(
@@ -210,11 +216,14 @@ def _check_flags() -> list[str]:
       f'one of {", ".join(task_models.MODEL_NAMES)}'
     )
   needs_z = [m for m in FLAGS.cross_device_methods if m in ('moon', 'fedcka')]
-  if needs_z and FLAGS.cross_device_model not in benchmark.PROJECTION_MODELS:
+  if (
+    needs_z
+    and FLAGS.cross_device_model not in benchmark_processes.PROJECTION_MODELS
+  ):
     errors.append(
       f'--cross_device_model={FLAGS.cross_device_model!r} has no '
       f'projection head, which {", ".join(needs_z)} need: use '
-      f'one of {", ".join(benchmark.PROJECTION_MODELS)}'
+      f'one of {", ".join(benchmark_processes.PROJECTION_MODELS)}'
     )
   for value in FLAGS.scaling_clients:
     if not value.isdigit() or int(value) < 1:
@@ -276,7 +285,7 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
   the plain TF loop and the PyTorch loop, on the same clients."""
   tff_timings = benchmark.time_methods(
     'fedcka_cnn',
-    ['fedavg', benchmark.TFF_FEDAVG],
+    ['fedavg', benchmark_processes.TFF_FEDAVG],
     data,
     hparams,
     FLAGS.floor_local_epochs,
@@ -284,7 +293,7 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
     FLAGS.repeats,
     FLAGS.seed,
   )
-  arrays = benchmark.client_arrays(data)
+  arrays = plain_loops.client_arrays(data)
   # Both loops train the same clients with the same settings.
   loop_settings = (
     FLAGS.floor_local_epochs,
@@ -294,7 +303,7 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
     FLAGS.repeats,
     FLAGS.seed,
   )
-  plain = benchmark.plain_tf_round_seconds(
+  plain = plain_loops.plain_tf_round_seconds(
     'fedcka_cnn', arrays, data.num_classes, *loop_settings
   )
   if pytorch_error is None:
@@ -318,8 +327,8 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
     local_epochs=FLAGS.floor_local_epochs,
     fedavg_seconds=tff_timings['fedavg']['median'],
     fedavg_all=tff_timings['fedavg']['seconds'],
-    tff_fedavg_seconds=tff_timings[benchmark.TFF_FEDAVG]['median'],
-    tff_fedavg_all=tff_timings[benchmark.TFF_FEDAVG]['seconds'],
+    tff_fedavg_seconds=tff_timings[benchmark_processes.TFF_FEDAVG]['median'],
+    tff_fedavg_all=tff_timings[benchmark_processes.TFF_FEDAVG]['seconds'],
     plain_tf_seconds=float(sorted(plain)[len(plain) // 2]),
     plain_tf_all=plain,
     **pytorch_figures,
@@ -369,8 +378,10 @@ def main(argv):
     num_clients=FLAGS.num_clients,
     seed=FLAGS.seed,
   )
-  method_names = ['fedavg', benchmark.TFF_FEDAVG] + [
-    m for m in FLAGS.methods if m not in ('fedavg', benchmark.TFF_FEDAVG)
+  method_names = ['fedavg', benchmark_processes.TFF_FEDAVG] + [
+    m
+    for m in FLAGS.methods
+    if m not in ('fedavg', benchmark_processes.TFF_FEDAVG)
   ]
   results = dict(
     settings=dict(
@@ -441,10 +452,10 @@ def main(argv):
     with open(os.path.join(FLAGS.output_dir, 'benchmark.json'), 'w') as f:
       json.dump(results, f, indent=2)
     with open(os.path.join(FLAGS.output_dir, 'benchmark.md'), 'w') as f:
-      f.write(benchmark.report_markdown(results))
+      f.write(benchmark_report.report_markdown(results))
 
   # What the machine can do: the yardstick of every model's arithmetic.
-  results['matmul_flops_per_second'] = benchmark.matmul_flops_per_second()
+  results['matmul_flops_per_second'] = plain_loops.matmul_flops_per_second()
   for model_name in FLAGS.models:
     examples = (
       FLAGS.resnet_examples_per_client
@@ -454,13 +465,13 @@ def main(argv):
     data = datasets.generated_like(
       'cifar10', FLAGS.num_clients, examples, cache_dir, seed=FLAGS.seed
     )
-    names = benchmark.applicable_methods(model_name, method_names)
+    names = benchmark_processes.applicable_methods(model_name, method_names)
     threads = use_worker_for(
       task_models.parameter_count(
         model_name,
         data.num_classes,
         data.input_shape,
-        **benchmark.model_kwargs(model_name),
+        **benchmark_processes.model_kwargs(model_name),
       )
     )
     print(
@@ -468,7 +479,7 @@ def main(argv):
       'threads per client)',
       flush=True,
     )
-    benchmark.reset_peak_memory()
+    benchmark_memory.reset_peak_memory()
     time_pass = functools.partial(
       benchmark.time_methods,
       model_name,
@@ -493,19 +504,19 @@ def main(argv):
       threads_per_client=threads,
       methods=timings,
       in_process=in_process_timings if in_process_context else None,
-      peak_mb=benchmark.resident_mb()['total_peak_mb'],
-      training_flops_per_example=benchmark.training_flops_per_example(
+      peak_mb=benchmark_memory.resident_mb()['total_peak_mb'],
+      training_flops_per_example=plain_loops.training_flops_per_example(
         task_models.get_model(
           model_name,
           data.num_classes,
           data.input_shape,
-          **benchmark.model_kwargs(model_name),
+          **benchmark_processes.model_kwargs(model_name),
         )
       ),
     )
     for method, extra_seconds in (
-      ('fedcka', benchmark.fedcka_extra_seconds),
-      ('moon', benchmark.moon_extra_seconds),
+      ('fedcka', benchmark_floors.fedcka_extra_seconds),
+      ('moon', benchmark_floors.moon_extra_seconds),
     ):
       if method in names:
         results['models'][model_name][f'{method}_extra'] = extra_seconds(
@@ -588,7 +599,7 @@ def main(argv):
       f'{FLAGS.cross_device_clients_per_round} per round',
       flush=True,
     )
-    results['cross_device'] = benchmark.cross_device(
+    results['cross_device'] = cross_device.cross_device(
       FLAGS.cross_device_methods,
       num_clients=FLAGS.cross_device_clients,
       min_examples=FLAGS.cross_device_min_examples,
@@ -629,14 +640,16 @@ def main(argv):
     data = datasets.generated_like(
       'digits', FLAGS.num_clients, 50, cache_dir, seed=FLAGS.seed
     )
-    memory = benchmark.memory_growth(data, 'mlp', FLAGS.memory_rounds, hparams)
+    memory = benchmark_memory.memory_growth(
+      data, 'mlp', FLAGS.memory_rounds, hparams
+    )
     results['memory'] = dict(
       memory,
       model='mlp on digits-shaped data, ' f'{FLAGS.num_clients} x 50 examples',
     )
     save()
   save()
-  print(benchmark.report_markdown(results))
+  print(benchmark_report.report_markdown(results))
   print(f'Written to {FLAGS.output_dir}: benchmark.json, benchmark.md')
   return 0
 

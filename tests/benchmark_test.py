@@ -17,7 +17,12 @@ from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import workers
 from tooling import benchmark
+from tooling import benchmark_floors
+from tooling import benchmark_processes
+from tooling import benchmark_report
+from tooling import cross_device
 from tooling import experiment
+from tooling import plain_loops
 from tooling import pytorch_loop
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -46,9 +51,9 @@ def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
   state = process.next(state, tiny_cifar.client_data.client_ids).state
   tff_weights = process.get_model_weights(state).trainable
 
-  loop = benchmark.PlainTFFedAvg(
+  loop = plain_loops.PlainTFFedAvg(
     'fedcka_cnn',
-    benchmark.client_arrays(tiny_cifar),
+    plain_loops.client_arrays(tiny_cifar),
     10,
     local_epochs=1,
     batch_size=64,
@@ -80,11 +85,11 @@ PYTORCH_PYTHON = os.environ.get('TFF_METHODS_PYTORCH_PYTHON', sys.executable)
 def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   # Same initial weights, one batch per client, two epochs (so momentum
   # carries over a step): the two frameworks must agree.
-  clients = benchmark.client_arrays(tiny_cifar)
+  clients = plain_loops.client_arrays(tiny_cifar)
   settings = dict(
     local_epochs=2, batch_size=64, learning_rate=0.1, momentum=0.9
   )
-  plain = benchmark.PlainTFFedAvg('fedcka_cnn', clients, 10, **settings)
+  plain = plain_loops.PlainTFFedAvg('fedcka_cnn', clients, 10, **settings)
   initial = [np.array(w) for w in plain.global_weights]
   plain.run_round()
   plan = pytorch_loop.layer_plan(
@@ -156,7 +161,7 @@ def test_benchmark_rejects_a_python_without_torch_before_any_work(tmp_path):
 def test_time_methods_interleaves_and_divides_by_fedavg(tiny_cifar):
   hparams = methods.Hyperparameters(client_learning_rate=0.01)
   order = []
-  tff_fedavg = benchmark.TFF_FEDAVG
+  tff_fedavg = benchmark_processes.TFF_FEDAVG
   timings = benchmark.time_methods(
     'fedcka_cnn',
     ['fedavg', tff_fedavg, 'fedprox'],
@@ -207,10 +212,10 @@ def test_training_flops_are_counted_by_hand():
   model = tf.keras.Model(inputs, logits)
   forward_macs = 6 * 6 * 4 * 9 + 4 * 4 * (9 * 4 + 4 * 2) + 32 * 3
   # 2 FLOPs a multiply-add; backward twice the forward.
-  assert benchmark.training_flops_per_example(model) == 3 * 2 * forward_macs
+  assert plain_loops.training_flops_per_example(model) == 3 * 2 * forward_macs
   # The FedCKA CNN: about 14 MFLOP an example, as the issue counted it.
   cnn = task_models.get_model('fedcka_cnn', 10, (32, 32, 3))
-  assert 13e6 < benchmark.training_flops_per_example(cnn) < 15e6
+  assert 13e6 < plain_loops.training_flops_per_example(cnn) < 15e6
 
 
 def test_the_report_gives_each_methods_share_of_the_machine():
@@ -231,7 +236,7 @@ def test_the_report_gives_each_methods_share_of_the_machine():
     },
   )
   # 14 MFLOP x 500 x 5 x 10 = 350 GFLOP a round: 100 GFLOP/s in 3.5 s.
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert '350 GFLOP a round' in text
   assert 'fedavg 100.0 (100%), fedcka 50.0 (50%)' in text
 
@@ -264,7 +269,7 @@ def test_passes_are_judged_on_their_median_and_show_their_range():
       )
     },
   )
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert 'over 3 independent passes' in text
   assert '| fedcka | 2.86 | 1.30 (1.30-1.80) |' in text
 
@@ -308,7 +313,7 @@ def test_floor_comparison_is_judged_on_the_median_of_its_passes():
     models={},
     floor=floor,
   )
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert 'Each loop timed in 3 independent passes' in text
   assert (
     "| PyTorch loop (the reference code's way) | 1.25 | 0.54 (0.50-0.62) |"
@@ -320,7 +325,7 @@ def test_floor_comparison_is_judged_on_the_median_of_its_passes():
   ) in text
   # One pass, or results written before passes: the ratio of the times.
   del floor['ratios']
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert "the project's FedAvg yes (0.96x PyTorch's time)" in text
   assert 'Each loop timed in' not in text
 
@@ -411,7 +416,7 @@ def test_report_marks_each_figure_against_its_target():
       },
     ),
   )
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   # 10 clients, 2.2 s against 2.0: 20 ms per client beyond the plain loop.
   assert (
     "TFF's cost per client beyond the plain loop: 20.0 ms (target <= "
@@ -449,21 +454,21 @@ def test_report_marks_each_figure_against_its_target():
   assert 'Faster than PyTorch' not in text
 
   results['floor']['pytorch_seconds'] = 2.5
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert "| PyTorch loop (the reference code's way) | 2.50 | 1.25 |" in text
   assert (
     "Faster than PyTorch (target): the project's FedAvg yes (0.88x "
     "PyTorch's time); TFF's builder 1.20x."
   ) in text
   results['floor']['fedavg_seconds'] = 2.6
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert "The project's FedAvg / plain TF: 1.30 (target <= 1.2: **no**)" in text
   assert "the project's FedAvg **no** (1.04x" in text
 
 
 def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
   # 10 clients in a 2 s FedAvg round: 200 ms each; 50 ms more each.
-  assert np.isclose(benchmark.floor_ratio(0.05, 2.0, 10), 1.25)
+  assert np.isclose(benchmark_floors.floor_ratio(0.05, 2.0, 10), 1.25)
   results = dict(
     settings=dict(
       num_clients=10, repeats=3, batch_size=64, max_concurrent_clients=2
@@ -483,7 +488,7 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
       )
     },
   )
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert (
     "reference passes 30 ms and the Gram products on each batch's rows "
     'of the reference tables 20 ms, against '
@@ -502,7 +507,7 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
     contrastive_seconds=0.002,
     extra_seconds=0.012,
   )
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert (
     "reference passes 10 ms and the contrastive terms on each batch's "
     'rows of the reference tables 2 ms, against '
@@ -514,21 +519,21 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
   # The table and the sentence judge the same unrounded gap: 1.1301 is
   # 0.0701 above the floor of 1.06.
   results['models']['fedcka_cnn']['methods']['moon']['ratio'] = 1.1301
-  text = benchmark.report_markdown(results)
+  text = benchmark_report.report_markdown(results)
   assert '| moon | 2.40 | 1.13 |  | <= 1.13 (floor + 0.07) | **no** |' in text
   assert '0.07 above its floor (target <= 0.07 above: **no**)' in text
   results['models']['fedcka_cnn']['methods']['moon']['ratio'] = 1.03
   assert (
     'It ran at 1.03: 0.03 below its floor, within the noise (target '
     '<= 0.07 above: yes).'
-  ) in benchmark.report_markdown(results)
+  ) in benchmark_report.report_markdown(results)
   del results['models']['fedcka_cnn']['fedcka_extra']
-  assert "FedCKA's floor" not in benchmark.report_markdown(results)
+  assert "FedCKA's floor" not in benchmark_report.report_markdown(results)
 
 
 def test_fedcka_extra_work_is_timed_on_the_models_shapes():
   # 6 examples in batches of 4: one full step, then one of 2 rows.
-  figures = benchmark.fedcka_extra_seconds(
+  figures = benchmark_floors.fedcka_extra_seconds(
     'fedcka_cnn',
     10,
     (32, 32, 3),
@@ -545,7 +550,7 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
   )
   # The CNN has seven layers, layer_1 .. layer_7: an eighth is refused.
   with pytest.raises(ValueError, match='layer_8'):
-    benchmark.fedcka_extra_seconds(
+    benchmark_floors.fedcka_extra_seconds(
       'fedcka_cnn', 10, (32, 32, 3), 6, 4, 1, num_layers=8, repeats=1
     )
 
@@ -553,7 +558,7 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
 def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
   # 10 examples in batches of 4, 2 passes: `_per_step_fn` numbers the
   # passes' full steps 0-1 and 2-3, then their last steps (2 rows) 4 and 5.
-  rows = benchmark._step_rows(np.random.default_rng(0), 10, 4, 2).numpy()
+  rows = benchmark_floors._step_rows(np.random.default_rng(0), 10, 4, 2).numpy()
   assert rows.shape == (6, 4)
   for full, last in (((0, 1), 4), ((2, 3), 5)):
     taken = np.concatenate([rows[s] for s in full] + [rows[last][:2]])
@@ -563,7 +568,7 @@ def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
 
 
 def test_moon_extra_work_is_timed_on_the_models_shapes():
-  figures = benchmark.moon_extra_seconds(
+  figures = benchmark_floors.moon_extra_seconds(
     'fedcka_cnn',
     10,
     (32, 32, 3),
@@ -581,8 +586,8 @@ def test_moon_extra_work_is_timed_on_the_models_shapes():
 
 
 def test_fed2_is_timed_only_on_groupable_models():
-  assert 'fed2' in benchmark.applicable_methods('fedcka_cnn')
-  assert 'fed2' not in benchmark.applicable_methods('resnet18')
+  assert 'fed2' in benchmark_processes.applicable_methods('fedcka_cnn')
+  assert 'fed2' not in benchmark_processes.applicable_methods('resnet18')
 
 
 def test_scaling_reports_tffs_cost_per_client(tmp_path):
@@ -610,7 +615,7 @@ def test_scaling_reports_tffs_cost_per_client(tmp_path):
 def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):
   hparams = methods.Hyperparameters(client_learning_rate=0.01)
   rounds_seen = []
-  results = benchmark.cross_device(
+  results = cross_device.cross_device(
     ['fedavg', 'moon'],
     num_clients=8,
     min_examples=2,

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tff_methods import methods
 from tff_methods import onednn_max_pool
-from tooling import benchmark
+from tooling import benchmark_processes
 from tooling import client_profile
 
 needs_onednn = pytest.mark.skipif(
@@ -109,7 +109,7 @@ def test_leaves_a_graph_without_max_pool_gradients_alone():
 def test_the_local_workers_client_graph_has_only_onednn_max_pool_gradients(
   tiny_cifar,
 ):
-  process, _ = benchmark._benchmark_process(
+  process, _ = benchmark_processes.benchmark_process(
     'fedcka', 'fedcka_cnn', tiny_cifar, methods.Hyperparameters(), 2, 4, 0
   )
   graph_def = client_profile.client_graph(process).graph_def

@@ -2,11 +2,11 @@
 
 The FedCKA, MOON and NIID-Bench reference implementations train clients
 with a PyTorch loop like this one. `binaries/benchmark` times it beside
-`benchmark.PlainTFFedAvg` (the same local training in plain TensorFlow) and
+`plain_loops.PlainTFFedAvg` (the same local training in plain TensorFlow) and
 FedAvg through TFF, so the project's speed can be judged against the code
 researchers would otherwise run.
 
-It computes what `benchmark.PlainTFFedAvg` computes for a chain-shaped
+It computes what `plain_loops.PlainTFFedAvg` computes for a chain-shaped
 model of `tasks.models` (such as `fedcka_cnn`), built in PyTorch from the
 Keras model's layers (`layer_plan`): every client starts from the global
 weights, takes momentum-SGD steps (m = momentum * m + g; w -= lr * m,
@@ -217,7 +217,7 @@ class PyTorchFedAvg:
 
   Clients are `(x, y)` numpy arrays, x in (N, H, W, C) as in TensorFlow;
   `global_weights` are in Keras' order and layout, so the result can be
-  compared with `benchmark.PlainTFFedAvg` and TFF's FedAvg.
+  compared with `plain_loops.PlainTFFedAvg` and TFF's FedAvg.
   """
 
   def __init__(

@@ -1,0 +1,98 @@
+"""What every timed part of the benchmark builds: the methods it times, a
+method's process on a client-data set's keys, and the models' arguments."""
+
+import statistics
+from typing import Sequence
+
+from tasks import datasets
+from tasks import models as task_models
+from tff_methods import client_keys
+from tff_methods import methods as methods_lib
+from tooling import experiment
+
+# Targets of issue 8: ratio of seconds per round to FedAvg's.
+
+
+BENCHMARK_METHODS = (
+  'fedavg',
+  'tff_fedavg',
+  'fedprox',
+  'scaffold',
+  'moon',
+  'fedcka',
+  'fedmax',
+  'fedcos',
+  'fed2',
+)
+
+
+# TFF's own `build_weighted_fed_avg`: the same weights as the project's
+# `fedavg` (tests/fedavg_test.py), timed beside it for reference.
+TFF_FEDAVG = 'tff_fedavg'
+
+
+def applicable_methods(
+  model_name: str, names: Sequence[str] = BENCHMARK_METHODS
+) -> list[str]:
+  """The methods that run on `model_name` (Fed2 needs a groupable model)."""
+  return [
+    m for m in names if m != 'fed2' or model_name in task_models.FED2_MODELS
+  ]
+
+
+def model_kwargs(model_name: str) -> dict:
+  """Models that take one get MOON's projection head, for every method."""
+  if model_name in task_models.TAKES_PROJECTION_DIM:
+    return {'projection_dim': 128}
+  return {}
+
+
+# Models that output MOON's projection head `z` as the benchmark builds them.
+PROJECTION_MODELS = tuple(
+  name
+  for name in task_models.MODEL_NAMES
+  if task_models.has_projection_head(name, **model_kwargs(name))
+)
+
+
+def median(values):
+  return float(statistics.median(values))
+
+
+def benchmark_process(
+  name, model_name, data, hparams, local_epochs, batch_size, seed
+):
+  """(Method `name`'s process on `data`'s client keys, its model function),
+  as every timed part of the benchmark builds them."""
+  batches = datasets.LocalBatches(
+    batch_size,
+    local_epochs,
+    seed=seed,
+    with_index=methods_lib.wants_example_index(name, local_epochs),
+  )
+  model_fn = experiment.model_fn_for(
+    name,
+    model_name,
+    data.num_classes,
+    data.input_shape,
+    hparams,
+    **model_kwargs(model_name),
+  )
+  process = methods_lib.build_method_for_client_ids(
+    name, model_fn, *round_datasets(data, batches), hparams
+  )
+  return process, model_fn
+
+
+def round_datasets(
+  data: datasets.FederatedData, batches: datasets.LocalBatches
+):
+  """The dataset computation and batch spec of `data` batched as `batches`."""
+  return (
+    datasets.round_dataset_computation(data.client_data, batches),
+    batches.element_spec(data.client_data.element_type_structure),
+  )
+
+
+def keys(client_ids, round_num):
+  return [client_keys.client_key(c, round_num) for c in client_ids]
