@@ -358,6 +358,9 @@ def test_from_another_thread_the_interruption_reaches_the_main_thread(
   worker = workers.LocalWorker(None, 2, None)
   worker._process = Exited()
   monkeypatch.setattr(workers, '_received_signal', signal.SIGINT)
+  # Python's own handler: this process's (conftest's `configure_process`)
+  # would end the session's worker, which other tests share.
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   in_thread = []
 
   def call():
@@ -366,11 +369,14 @@ def test_from_another_thread_the_interruption_reaches_the_main_thread(
     except workers.WorkerExitedError as e:
       in_thread.append(str(e))
 
-  with pytest.raises(KeyboardInterrupt):
-    thread = threading.Thread(target=call)
-    thread.start()
+  try:
+    with pytest.raises(KeyboardInterrupt):
+      thread = threading.Thread(target=call)
+      thread.start()
+      thread.join()
+      for _ in range(200):  # The pending interruption is handled here.
+        time.sleep(0.01)
     thread.join()
-    for _ in range(200):  # The pending interruption is handled here.
-      time.sleep(0.01)
-  thread.join()
+  finally:
+    signal.signal(signal.SIGINT, previous)
   assert in_thread == ['The TFF worker was ended by this process on a signal.']
