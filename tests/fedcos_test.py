@@ -51,27 +51,29 @@ def test_direction_penalty_gradient_turns_the_update_towards_d():
 def test_server_broadcasts_the_last_global_move():
   term = fedcos.DirectionPenalty(0.1)
   zeros = [np.zeros(2, np.float32)]
-  state = term.initial_server_state(zeros)
+  server = term.server_state
+  assert server.record_mean_update is None  # It learns the global weights.
+  state = server.initial(zeros)
   w1 = [tf.constant([1.0, 2.0])]
-  state, d1 = term.server_broadcast(state, w1)
+  state, d1 = server.broadcast(state, w1)
   np.testing.assert_array_equal(d1[0].numpy(), [0.0, 0.0])  # round 1
   w2 = [tf.constant([1.5, 1.0])]
-  state, d2 = term.server_broadcast(state, w2)
+  state, d2 = server.broadcast(state, w2)
   np.testing.assert_allclose(d2[0].numpy(), [0.5, -1.0])
 
 
 def test_the_fedcos_codes_direction_is_the_last_mean_client_move():
   term = fedcos.DirectionPenalty(0.1, direction='mean_client_update')
-  assert term.reads_mean_update
-  state = term.initial_server_state([np.zeros(2, np.float32)])
-  state, d1 = term.server_broadcast(state, [tf.constant([1.0, 2.0])])
+  server = term.server_state
+  state = server.initial([np.zeros(2, np.float32)])
+  state, d1 = server.broadcast(state, [tf.constant([1.0, 2.0])])
   np.testing.assert_array_equal(d1[0].numpy(), [0.0, 0.0])  # round 1
   # TFF's mean update is w_g - w; d is the clients' mean move, w - w_g.
-  state = term.record_mean_update(state, [tf.constant([0.5, -1.0])])
-  _, d2 = term.server_broadcast(state, [tf.constant([9.0, 9.0])])
+  state = server.record_mean_update(state, [tf.constant([0.5, -1.0])])
+  _, d2 = server.broadcast(state, [tf.constant([9.0, 9.0])])
   np.testing.assert_allclose(d2[0].numpy(), [-0.5, 1.0])
   # A non-finite mean leaves d as it was.
-  kept = term.record_mean_update(state, [tf.constant([np.nan, 1.0])])
+  kept = server.record_mean_update(state, [tf.constant([np.nan, 1.0])])
   np.testing.assert_allclose(kept['previous'][0].numpy(), [0.5, -1.0])
   with pytest.raises(ValueError, match="Unknown FedCos direction 'last'"):
     fedcos.DirectionPenalty(0.1, direction='last')

@@ -10,6 +10,7 @@ from tff_methods import fedprox
 from tff_methods import moon
 from tff_methods import regularizers
 from tff_methods import scaffold
+from tff_methods import stateful
 
 
 def test_a_negative_strength_is_named():
@@ -44,6 +45,33 @@ def test_what_each_methods_term_needs_decides_its_process():
   assert regularizers.keeps_server_state(control)
   assert regularizers.needs_client_state(control)
   assert not regularizers.needs_previous_model(control)
+  # Its correction is a move of the weights, nothing in the objective.
+  assert control[0].weight_correction is not None
+  assert control[0](None) is None
+  assert prox[0].weight_correction is None
+
+
+class _Reporting(regularizers.Regularizer):
+  # Reads reports at the server, but keeps no client state to make them.
+  name = 'reporting'
+  previous_outputs = ('logits',)
+  server_state = regularizers.ServerState(
+    initial=list,
+    broadcast=lambda state, weights: (state, state),
+    record_client_reports=lambda state, mean, count: state,
+  )
+
+
+def test_a_term_declares_a_capability_by_supplying_it():
+  term = _Reporting()
+  assert regularizers.keeps_server_state([term])
+  assert not regularizers.reads_mean_update([term])
+  assert regularizers.needs_client_state([term])  # Its previous model.
+  assert term(None) is None  # Nothing added to the objective.
+  with pytest.raises(ValueError, match='reporting reads client reports'):
+    stateful.build_stateful_local_training_process(
+      None, None, None, None, regularizers=[term]
+    )
 
 
 if __name__ == '__main__':

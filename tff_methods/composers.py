@@ -28,7 +28,7 @@ def build_distributor(
 
   Without regularizers that keep server state this is TFF's
   `build_broadcast_process`. Otherwise its state holds each such
-  regularizer's server state; every round it runs their `server_broadcast`
+  regularizer's server state; every round it runs their `ServerState.broadcast`
   on the global weights and broadcasts `OrderedDict(model=weights,
   broadcast=values by regularizer name)`.
   """
@@ -52,7 +52,7 @@ def build_distributor(
   def server_update(state, weights):
     new_states, values = collections.OrderedDict(), collections.OrderedDict()
     for r in stateful_regularizers:
-      new_states[r.name], values[r.name] = r.server_broadcast(
+      new_states[r.name], values[r.name] = r.server_state.broadcast(
         state[r.name], list(weights.trainable)
       )
     return new_states, values
@@ -93,7 +93,8 @@ def build_mean_update_recorder(
 ) -> Optional[tff.Computation]:
   """(distributor state, mean update) -> the state that has learnt it.
 
-  None when no regularizer reads the mean update (`reads_mean_update`).
+  None when no regularizer's server state reads the mean update
+  (`ServerState.record_mean_update`).
   """
   if not regularizers_lib.reads_mean_update(regularizers):
     return None
@@ -103,10 +104,14 @@ def build_mean_update_recorder(
   def record_mean_update(state, mean_update):
     new_state = collections.OrderedDict()
     for name in state:
-      r = next(r for r in regularizers if r.name == name)
+      record = next(
+        r.server_state.record_mean_update
+        for r in regularizers
+        if r.name == name
+      )
       new_state[name] = (
-        r.record_mean_update(state[name], list(mean_update))
-        if r.reads_mean_update
+        record(state[name], list(mean_update))
+        if record
         else tf.nest.map_structure(tf.identity, state[name])
       )
     return new_state
@@ -153,7 +158,7 @@ def build_report_recorder(distributor, reporters, report_sum_type):
       for name, value in state.items()
     )
     for r in reporters:
-      new_state[r.name] = r.record_client_reports(
+      new_state[r.name] = r.server_state.record_client_reports(
         state[r.name], mean_reports[r.name], num_reports
       )
     return new_state

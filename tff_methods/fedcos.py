@@ -65,7 +65,6 @@ class DirectionPenalty(regularizers.Regularizer):
 
   name = 'fedcos'
   display_name = 'FedCos'
-  keeps_server_state = True
 
   def __init__(self, mu: float, direction: str = 'global_move'):
     self.mu = regularizers.check_strength('FedCos mu', mu)
@@ -75,20 +74,30 @@ class DirectionPenalty(regularizers.Regularizer):
         f'of {", ".join(DIRECTIONS)}.'
       )
     self.direction = direction
-    self.reads_mean_update = direction == 'mean_client_update'
+    # `d`, at the server: the last global move, or the last mean update
+    # (which the state then learns after each round).
+    from_mean_update = direction == 'mean_client_update'
+    self.server_state = regularizers.ServerState(
+      initial=self._initial_server_state,
+      broadcast=(
+        self._broadcast_mean_move
+        if from_mean_update
+        else self._broadcast_global_move
+      ),
+      record_mean_update=(
+        self._record_mean_update if from_mean_update else None
+      ),
+    )
 
-  def initial_server_state(self, trainable_zeros):
+  def _initial_server_state(self, trainable_zeros):
     # `previous`: the last global weights, or the last mean update.
     return collections.OrderedDict(
       previous=[np.asarray(z) for z in trainable_zeros],
       has_previous=np.int32(0),
     )
 
-  def server_broadcast(self, server_state, global_weights):
+  def _broadcast_global_move(self, server_state, global_weights):
     seen = tf.cast(server_state['has_previous'], tf.float32)
-    if self.reads_mean_update:
-      # TFF's update is w_g - w: the clients' mean move is its negative.
-      return server_state, [-seen * u for u in server_state['previous']]
     direction = [
       seen * (w - p) for w, p in zip(global_weights, server_state['previous'])
     ]
@@ -98,7 +107,13 @@ class DirectionPenalty(regularizers.Regularizer):
     )
     return new_state, direction
 
-  def record_mean_update(self, server_state, mean_update):
+  def _broadcast_mean_move(self, server_state, global_weights):
+    del global_weights
+    seen = tf.cast(server_state['has_previous'], tf.float32)
+    # TFF's update is w_g - w: the clients' mean move is its negative.
+    return server_state, [-seen * u for u in server_state['previous']]
+
+  def _record_mean_update(self, server_state, mean_update):
     # A round whose mean is not finite leaves `d` as it was.
     finite = tf.reduce_all(
       [tf.reduce_all(tf.math.is_finite(u)) for u in mean_update]

@@ -141,7 +141,7 @@ def build_client_update_fn(
     reference_outputs.REFERENCE_CACHE_MAX_MB,
     cache=cache_reference_outputs,
   )
-  weight_correctors = [r for r in regularizers if r.corrects_weights]
+  weight_correctors = [r for r in regularizers if r.weight_correction]
 
   @tf.function
   def client_update(
@@ -198,7 +198,9 @@ def build_client_update_fn(
           # layer); the loss reported is the data term, as TFF's.
           objective += tf.add_n(model.losses)
         for regularizer in regularizers:
-          objective += regularizer(step)
+          term = regularizer(step)
+          if term is not None:
+            objective += term
       gradients = tape.gradient(objective, trainable)
       optimizer_state, new_weights = optimizer.next(
         optimizer_state, tuple(trainable), tuple(gradients)

@@ -12,12 +12,14 @@ client's previous local model on the same batch (MOON, FedCKA). The loop
 computes only the declared outputs, by running truncated copies of those
 models (inference mode, no gradient) up to the layers they come from.
 A regularizer returns its term already scaled by its strength, so
-combinations such as FedProx + FedCos are just a longer list.
+combinations such as FedProx + FedCos are just a longer list. A term may
+also supply state at the server (`ServerState`), state on each client
+(`ClientState`) and a move of the weights after each step
+(`Regularizer.weight_correction`); supplying one is what declares it.
 """
 
-import abc
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -41,7 +43,7 @@ class LocalStep:
     broadcast: What regularizers with server state broadcast this round,
       by regularizer name (e.g. FedCos's last global move under 'fedcos').
     client_state: In stateful processes, the client's own state of each
-      regularizer that keeps one (`keeps_client_state`), by regularizer
+      regularizer that keeps one (`Regularizer.client_state`), by regularizer
       name (e.g. SCAFFOLD's control variate under 'scaffold'); else None.
     learning_rate: The client optimizer's learning rate this round (its
       `learning_rate` hyperparameter, scheduled or set by `set_hparams`);
@@ -60,23 +62,80 @@ class LocalStep:
   learning_rate: Any = None
 
 
-class Regularizer(abc.ABC):
-  """A term added to the local objective.
+@dataclasses.dataclass(frozen=True)
+class ServerState:
+  """State a term keeps at the server across rounds, broadcast every round.
 
-  Subclasses set `name` and implement `__call__`, returning a scalar that is
-  already multiplied by the regularizer's strength. They declare the
-  reference-model outputs they read; a regularizer that reads the previous
-  model, or keeps state of its own on each client (`keeps_client_state`),
-  makes its method keep per-client state (`tff_methods.stateful`).
+  The process's distributor keeps it (`composers.build_distributor`) and
+  saves it with the program state. The optional functions say what else it
+  learns from the round; a term supplies those it needs.
 
-  Server and client state, for the terms that need them (FedCos, SCAFFOLD):
-  the server state lives in the process's distributor, which runs
-  `server_broadcast` each round and sends its value to every client
-  (`LocalStep.broadcast`); after the round it may learn the mean client
-  update (`record_mean_update`) and the mean of what clients report
-  (`record_client_reports`). A client's own state is read before its
-  training (`LocalStep.client_state`) and replaced after it by
-  `next_client_state`, which also returns the client's report.
+  Attributes:
+    initial: `trainable_zeros` (zeros shaped like the trainable weights) ->
+      the state before the first round (arrays).
+    broadcast: `(state, global_weights)` -> `(new state, value)`, at the
+      server in TensorFlow each round; every client reads the value as
+      `LocalStep.broadcast[term.name]`.
+    record_mean_update: `(state, mean_update)` -> the state after the
+      round's mean client update (w_g - w), after aggregation and before the
+      server optimizer; None if the state does not learn it.
+    record_client_reports: `(state, mean_report, num_reports)` -> the state
+      after the mean of what the clients reported (`ClientState.update`);
+      None if it reads no reports.
+  """
+
+  initial: Callable[[Sequence[Any]], Any]
+  broadcast: Callable[[Any, Sequence[tf.Tensor]], tuple[Any, Any]]
+  record_mean_update: Optional[Callable[[Any, Sequence[tf.Tensor]], Any]] = None
+  record_client_reports: Optional[Callable[[Any, Any, tf.Tensor], Any]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientState:
+  """State a term keeps on each client between the rounds it takes part in.
+
+  Read before the client trains (`LocalStep.client_state[term.name]`) and
+  replaced after (`tff_methods.stateful`); a client whose update is not
+  finite keeps its old state and reports nothing.
+
+  Attributes:
+    initial: `trainable_zeros` -> the state of a client that has not taken
+      part yet (arrays).
+    update: `(state, *, update, num_steps, broadcast, learning_rate)` ->
+      `(the client's new state, its report)`, on the client in TensorFlow
+      after its local training: `update` is w_g - w by trainable weight,
+      `num_steps` the local steps taken (float scalar), `broadcast` the
+      term's broadcast value of the round (None without server state),
+      `learning_rate` the client optimizer's of the round
+      (`LocalStep.learning_rate`). The report is what the term's
+      `ServerState.record_client_reports` reads, or None.
+  """
+
+  initial: Callable[[Sequence[Any]], Any]
+  update: Callable[..., tuple[Any, Any]]
+
+
+class Regularizer:
+  """A term of the local training: what it adds to the objective, and what
+  else it supplies.
+
+  Subclasses set `name` and supply what the term does; what a term
+  supplies is what it declares (there are no flags to keep in step):
+
+  - `__call__(step)`: a scalar added to the local objective, already
+    multiplied by the term's strength. A term without one (SCAFFOLD's
+    correction) adds nothing.
+  - `outputs`, `global_outputs`, `previous_outputs`: the named outputs it
+    reads of the model being trained, of the round's global model and of
+    the client's previous local model. Reading the previous model makes
+    its method keep per-client state (`tff_methods.stateful`).
+  - `server_state` (a `ServerState`): state at the server, broadcast to
+    every client each round (FedCos's direction, SCAFFOLD's `c`).
+  - `client_state` (a `ClientState`): state on each client (SCAFFOLD's
+    `c_i`); it too makes the method keep per-client state.
+  - `weight_correction(step)`: what to subtract from each trainable weight
+    after the optimizer's step, a move that no optimizer state (such as
+    momentum) sees, as SCAFFOLD's reference code does.
   """
 
   name: str = 'regularizer'
@@ -89,98 +148,14 @@ class Regularizer(abc.ABC):
   global_outputs: tuple[str, ...] = ()
   # ... and from the client's previous local model.
   previous_outputs: tuple[str, ...] = ()
-  # Whether it keeps server state broadcast every round (see below).
-  keeps_server_state: bool = False
-  # Whether that state also learns the round's mean client update
-  # (`record_mean_update`), after aggregation and before the server
-  # optimizer.
-  reads_mean_update: bool = False
-  # Whether each client keeps state of its own for this term.
-  keeps_client_state: bool = False
-  # Whether the server state learns the mean of the clients' reports
-  # (`record_client_reports`).
-  reads_client_reports: bool = False
-  # Whether it moves the weights after each optimizer step, outside the
-  # optimizer (`weight_correction`), as SCAFFOLD's reference code does.
-  corrects_weights: bool = False
+  server_state: Optional[ServerState] = None
+  client_state: Optional[ClientState] = None
+  weight_correction: Optional[Callable[[LocalStep], Sequence[tf.Tensor]]] = None
 
-  def initial_server_state(self, trainable_zeros: Sequence[Any]) -> Any:
-    """Server state this regularizer keeps across rounds, or None.
-
-    A regularizer with server state has it updated from the global model
-    and broadcast to clients every round (`server_broadcast`), by the
-    distributor of its process; it is saved with the program state.
-
-    Args:
-      trainable_zeros: Zeros shaped like the trainable weights.
-    """
-    del trainable_zeros
+  def __call__(self, step: LocalStep) -> Optional[tf.Tensor]:
+    """The term added to the objective at `step`; None adds nothing."""
+    del step
     return None
-
-  def server_broadcast(
-    self, server_state: Any, global_weights: Sequence[tf.Tensor]
-  ):
-    """(new server state, value broadcast to clients) for this round.
-
-    Runs at the server in TensorFlow, with the round's global weights.
-    """
-    raise NotImplementedError(f'{self.name} keeps no server state.')
-
-  def record_mean_update(
-    self, server_state: Any, mean_update: Sequence[tf.Tensor]
-  ) -> Any:
-    """The server state after the round's mean client update (w_g - w).
-
-    Runs at the server in TensorFlow, when `reads_mean_update`.
-    """
-    raise NotImplementedError(f'{self.name} does not read the mean update.')
-
-  def initial_client_state(self, trainable_zeros: Sequence[Any]) -> Any:
-    """The state of a client that has not taken part yet (arrays)."""
-    raise NotImplementedError(f'{self.name} keeps no client state.')
-
-  def next_client_state(
-    self,
-    client_state: Any,
-    *,
-    update: Sequence[tf.Tensor],
-    num_steps: tf.Tensor,
-    broadcast: Any,
-    learning_rate: Any = None,
-  ) -> tuple[Any, Any]:
-    """(the client's new state, its report) after its local training.
-
-    Runs on the client in TensorFlow, when `keeps_client_state`; the
-    report is None unless `reads_client_reports`. A client whose update
-    is not finite keeps its old state and reports nothing.
-
-    Args:
-      client_state: The state the client trained with.
-      update: Its update `w_g - w`, by trainable weight.
-      num_steps: The local steps it took (float scalar).
-      broadcast: This regularizer's broadcast value of the round.
-      learning_rate: The client optimizer's learning rate of the round
-        (`LocalStep.learning_rate`).
-    """
-    raise NotImplementedError(f'{self.name} keeps no client state.')
-
-  def record_client_reports(
-    self, server_state: Any, mean_report: Any, num_reports: tf.Tensor
-  ) -> Any:
-    """The server state after the mean of `num_reports` clients' reports.
-
-    Runs at the server in TensorFlow, when `reads_client_reports`.
-    """
-    raise NotImplementedError(f'{self.name} reads no client reports.')
-
-  def weight_correction(self, step: LocalStep) -> Sequence[tf.Tensor]:
-    """What to subtract from each trainable weight after the optimizer's
-    step (when `corrects_weights`): a move that no optimizer state (such
-    as momentum) sees."""
-    raise NotImplementedError(f'{self.name} does not correct the weights.')
-
-  @abc.abstractmethod
-  def __call__(self, step: LocalStep) -> tf.Tensor: ...
 
 
 def check_strength(name: str, value: float) -> float:
@@ -199,7 +174,7 @@ def needs_client_state(regularizers: Sequence[Regularizer]) -> bool:
   """Whether the regularizers make each client keep state between rounds:
   its previous model, or state of their own."""
   return needs_previous_model(regularizers) or any(
-    r.keeps_client_state for r in regularizers
+    r.client_state is not None for r in regularizers
   )
 
 
@@ -209,8 +184,8 @@ def with_server_state(
   """The initial server state of each regularizer that keeps one, by name."""
   states = {}
   for r in regularizers:
-    if r.keeps_server_state:
-      state = r.initial_server_state(trainable_zeros)
+    if r.server_state is not None:
+      state = r.server_state.initial(trainable_zeros)
       if r.name in states:
         raise ValueError(
           f'Two regularizers named {r.name!r} keep server '
@@ -222,9 +197,12 @@ def with_server_state(
 
 def keeps_server_state(regularizers: Sequence[Regularizer]) -> bool:
   """Whether any regularizer keeps server state to broadcast."""
-  return any(r.keeps_server_state for r in regularizers)
+  return any(r.server_state is not None for r in regularizers)
 
 
 def reads_mean_update(regularizers: Sequence[Regularizer]) -> bool:
   """Whether any regularizer's server state learns the mean update."""
-  return any(r.reads_mean_update for r in regularizers)
+  return any(
+    r.server_state is not None and r.server_state.record_mean_update
+    for r in regularizers
+  )

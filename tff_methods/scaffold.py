@@ -58,9 +58,6 @@ class ControlVariateCorrection(regularizers.Regularizer):
 
   name = 'scaffold'
   display_name = 'SCAFFOLD'
-  keeps_server_state = True
-  keeps_client_state = True
-  reads_client_reports = True
 
   def __init__(self, client_learning_rate: float, num_clients: int):
     if not isinstance(num_clients, int) or num_clients < 1:
@@ -69,22 +66,19 @@ class ControlVariateCorrection(regularizers.Regularizer):
       )
     self.client_learning_rate = client_learning_rate
     self.num_clients = num_clients
+    # No term in the objective: the correction is a move of the weights.
+    self.server_state = regularizers.ServerState(
+      initial=lambda zeros: [tf.constant(z) for z in zeros],
+      broadcast=self._broadcast,
+      record_client_reports=self._record_client_reports,
+    )
+    self.client_state = regularizers.ClientState(
+      initial=list, update=self._next_control
+    )
 
-  def initial_server_state(self, trainable_zeros):
-    return [tf.constant(z) for z in trainable_zeros]
-
-  def server_broadcast(self, server_state, global_weights):
+  def _broadcast(self, server_state, global_weights):
     del global_weights
     return [tf.identity(c) for c in server_state], server_state
-
-  def initial_client_state(self, trainable_zeros):
-    return list(trainable_zeros)
-
-  corrects_weights = True
-
-  def __call__(self, step: regularizers.LocalStep) -> tf.Tensor:
-    del step  # No term in the objective: the correction is a weight move.
-    return tf.constant(0.0)
 
   def _eta(self, learning_rate):
     if learning_rate is None:
@@ -98,7 +92,7 @@ class ControlVariateCorrection(regularizers.Regularizer):
       for c, ci in zip(step.broadcast[self.name], step.client_state[self.name])
     ]
 
-  def next_client_state(
+  def _next_control(
     self, client_state, *, update, num_steps, broadcast, learning_rate=None
   ):
     steps = tf.maximum(num_steps, 1.0)
@@ -110,7 +104,7 @@ class ControlVariateCorrection(regularizers.Regularizer):
     ]
     return new_control, [n - o for n, o in zip(new_control, client_state)]
 
-  def record_client_reports(self, server_state, mean_report, num_reports):
+  def _record_client_reports(self, server_state, mean_report, num_reports):
     share = num_reports / float(self.num_clients)
     return [
       c + share * tf.where(tf.math.is_finite(d), d, tf.zeros_like(d))

@@ -193,6 +193,12 @@ def previous_model_client_state(weights: tff.learning.models.ModelWeights):
   )
 
 
+def _reads_reports(regularizer: regularizers_lib.Regularizer) -> bool:
+  return bool(
+    regularizer.server_state and regularizer.server_state.record_client_reports
+  )
+
+
 def initial_client_state(
   regularizers: Sequence[regularizers_lib.Regularizer],
   zero_weights: tff.learning.models.ModelWeights,
@@ -203,7 +209,7 @@ def initial_client_state(
   `has_previous` and `model` (what `kept_previous` keeps of its local model
   at the end of the last round it took part in,
   `reference_outputs.kept_previous_weights`) when a regularizer reads the
-  previous model, and each regularizer's own state (`keeps_client_state`)
+  previous model, and each regularizer's own state (`Regularizer.client_state`)
   under its name.
   """
   state = collections.OrderedDict()
@@ -215,14 +221,14 @@ def initial_client_state(
       )
     state.update(previous_model_client_state(kept_previous(zero_weights)))
   for r in regularizers:
-    if r.keeps_client_state:
+    if r.client_state is not None:
       if r.name in state:
         raise ValueError(
           f'Two regularizers named {r.name!r} keep client '
           'state; names must be unique.'
         )
       state[r.name] = tf.nest.map_structure(
-        np.asarray, r.initial_client_state(zero_weights.trainable)
+        np.asarray, r.client_state.initial(zero_weights.trainable)
       )
   return state
 
@@ -246,7 +252,7 @@ def build_stateful_local_training_process(
   What a client keeps is what its regularizers ask for
   (`initial_client_state`): its previous local model (MOON, FedCKA), and
   state of their own (SCAFFOLD's control variate), read before the
-  client trains and replaced after (`Regularizer.next_client_state`). The
+  client trains and replaced after (`ClientState.update`). The
   round is the shared local-training loop
   (`local_training.build_client_update_fn`), the distributor (TFF's
   broadcast, with the regularizers' server state), a weighted mean and
@@ -288,16 +294,15 @@ def build_stateful_local_training_process(
   if not regularizers_lib.needs_client_state(regularizers):
     raise ValueError(
       'No regularizer keeps client state (reads the previous model or '
-      'keeps_client_state); use local_training.'
+      'has a client_state); use local_training.'
       'build_local_training_process.'
     )
   for r in regularizers:
-    if r.reads_client_reports and not (
-      r.keeps_client_state and r.keeps_server_state
-    ):
+    if _reads_reports(r) and r.client_state is None:
       raise ValueError(
-        f'{r.name} reads client reports, so it must keep '
-        'client and server state.'
+        f'{r.name} reads client reports (ServerState.'
+        'record_client_reports), so it must keep the client state '
+        '(a ClientState) whose update makes them.'
       )
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
@@ -330,8 +335,8 @@ def build_stateful_local_training_process(
   )
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   reads_previous = regularizers_lib.needs_previous_model(regularizers)
-  state_keepers = [r for r in regularizers if r.keeps_client_state]
-  reporters = [r for r in state_keepers if r.reads_client_reports]
+  state_keepers = [r for r in regularizers if r.client_state is not None]
+  reporters = [r for r in state_keepers if _reads_reports(r)]
   initial_model_weights_fn = model_lib.initial_weights_computation(
     keras_model_fn
   )
@@ -379,14 +384,14 @@ def build_stateful_local_training_process(
       )
     reports = collections.OrderedDict()
     for r in state_keepers:
-      trained[r.name], report = r.next_client_state(
+      trained[r.name], report = r.client_state.update(
         client_state[r.name],
         update=result.update,
         num_steps=sums['num_batches'],
-        broadcast=broadcast[r.name] if r.keeps_server_state else None,
+        broadcast=broadcast[r.name] if r.server_state else None,
         learning_rate=optimizer_hparams.get('learning_rate'),
       )
-      if r.reads_client_reports:
+      if _reads_reports(r):
         reports[r.name] = report
     # A diverged client (weight 0) keeps its old state, reports zeros and
     # is not counted.

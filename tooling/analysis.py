@@ -108,7 +108,7 @@ def _local_regularizers(config, hparams):
     if component is None or component.regularizer is None:
       continue
     reg = component.regularizer(hparams)
-    if not (reg.previous_outputs or reg.keeps_server_state):
+    if not (reg.previous_outputs or reg.server_state):
       regs.append(reg)
   return regs
 
