@@ -7,19 +7,22 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import datasets
 from tff_methods import fed2
 from tff_methods import fedavg
-from tff_methods import fedcka
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
+from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import methods
 from tff_methods import model_lib
-from tff_methods import moon
+from tff_methods import regularizers
 from tff_methods import scaffold
+from tff_methods import stateful
 from tooling import device_check
 from tooling import experiment
 
@@ -118,54 +121,63 @@ def test_bad_combinations_are_named(name, message):
     methods.parse_method(name)
 
 
-@pytest.mark.parametrize(
-  'name, module, builder',
-  [
-    ('fedavg', fedavg, 'build_fedavg'),
-    ('fedadam', fedavg, 'build_fedavg'),
-    ('tff_fedavg', fedavg, 'build_tff_fedavg'),
-    ('fedprox', fedprox, 'build_fedprox'),
-    ('fedmax', fedmax, 'build_fedmax'),
-    ('fedcos', fedcos, 'build_fedcos'),
-    ('fedprox+fedcos', fedcos, 'build_fedcos'),
-    ('fed2', fed2, 'build_fed2'),
-  ],
-)
-def test_the_registry_runs_each_methods_own_builder(
-  name, module, builder, monkeypatch
-):
+def _captured(monkeypatch, module, builder):
+  """Calls to `module.builder`, each its positional and keyword arguments;
+  the server optimizers' stand-ins are their rules' names."""
   calls = []
   monkeypatch.setattr(
-    module, builder, lambda *args, **kwargs: calls.append(kwargs) or 'built'
+    module,
+    builder,
+    lambda *args, **kwargs: calls.append((args, kwargs)) or 'built',
   )
+  monkeypatch.setattr(
+    methods.Hyperparameters, 'server_optimizer', lambda self, rule: rule
+  )
+  return calls
+
+
+@pytest.mark.parametrize(
+  'name, terms, rule',
+  [
+    ('fedavg', [], 'sgd'),
+    ('fedadam', [], 'adam'),
+    ('fedprox', [('ProximalTerm', 0.5)], 'sgd'),
+    ('fedmax', [('ActivationEntropyTerm', None)], 'sgd'),
+    ('fedcos', [('DirectionPenalty', 0.05)], 'sgd'),
+    (
+      'fedprox+fedcos',
+      [('ProximalTerm', 0.5), ('DirectionPenalty', 0.05)],
+      'sgd',
+    ),
+    ('fedavgm+fedcos', [('DirectionPenalty', 0.05)], 'sgdm'),
+  ],
+)
+def test_components_build_the_shared_loop_with_their_terms_and_rule(
+  name, terms, rule, monkeypatch
+):
+  calls = _captured(monkeypatch, local_training, 'build_local_training_process')
   hparams = methods.Hyperparameters(mu=0.5, strengths=(('fedcos', 0.05),))
   assert methods.build_method(name, None, None, hparams) == 'built'
-  assert len(calls) == 1
-  if name == 'fedprox+fedcos':
-    # A combination: the main component's builder, given the others' terms.
-    kwargs = calls[0]
-    assert kwargs['mu'] == 0.05
-    assert [type(r).__name__ for r in kwargs['base_regularizers']] == [
-      'ProximalTerm'
-    ]
-    assert kwargs['base_regularizers'][0].mu == 0.5
+  ((args, kwargs),) = calls
+  assert args[3] == rule  # keras_model_fn, spec, client, server optimizer.
+  assert [
+    (type(t).__name__, getattr(t, 'mu', None)) for t in kwargs['regularizers']
+  ] == terms
 
 
 @pytest.mark.parametrize(
-  'name, module, builder',
+  'name, terms',
   [
-    ('moon', moon, 'build_moon'),
-    ('moon+fedcos', moon, 'build_moon'),
-    ('fedcka', fedcka, 'build_fedcka'),
-    ('scaffold', scaffold, 'build_scaffold'),
+    ('moon', ['ModelContrastiveTerm']),
+    ('moon+fedcos', ['ModelContrastiveTerm', 'DirectionPenalty']),
+    ('fedcka', ['CKAContrastiveTerm']),
   ],
 )
-def test_stateful_methods_run_their_own_builders(
-  name, module, builder, monkeypatch
+def test_components_with_client_state_build_the_stateful_loop(
+  name, terms, monkeypatch
 ):
-  calls = []
-  monkeypatch.setattr(
-    module, builder, lambda *args, **kwargs: calls.append(kwargs) or 'built'
+  calls = _captured(
+    monkeypatch, stateful, 'build_stateful_local_training_process'
   )
   assert (
     methods.build_method_for_client_ids(
@@ -173,7 +185,66 @@ def test_stateful_methods_run_their_own_builders(
     )
     == 'built'
   )
+  ((args, _),) = calls
+  assert [type(t).__name__ for t in args[5]] == terms
+
+
+@pytest.mark.parametrize(
+  'name, module, builder',
+  [
+    ('tff_fedavg', fedavg, 'build_tff_fedavg'),
+    ('fed2', fed2, 'build_fed2'),
+    ('scaffold', scaffold, 'build_scaffold'),
+  ],
+)
+def test_a_method_with_a_process_of_its_own_runs_its_modules_builder(
+  name, module, builder, monkeypatch
+):
+  calls = _captured(monkeypatch, module, builder)
+  assert (
+    methods.build_method_for_client_ids(
+      name, None, None, None, methods.Hyperparameters()
+    )
+    == 'built'
+  ) or name == 'tff_fedavg'  # Composed with the client's data sets.
   assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+  'name, module, builder, strength',
+  [
+    ('fedprox', fedprox, 'build_fedprox', 'mu'),
+    ('fedmax', fedmax, 'build_fedmax', 'beta'),
+    ('fedcos', fedcos, 'build_fedcos', 'mu'),
+  ],
+)
+def test_a_modules_own_builder_adds_the_registrys_term(
+  name, module, builder, strength, monkeypatch
+):
+  # `fedprox.build_fedprox(mu=...)` (a TFF user's call) and the registry's
+  # `fedprox` build the same loop with the same term.
+  calls = _captured(monkeypatch, local_training, 'build_local_training_process')
+  methods.build_method(
+    name,
+    None,
+    None,
+    methods.Hyperparameters(mu=0.25, beta=0.25),
+  )
+  getattr(module, builder)(
+    None, None, client_optimizer_fn=None, **{strength: 0.25}
+  )
+  (registry_term,), (own_term,) = [c[1]['regularizers'] for c in calls]
+  assert type(registry_term) is type(own_term)
+
+  def settings(term):  # Its own settings, not the state it supplies.
+    return {
+      key: value
+      for key, value in vars(term).items()
+      if key not in ('server_state', 'client_state')
+    }
+
+  assert settings(registry_term) == settings(own_term)
+  assert settings(own_term)
 
 
 def test_statefulness_is_learned_from_the_terms():
@@ -187,6 +258,75 @@ def test_statefulness_is_learned_from_the_terms():
     'fedcka',
     'scaffold',
   }
+
+
+class _Pull(regularizers.Regularizer):
+  """A method defined outside the library: `mu/2 ||w - w_g||^2`."""
+
+  name = 'pull'
+  display_name = 'Pull'
+
+  def __init__(self, mu):
+    self.mu = mu
+
+  def __call__(self, step):
+    return (
+      0.5
+      * self.mu
+      * tf.add_n(
+        [
+          tf.reduce_sum(tf.square(w - g))
+          for w, g in zip(step.weights, step.global_weights)
+        ]
+      )
+    )
+
+
+# Its module's declaration: a strength of 0 by default.
+PULL = method_spec.MethodSpec(
+  name='pull',
+  display_name='Pull',
+  term=lambda settings: _Pull(settings.strength('pull', 0.0)),
+)
+
+
+@pytest.fixture
+def pull_registered():
+  methods.register(PULL)  # The one registry line.
+  yield
+  del methods.REGISTRY['pull']
+
+
+@pytest.mark.usefixtures('pull_registered')
+def test_a_new_method_needs_its_declaration_and_one_registry_line(
+  digits_rounds, tff_fedavg_weights
+):
+  assert methods.parse_method('fedavgm+pull') == ['fedavgm', 'pull']
+  assert not methods.is_stateful('pull+fedprox')
+  assert not methods.reads_reference_outputs('pull')
+  hparams = dict(client_learning_rate=0.05, client_momentum=0.9)
+
+  def trained(name, **settings):
+    process = methods.build_method(
+      name,
+      digits_rounds['model_fn'],
+      digits_rounds['spec'],
+      methods.Hyperparameters(**hparams, **settings),
+    )
+    return digits_rounds['run'](process)[0]
+
+  # Its default strength, 0: FedAvg's weights.
+  np.testing.assert_allclose(
+    trained('pull'), tff_fedavg_weights, rtol=1e-5, atol=1e-6
+  )
+  # With a strength it is FedProx's term, so FedProx's weights.
+  pulled = trained('pull', strengths=(('pull', 0.5),))
+  np.testing.assert_allclose(
+    pulled, trained('fedprox', mu=0.5), rtol=1e-5, atol=1e-6
+  )
+  assert np.max(np.abs(pulled - tff_fedavg_weights)) > 1e-3
+  with pytest.raises(ValueError, match="'pull' is already registered"):
+    methods.register(PULL)
 
 
 if __name__ == '__main__':

@@ -1,12 +1,15 @@
 """Every setting travels from the runner's config into its method's builder.
 
-`experiment.build_process` is run with each method's builder replaced by a
-recorder, and each setting given a value other than its default: the
-builder must receive that value (a setting only its default exercises, or
-one dropped on the way, fails here). SCAFFOLD's N is also checked on a
+`experiment.build_process` is run with each builder the registry calls
+(the shared loop's two, and the processes of SCAFFOLD, Fed2 and TFF's
+FedAvg) replaced by a recorder, and each setting given a value other than
+its default: the builder must receive that value, in its arguments or in
+the terms it is given (a setting only its default exercises, or one
+dropped on the way, fails here). SCAFFOLD's N is also checked on a
 real round: the runner's process moves `c` by |S|/N of the mean change.
 """
 
+import inspect
 import os
 import sys
 import types
@@ -23,21 +26,21 @@ from tff_methods import fedcka
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
+from tff_methods import local_training
 from tff_methods import moon
 from tff_methods import scaffold
+from tff_methods import stateful
 from tooling import experiment
 
 BUILDERS = [
-  (fedavg, 'build_fedavg'),
+  (local_training, 'build_local_training_process'),
+  (stateful, 'build_stateful_local_training_process'),
   (fedavg, 'build_tff_fedavg'),
-  (fedprox, 'build_fedprox'),
-  (fedmax, 'build_fedmax'),
-  (fedcos, 'build_fedcos'),
-  (moon, 'build_moon'),
-  (fedcka, 'build_fedcka'),
   (scaffold, 'build_scaffold'),
   (fed2, 'build_fed2'),
 ]
+# Their signatures, read before any test replaces them.
+SIGNATURES = {name: inspect.signature(getattr(m, name)) for m, name in BUILDERS}
 
 
 @pytest.fixture(scope='module')
@@ -57,9 +60,9 @@ def _builds(monkeypatch, data, tmp_path, **settings):
   calls = []
   for module, name in BUILDERS:
 
-    def record(*args, _name=name, **kwargs):
-      del args
-      calls.append((_name, kwargs))
+    def record(*args, _name=name, _signature=SIGNATURES[name], **kwargs):
+      # Every argument by its name, given by position or keyword.
+      calls.append((_name, _signature.bind(*args, **kwargs).arguments))
       return types.SimpleNamespace(client_states=None)
 
     monkeypatch.setattr(module, name, record)
@@ -76,6 +79,12 @@ def _builds(monkeypatch, data, tmp_path, **settings):
   experiment.build_process(config, data)
   (call,) = calls
   return call
+
+
+def _term(kwargs, kind):
+  """The one term of `kind` the builder was given."""
+  (term,) = [t for t in kwargs['regularizers'] if isinstance(t, kind)]
+  return term
 
 
 def _hparams(optimizer):
@@ -102,13 +111,14 @@ def test_client_and_server_optimizer_settings_reach_the_builder(
     server_learning_rate=0.3,
     server_momentum=0.7,
   )
-  assert name == 'build_fedavg'
-  client = kwargs['client_optimizer_fn']
+  assert name == 'build_local_training_process'
+  assert not kwargs.get('regularizers')
+  client = kwargs['client_optimizer']
   assert _hparams(client) == pytest.approx(
     dict(learning_rate=0.07, momentum=0.5)
   )
   assert client._weight_decay == 0.001
-  assert _hparams(kwargs['server_optimizer_fn']) == pytest.approx(
+  assert _hparams(kwargs['server_optimizer']) == pytest.approx(
     dict(learning_rate=0.3, momentum=0.7)
   )
   _, kwargs = _builds(
@@ -119,7 +129,7 @@ def test_client_and_server_optimizer_settings_reach_the_builder(
     model='mlp',
     server_learning_rate=0.02,
   )
-  assert _hparams(kwargs['server_optimizer_fn'])['learning_rate'] == (
+  assert _hparams(kwargs['server_optimizer'])['learning_rate'] == (
     pytest.approx(0.02)
   )
 
@@ -130,11 +140,11 @@ def test_each_methods_strengths_and_options_reach_its_builder(
   _, kwargs = _builds(
     monkeypatch, data, tmp_path, method='fedprox', model='mlp', mu=0.3
   )
-  assert kwargs['mu'] == 0.3
+  assert _term(kwargs, fedprox.ProximalTerm).mu == 0.3
   _, kwargs = _builds(
     monkeypatch, data, tmp_path, method='fedmax', model='mlp', beta=7.0
   )
-  assert kwargs['beta'] == 7.0
+  assert _term(kwargs, fedmax.ActivationEntropyTerm).beta == 7.0
   name, kwargs = _builds(
     monkeypatch,
     data,
@@ -145,11 +155,11 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     fedcos_mu=0.04,
     fedcos_direction='mean_client_update',
   )
-  assert name == 'build_fedcos'
-  assert (kwargs['mu'], kwargs['direction']) == (0.04, 'mean_client_update')
-  (proximal,) = kwargs['base_regularizers']
-  assert isinstance(proximal, fedprox.ProximalTerm) and proximal.mu == 0.2
-  _, kwargs = _builds(
+  assert name == 'build_local_training_process'
+  direction = _term(kwargs, fedcos.DirectionPenalty)
+  assert (direction.mu, direction.direction) == (0.04, 'mean_client_update')
+  assert _term(kwargs, fedprox.ProximalTerm).mu == 0.2
+  name, kwargs = _builds(
     monkeypatch,
     data,
     tmp_path,
@@ -158,7 +168,9 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     mu=2.0,
     temperature=0.1,
   )
-  assert (kwargs['mu'], kwargs['temperature']) == (2.0, 0.1)
+  assert name == 'build_stateful_local_training_process'
+  contrast = _term(kwargs, moon.ModelContrastiveTerm)
+  assert (contrast.mu, contrast.temperature) == (2.0, 0.1)
   assert kwargs['client_state_dir'] == str(tmp_path / 'run' / 'client_states')
   _, kwargs = _builds(
     monkeypatch,
@@ -171,11 +183,8 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     similarity='kernel_cka',
     client_state_dir=str(tmp_path / 'states'),
   )
-  assert (kwargs['mu'], kwargs['num_layers'], kwargs['similarity']) == (
-    4.0,
-    3,
-    'kernel_cka',
-  )
+  cka = _term(kwargs, fedcka.CKAContrastiveTerm)
+  assert (cka.mu, len(cka.layers), cka.similarity) == (4.0, 3, 'kernel_cka')
   # A directory of the run's own under the one given, claimed by the run.
   assert os.path.dirname(kwargs['client_state_dir']) == str(tmp_path / 'states')
   with open(os.path.join(kwargs['client_state_dir'], 'owner.txt')) as f:
@@ -248,7 +257,7 @@ def test_the_aggregator_settings_reach_every_builder(
       kwargs['model_aggregator'], tff.aggregators.UnweightedAggregationFactory
     ), method
     _, kwargs = _builds(monkeypatch, data, tmp_path, method=method, model=model)
-    assert kwargs['model_aggregator'] is None, method
+    assert kwargs.get('model_aggregator') is None, method
 
 
 @pytest.mark.usefixtures('tff_worker')

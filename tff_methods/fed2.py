@@ -45,6 +45,7 @@ import tensorflow_federated as tff
 from tff_methods import aggregation
 from tff_methods import grouped_layers
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import tff_models
 
@@ -444,3 +445,31 @@ def total_variance_by_layer(
     (layer, layer_total_variance(class_preference(model, x, layer)))
     for layer in model_lib.layer_names(model)
   )
+
+
+def _build_from_settings(
+  keras_model_fn,
+  element_spec,
+  settings,
+  *,
+  dataset_computation=None,
+  loss_fn=None,
+  tff_model_fn=None,
+):
+  del tff_model_fn  # Fed2 trains its own grouped Keras model.
+  return build_fed2(
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn=settings.client_optimizer(),
+    num_groups=settings.fed2_groups,
+    server_optimizer_fn=settings.server_optimizer('sgd'),
+    dataset_computation=dataset_computation,
+    model_aggregator=settings.model_aggregator(),
+    client_weighting=settings.weighting(),
+    loss_fn=loss_fn,
+  )
+
+
+METHOD = method_spec.MethodSpec(
+  name='fed2', display_name='Fed2', build=_build_from_settings
+)

@@ -31,6 +31,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import tff_models
 
@@ -149,3 +150,63 @@ def build_tff_fedavg(
 
 def _tokens_as_examples(tff_model_fn, pad_token):
   return tff_models.TokensAsExamples(tff_model_fn(), pad_token)
+
+
+# The project's FedAvg and FedOpt: the shared loop with a server rule.
+FEDAVG = method_spec.MethodSpec(
+  name='fedavg', display_name='FedAvg', server_optimizer='sgd'
+)
+FEDAVGM = method_spec.MethodSpec(
+  name='fedavgm', display_name='FedAvgM', server_optimizer='sgdm'
+)
+FEDADAM = method_spec.MethodSpec(
+  name='fedadam', display_name='FedAdam', server_optimizer='adam'
+)
+FEDYOGI = method_spec.MethodSpec(
+  name='fedyogi', display_name='FedYogi', server_optimizer='yogi'
+)
+
+
+def _tff_algorithm(server_rule):
+  """TFF's `build_weighted_fed_avg` with `server_rule`, from the settings."""
+
+  def build(
+    keras_model_fn,
+    element_spec,
+    settings,
+    *,
+    dataset_computation=None,
+    loss_fn=None,
+    tff_model_fn=None,
+  ):
+    del loss_fn  # TFF's model brings its loss.
+    process = build_tff_fedavg(
+      keras_model_fn,
+      element_spec,
+      client_optimizer_fn=settings.client_optimizer(),
+      server_optimizer_fn=settings.server_optimizer(server_rule),
+      model_aggregator=settings.model_aggregator(),
+      client_weighting=settings.weighting(),
+      tff_model_fn=tff_model_fn,
+    )
+    if dataset_computation is None:
+      return process
+    # As a TFF user composes it: one computation makes the batches and
+    # passes them to the client's.
+    return tff.simulation.compose_dataset_computation_with_learning_process(
+      dataset_computation, process
+    )
+
+  return build
+
+
+# TFF's own algorithms, with the server rules of the four above, to compare
+# with TFF's baselines literally.
+TFF_ALGORITHMS = tuple(
+  method_spec.MethodSpec(
+    name=f'tff_{spec.name}',
+    display_name=f'TFF {spec.display_name}',
+    build=_tff_algorithm(spec.server_optimizer),
+  )
+  for spec in (FEDAVG, FEDAVGM, FEDADAM, FEDYOGI)
+)

@@ -28,6 +28,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import regularizers
 from tff_methods import similarity as similarity_lib
@@ -68,6 +69,7 @@ class CKAContrastiveTerm(regularizers.Regularizer):
     self.mu = regularizers.check_strength('FedCKA mu', mu)
     if not isinstance(num_layers, int) or num_layers < 1:
       raise ValueError(f'FedCKA cka_layers must be >= 1, got {num_layers!r}.')
+    self.similarity = similarity
     self.similarity_to_each = similarity_lib.get_similarity_to_each(similarity)
     self.layers = tuple(f'layer_{n + 1}' for n in range(num_layers))
     self.outputs = self.layers
@@ -155,3 +157,14 @@ def build_fedcka(
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
   )
+
+
+METHOD = method_spec.MethodSpec(
+  name='fedcka',
+  display_name='FedCKA',
+  term=lambda settings: CKAContrastiveTerm(
+    settings.strength('fedcka', DEFAULT_MU),
+    settings.cka_layers,
+    settings.similarity,
+  ),
+)

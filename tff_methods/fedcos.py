@@ -33,6 +33,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import regularizers
 
@@ -200,3 +201,12 @@ def build_fedcos(
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
   )
+
+
+METHOD = method_spec.MethodSpec(
+  name='fedcos',
+  display_name='FedCos',
+  term=lambda settings: DirectionPenalty(
+    settings.strength('fedcos', DEFAULT_MU), settings.fedcos_direction
+  ),
+)

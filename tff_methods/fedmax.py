@@ -24,6 +24,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import regularizers
 
@@ -114,3 +115,12 @@ def build_fedmax(
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
   )
+
+
+METHOD = method_spec.MethodSpec(
+  name='fedmax',
+  display_name='FedMAX',
+  term=lambda settings: ActivationEntropyTerm(
+    DEFAULT_BETA if settings.beta is None else settings.beta
+  ),
+)

@@ -22,6 +22,7 @@ import tensorflow_federated as tff
 
 from tff_methods import aggregation
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import regularizers
 
@@ -107,3 +108,10 @@ def build_fedprox(
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
   )
+
+
+METHOD = method_spec.MethodSpec(
+  name='fedprox',
+  display_name='FedProx',
+  term=lambda settings: ProximalTerm(settings.strength('fedprox', DEFAULT_MU)),
+)

@@ -1,8 +1,9 @@
 """The settings every method's builder is called with, by `methods`.
 
 `Hyperparameters` holds the optimizers' settings and the methods'
-strengths; each method's own default strength comes from its module
-(`DEFAULT_STRENGTHS`), so that a default is defined once.
+strengths; each method's own default strength stays in its module (its
+`DEFAULT_MU`), which passes it to `strength`, so that a default is defined
+once.
 """
 
 import dataclasses
@@ -11,19 +12,7 @@ from typing import Optional
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
-from tff_methods import fedcka
-from tff_methods import fedcos
-from tff_methods import fedprox
-from tff_methods import moon
 from tff_methods import optimizers
-
-# Each component's strength when none is given: its module's default.
-DEFAULT_STRENGTHS = {
-  'fedprox': fedprox.DEFAULT_MU,
-  'moon': moon.DEFAULT_MU,
-  'fedcka': fedcka.DEFAULT_MU,
-  'fedcos': fedcos.DEFAULT_MU,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +30,7 @@ class Hyperparameters:
       task; 1e-3 is their default).
     mu: The strength of every named component's term (FedProx, MOON,
       FedCKA, FedCos) that has no strength of its own in `strengths`; None
-      picks each one's default (`DEFAULT_STRENGTHS`).
+      picks each one's default (its module's `DEFAULT_MU`).
     strengths: Per-component strengths, e.g. {'fedprox': 0.01,
       'fedcos': 0.05} for `fedprox+fedcos`.
     beta: FedMAX's strength (default 1000, the paper's CIFAR value).
@@ -126,11 +115,13 @@ class Hyperparameters:
       return None
     return aggregation.CLIENT_WEIGHTINGS[self.client_weighting]
 
-  def strength(self, component: str) -> float:
+  def strength(self, component: str, default: float) -> float:
+    """`component`'s strength: its own in `strengths`, else `mu`, else
+    `default` (the component's module's)."""
     own = dict(self.strengths)
     if component in own:
       return own[component]
-    return DEFAULT_STRENGTHS[component] if self.mu is None else self.mu
+    return default if self.mu is None else self.mu
 
   def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
     return optimizers.build_client_sgd(

@@ -1,43 +1,39 @@
-"""The methods by name: one place that turns a name into a process.
+"""The methods by name: the registry that turns a name into a process.
 
-A method name is one component or several joined by '+', as in the FedCos
-paper's tables (`fedprox+fedcos`, `fedavgm+fedcos`, `fedadam+fedcos`). A
-component brings a server optimizer (`fedavg`, `fedavgm`, `fedadam`,
-`fedyogi`), a regularizer of the shared local-training loop (`fedprox`,
-`fedmax`, `fedcos`, `moon`, `fedcka`), or both. SCAFFOLD (its own server
-rule), Fed2 (its own model structure and aggregator) and TFF's own
-algorithms stand alone: `tff_fedavg`, `tff_fedavgm`, `tff_fedadam` and
-`tff_fedyogi` are TFF's `build_weighted_fed_avg` with the server optimizer
-of the project's `fedavg`, `fedavgm`, `fedadam` and `fedyogi`, to compare
-with TFF's baselines literally.
+Each method declares itself in its own module (a `method_spec.MethodSpec`:
+its name, the local term or server rule it brings, or a process of its own);
+`REGISTRY` lists those declarations, one line each, and `register` adds a
+method defined elsewhere. One builder builds any of them:
 
-Every method is built by its own module's builder (`fedprox.build_fedprox`,
-`moon.build_moon`, ...), which is the code that runs. A combination is built
-by the builder of its main component (`_BUILDER_ORDER`), given the other
-components' terms and the one server optimizer named (FedAvg's by default):
-no combination is special-cased. Whether a method keeps per-client state is
-learned from its terms (`Regularizer.previous_outputs`), not listed.
+- A name is one method, or components joined by '+', as in the FedCos
+  paper's tables (`fedprox+fedcos`, `fedavgm+fedcos`, `fedadam+fedcos`).
+  A component brings a term of the shared local-training loop (`fedprox`,
+  `fedmax`, `fedcos`, `moon`, `fedcka`), a server rule (`fedavg`,
+  `fedavgm`, `fedadam`, `fedyogi`), or both. Their process is the loop
+  with every named term, in the order named, and the one server rule named
+  (FedAvg's by default): `local_training.build_local_training_process`, or
+  `stateful.build_stateful_local_training_process` when a term keeps
+  per-client state (reads the previous model, or has a `ClientState`).
+  No combination is special-cased.
+- SCAFFOLD, Fed2 and TFF's own algorithms (`tff_fedavg`, `tff_fedavgm`,
+  `tff_fedadam`, `tff_fedyogi`: TFF's `build_weighted_fed_avg` with the
+  server rule of the project's `fedavg`, ...) have a process of their own
+  and stand alone.
 
 - `build_method(name, keras_model_fn, element_spec, hparams)`: a
   `tff.learning.templates.LearningProcess` over client datasets, for every
-  method without per-client state. A plain `fedavg`/`fedavgm`/`fedadam`/
-  `fedyogi` is the shared local-training loop with no regularizer (the
-  process `fedavg.build_fedavg` builds: TFF's FedAvg computed faster);
-  `tff_fedavg` (and `tff_fedavgm`, ...) is TFF's `build_weighted_fed_avg`
-  itself.
+  method without per-client state.
 - `build_method_for_client_ids(name, keras_model_fn, client_data, hparams)`:
   a `LearningProcess` whose `next` takes client keys, for every method;
   methods with per-client state (`moon`, `fedcka`, `scaffold`) keep it in
   files their clients read and write (`tff_methods.stateful`).
 """
 
-import dataclasses
 import functools
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
-from tff_methods import aggregation
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcka
@@ -46,73 +42,54 @@ from tff_methods import fedmax
 from tff_methods import fedprox
 from tff_methods import hyperparameters
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import regularizers as regularizers_lib
 from tff_methods import scaffold
+from tff_methods import stateful
 
 TffModelFn = Callable[[], tff.learning.models.VariableModel]
-
-# The settings and strengths every builder is called with (defined in
-# `hyperparameters`, named here for the registry's users).
-DEFAULT_STRENGTHS = hyperparameters.DEFAULT_STRENGTHS
 Hyperparameters = hyperparameters.Hyperparameters
+MethodSpec = method_spec.MethodSpec
+
+# Every method of the library, as its module declares it.
+REGISTRY: dict[str, MethodSpec] = {}
 
 
-@dataclasses.dataclass(frozen=True)
-class Component:
-  """What one name in a method brings."""
+def register(spec: MethodSpec) -> MethodSpec:
+  """Adds a method to the registry, so that every builder and binary that
+  takes a method name takes it; returns it.
 
-  server_optimizer: Optional[str] = None
-  regularizer: Optional[
-    Callable[[Hyperparameters], regularizers_lib.Regularizer]
-  ] = None
+  Raises:
+    ValueError: if the name is taken.
+  """
+  if spec.name in REGISTRY:
+    raise ValueError(f'A method named {spec.name!r} is already registered.')
+  REGISTRY[spec.name] = spec
+  return spec
 
 
-COMPONENTS = {
-  'fedavg': Component(server_optimizer='sgd'),
-  'fedavgm': Component(server_optimizer='sgdm'),
-  'fedadam': Component(server_optimizer='adam'),
-  'fedyogi': Component(server_optimizer='yogi'),
-  'fedprox': Component(
-    regularizer=lambda h: fedprox.ProximalTerm(h.strength('fedprox'))
-  ),
-  'fedmax': Component(
-    regularizer=lambda h: fedmax.ActivationEntropyTerm(
-      fedmax.DEFAULT_BETA if h.beta is None else h.beta
-    )
-  ),
-  'fedcos': Component(
-    regularizer=lambda h: fedcos.DirectionPenalty(
-      h.strength('fedcos'), h.fedcos_direction
-    )
-  ),
-  'moon': Component(
-    regularizer=lambda h: moon.ModelContrastiveTerm(
-      h.strength('moon'), h.temperature
-    )
-  ),
-  'fedcka': Component(
-    regularizer=lambda h: fedcka.CKAContrastiveTerm(
-      h.strength('fedcka'), h.cka_layers, h.similarity
-    )
-  ),
-}
-# TFF's own algorithms: `build_weighted_fed_avg` with a server rule.
-TFF_ALGORITHMS = {
-  'tff_fedavg': 'sgd',
-  'tff_fedavgm': 'sgdm',
-  'tff_fedadam': 'adam',
-  'tff_fedyogi': 'yogi',
-}
-STANDALONE = ('scaffold', 'fed2') + tuple(TFF_ALGORITHMS)
-# SCAFFOLD's model average: the paper's, or NIID-Bench's by data size.
-SCAFFOLD_WEIGHTINGS = {
-  'uniform': tff.learning.ClientWeighting.UNIFORM,
-  'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
-  'num_tokens': aggregation.NumTokens(),
-}
-SINGLE_METHODS = tuple(COMPONENTS) + STANDALONE
+for _spec in (
+  fedavg.FEDAVG,
+  fedavg.FEDAVGM,
+  fedavg.FEDADAM,
+  fedavg.FEDYOGI,
+  fedprox.METHOD,
+  fedmax.METHOD,
+  fedcos.METHOD,
+  moon.METHOD,
+  fedcka.METHOD,
+  scaffold.METHOD,
+  fed2.METHOD,
+  *fedavg.TFF_ALGORITHMS,
+):
+  register(_spec)
+
+# The library's methods by kind, as the binaries list them.
+TFF_ALGORITHMS = tuple(spec.name for spec in fedavg.TFF_ALGORITHMS)
+STANDALONE = tuple(n for n, spec in REGISTRY.items() if spec.stands_alone)
+SINGLE_METHODS = tuple(REGISTRY)
 # The single methods, and the combinations of the FedCos paper.
 METHOD_NAMES = SINGLE_METHODS + (
   'fedprox+fedcos',
@@ -122,56 +99,67 @@ METHOD_NAMES = SINGLE_METHODS + (
 
 
 def parse_method(name: str) -> list[str]:
-  """Splits `name` into components and checks them (once per name).
+  """Splits `name` into components and checks them.
 
   Raises:
     ValueError: naming the bad part and what is allowed.
   """
-  return list(_parse(str(name)))
-
-
-@functools.lru_cache(maxsize=None)
-def _parse(name: str) -> tuple[str, ...]:
-  parts = [p.strip() for p in str(name).split('+')]
-  allowed = ', '.join(list(COMPONENTS) + list(STANDALONE))
+  name = str(name)
+  parts = [p.strip() for p in name.split('+')]
   for part in parts:
-    if part not in COMPONENTS and part not in STANDALONE:
+    if part not in REGISTRY:
       raise ValueError(
         f'Unknown method {name!r} ({part!r} is not one of '
-        f'{allowed}; join several with +, e.g. '
+        f'{", ".join(REGISTRY)}; join several with +, e.g. '
         'fedprox+fedcos).'
       )
   if len(set(parts)) != len(parts):
     raise ValueError(f'Method {name!r} names a component twice.')
-  standalone = [p for p in parts if p in STANDALONE]
+  standalone = [p for p in parts if REGISTRY[p].stands_alone]
   if standalone and len(parts) > 1:
-    raise ValueError(f'Method {name!r}: {standalone[0]} cannot be ' 'combined.')
-  servers = [
-    p for p in parts if COMPONENTS.get(p, Component()).server_optimizer
-  ]
+    raise ValueError(f'Method {name!r}: {standalone[0]} cannot be combined.')
+  servers = [p for p in parts if REGISTRY[p].server_optimizer]
   if len(servers) > 1:
     raise ValueError(
       f'Method {name!r} names {len(servers)} server rules '
       f'({", ".join(servers)}); name at most one.'
     )
-  return tuple(parts)
+  return parts
+
+
+def _specs(name: str) -> list[MethodSpec]:
+  return [REGISTRY[p] for p in parse_method(name)]
 
 
 def _terms(
-  parts: Sequence[str], hparams: Hyperparameters
+  specs: Sequence[MethodSpec], hparams: Hyperparameters
 ) -> list[regularizers_lib.Regularizer]:
-  return [
-    COMPONENTS[p].regularizer(hparams)
-    for p in parts
-    if p in COMPONENTS and COMPONENTS[p].regularizer is not None
-  ]
+  return [spec.term(hparams) for spec in specs if spec.term is not None]
+
+
+def local_terms(
+  name: str, hparams: Hyperparameters
+) -> list[regularizers_lib.Regularizer]:
+  """The terms method `name` adds to the local objective, in the order
+  named (none for a method with a process of its own)."""
+  return _terms(_specs(name), hparams)
+
+
+@functools.lru_cache(maxsize=None)
+def _default_term(spec: MethodSpec) -> Optional[regularizers_lib.Regularizer]:
+  # What a term reads and keeps does not depend on the settings: asked once
+  # of its term at the default settings.
+  return spec.term(Hyperparameters()) if spec.term is not None else None
+
+
+def _default_terms(name: str) -> list[regularizers_lib.Regularizer]:
+  return [t for t in map(_default_term, _specs(name)) if t is not None]
 
 
 def reads_reference_outputs(name: str) -> bool:
   """Whether the method reads the global or previous model's outputs."""
   return any(
-    r.global_outputs or r.previous_outputs
-    for r in _terms(parse_method(name), Hyperparameters())
+    r.global_outputs or r.previous_outputs for r in _default_terms(name)
   )
 
 
@@ -190,37 +178,19 @@ def wants_example_index(
 
 
 def is_stateful(name: str) -> bool:
-  """Whether the method keeps per-client state: SCAFFOLD (its control
-  variates), or a term that reads the client's previous model."""
-  parts = parse_method(name)
-  return parts == ['scaffold'] or regularizers_lib.needs_previous_model(
-    _terms(parts, Hyperparameters())
-  )
+  """Whether the method keeps per-client state: one with a process of its
+  own that says so (SCAFFOLD), or a term that supplies it (reads the
+  client's previous model, or keeps a `ClientState`)."""
+  return any(
+    spec.keeps_client_state for spec in _specs(name)
+  ) or regularizers_lib.needs_client_state(_default_terms(name))
 
 
-# A combination is built by the builder of its first component in this
-# order, given the other components' terms: a stateful term's builder
-# (it keeps the client state), then FedCos's, FedMAX's, FedProx's.
-_BUILDER_ORDER = ('moon', 'fedcka', 'fedcos', 'fedmax', 'fedprox')
-
-
-def _server_optimizer(parts, hparams):
+def _server_optimizer(specs, hparams):
   rule = next(
-    (
-      COMPONENTS[p].server_optimizer
-      for p in parts
-      if p in COMPONENTS and COMPONENTS[p].server_optimizer
-    ),
-    'sgd',
+    (spec.server_optimizer for spec in specs if spec.server_optimizer), 'sgd'
   )
   return hparams.server_optimizer(rule)
-
-
-def _main_and_others(parts, hparams):
-  """The component whose module builds the method, and the others' terms."""
-  main = next((p for p in _BUILDER_ORDER if p in parts), None)
-  others = _terms([p for p in parts if p != main], hparams)
-  return main, others
 
 
 def build_method(
@@ -246,78 +216,19 @@ def build_method(
       train (a baseline task's own); by default `keras_model_fn`'s logits
       with cross-entropy.
   """
-  parts = parse_method(name)
   if is_stateful(name):
     raise ValueError(
       f'{name} keeps per-client state and is not a tff.learning '
       'LearningProcess; use build_method_for_client_ids.'
     )
-  client_optimizer = hparams.client_optimizer()
-  server_optimizer = _server_optimizer(parts, hparams)
-  model_aggregator = hparams.model_aggregator()
-  if parts == ['fed2']:
-    return fed2.build_fed2(
-      keras_model_fn,
-      element_spec,
-      client_optimizer_fn=client_optimizer,
-      num_groups=hparams.fed2_groups,
-      server_optimizer_fn=server_optimizer,
-      dataset_computation=dataset_computation,
-      model_aggregator=model_aggregator,
-      client_weighting=hparams.weighting(),
-      loss_fn=loss_fn,
-    )
-  if parts[0] in TFF_ALGORITHMS:
-    # TFF's builder as a TFF user composes it: the batches are made by one
-    # computation and passed to the client's.
-    process = fedavg.build_tff_fedavg(
-      keras_model_fn,
-      element_spec,
-      client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=hparams.server_optimizer(TFF_ALGORITHMS[parts[0]]),
-      model_aggregator=model_aggregator,
-      client_weighting=hparams.weighting(),
-      tff_model_fn=tff_model_fn,
-    )
-    if dataset_computation is None:
-      return process
-    return tff.simulation.compose_dataset_computation_with_learning_process(
-      dataset_computation, process
-    )
-  main, others = _main_and_others(parts, hparams)
-  shared = dict(
-    client_optimizer_fn=client_optimizer,
-    server_optimizer_fn=server_optimizer,
-    dataset_computation=dataset_computation,
-    model_aggregator=model_aggregator,
-    client_weighting=hparams.weighting(),
-    loss_fn=loss_fn,
-  )
-  if main is None:
-    return fedavg.build_fedavg(keras_model_fn, element_spec, **shared)
-  if main == 'fedcos':
-    return fedcos.build_fedcos(
-      keras_model_fn,
-      element_spec,
-      mu=hparams.strength('fedcos'),
-      direction=hparams.fedcos_direction,
-      base_regularizers=others,
-      **shared,
-    )
-  if main == 'fedmax':
-    return fedmax.build_fedmax(
-      keras_model_fn,
-      element_spec,
-      beta=(fedmax.DEFAULT_BETA if hparams.beta is None else hparams.beta),
-      base_regularizers=others,
-      **shared,
-    )
-  return fedprox.build_fedprox(
+  return _build(
+    name,
     keras_model_fn,
     element_spec,
-    mu=hparams.strength('fedprox'),
-    base_regularizers=others,
-    **shared,
+    hparams,
+    dataset_computation,
+    loss_fn,
+    tff_model_fn,
   )
 
 
@@ -349,63 +260,56 @@ def build_method_for_client_ids(
     `scaffold`) a `stateful.StatefulClientsLearningProcess`, whose keys
     must name the client and the round.
   """
-  parts = parse_method(name)
-  if parts == ['scaffold']:
-    return scaffold.build_scaffold(
+  return _build(
+    name, keras_model_fn, spec, hparams, datasets_by_id, loss_fn, tff_model_fn
+  )
+
+
+def _build(
+  name,
+  keras_model_fn,
+  element_spec,
+  hparams,
+  dataset_computation,
+  loss_fn,
+  tff_model_fn,
+):
+  """The one builder: a method's own process, or the shared loop with the
+  named components' terms and server rule."""
+  specs = _specs(name)
+  if specs[0].stands_alone:
+    return specs[0].build(
       keras_model_fn,
-      spec,
-      dataset_computation=datasets_by_id,
-      client_learning_rate=hparams.client_learning_rate,
-      num_clients=hparams.num_clients,
-      server_learning_rate=(
-        1.0
-        if hparams.server_learning_rate is None
-        else hparams.server_learning_rate
-      ),
-      weight_decay=hparams.weight_decay,
-      client_state_dir=hparams.client_state_dir,
-      client_momentum=(
-        hparams.client_momentum if hparams.scaffold_momentum else 0.0
-      ),
-      client_weighting=SCAFFOLD_WEIGHTINGS[hparams.scaffold_weighting],
-      model_aggregator=hparams.model_aggregator(),
-      loss_fn=loss_fn,
-    )
-  if not is_stateful(name):
-    return build_method(
-      name,
-      keras_model_fn,
-      spec,
+      element_spec,
       hparams,
-      dataset_computation=datasets_by_id,
+      dataset_computation=dataset_computation,
       loss_fn=loss_fn,
       tff_model_fn=tff_model_fn,
     )
-  main, others = _main_and_others(parts, hparams)
+  terms = _terms(specs, hparams)
   shared = dict(
-    dataset_computation=datasets_by_id,
-    client_optimizer_fn=hparams.client_optimizer(),
-    server_optimizer_fn=_server_optimizer(parts, hparams),
-    client_state_dir=hparams.client_state_dir,
-    base_regularizers=others,
     model_aggregator=hparams.model_aggregator(),
     client_weighting=hparams.weighting(),
     loss_fn=loss_fn,
   )
-  if main == 'moon':
-    return moon.build_moon(
+  if regularizers_lib.needs_client_state(terms):
+    return stateful.build_stateful_local_training_process(
       keras_model_fn,
-      spec,
-      mu=hparams.strength('moon'),
-      temperature=hparams.temperature,
+      element_spec,
+      dataset_computation,
+      hparams.client_optimizer(),
+      _server_optimizer(specs, hparams),
+      terms,
+      hparams.client_state_dir,
       **shared,
     )
-  return fedcka.build_fedcka(
+  return local_training.build_local_training_process(
     keras_model_fn,
-    spec,
-    mu=hparams.strength('fedcka'),
-    num_layers=hparams.cka_layers,
-    similarity=hparams.similarity,
+    element_spec,
+    hparams.client_optimizer(),
+    _server_optimizer(specs, hparams),
+    regularizers=terms,
+    dataset_computation=dataset_computation,
     **shared,
   )
 

@@ -33,6 +33,7 @@ import tensorflow_federated as tff
 from tff_methods import aggregation
 from tff_methods import client_states as client_states_lib
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers
@@ -193,3 +194,12 @@ def build_moon(
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
   )
+
+
+METHOD = method_spec.MethodSpec(
+  name='moon',
+  display_name='MOON',
+  term=lambda settings: ModelContrastiveTerm(
+    settings.strength('moon', DEFAULT_MU), settings.temperature
+  ),
+)

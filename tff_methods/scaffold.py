@@ -36,6 +36,7 @@ import tensorflow_federated as tff
 from tff_methods import aggregation
 from tff_methods import client_hparams
 from tff_methods import local_training
+from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods import regularizers
@@ -251,3 +252,51 @@ def build_scaffold(
   )
   process.expect_population(num_clients, 'SCAFFOLD num_clients')
   return process
+
+
+# The model average: the paper's, or NIID-Bench's by data size (or tokens).
+WEIGHTINGS = {
+  'uniform': tff.learning.ClientWeighting.UNIFORM,
+  'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
+  'num_tokens': aggregation.NumTokens(),
+}
+
+
+def _build_from_settings(
+  keras_model_fn,
+  element_spec,
+  settings,
+  *,
+  dataset_computation=None,
+  loss_fn=None,
+  tff_model_fn=None,
+):
+  del tff_model_fn  # The project's loop trains the Keras model.
+  return build_scaffold(
+    keras_model_fn,
+    element_spec,
+    dataset_computation=dataset_computation,
+    client_learning_rate=settings.client_learning_rate,
+    num_clients=settings.num_clients,
+    server_learning_rate=(
+      1.0
+      if settings.server_learning_rate is None
+      else settings.server_learning_rate
+    ),
+    weight_decay=settings.weight_decay,
+    client_state_dir=settings.client_state_dir,
+    client_momentum=(
+      settings.client_momentum if settings.scaffold_momentum else 0.0
+    ),
+    client_weighting=WEIGHTINGS[settings.scaffold_weighting],
+    model_aggregator=settings.model_aggregator(),
+    loss_fn=loss_fn,
+  )
+
+
+METHOD = method_spec.MethodSpec(
+  name='scaffold',
+  display_name='SCAFFOLD',
+  build=_build_from_settings,
+  keeps_client_state=True,
+)

@@ -101,16 +101,11 @@ def _plot(path, title, xlabel, ylabel, series, xticks=None):
 
 def _local_regularizers(config, hparams):
   """The method's regularizers that eager local training can apply."""
-  parts = methods.parse_method(config.method)
-  regs = []
-  for part in parts:
-    component = methods.COMPONENTS.get(part)
-    if component is None or component.regularizer is None:
-      continue
-    reg = component.regularizer(hparams)
-    if not (reg.previous_outputs or reg.server_state):
-      regs.append(reg)
-  return regs
+  return [
+    term
+    for term in methods.local_terms(config.method, hparams)
+    if not (term.previous_outputs or term.server_state or term.client_state)
+  ]
 
 
 def analyze(

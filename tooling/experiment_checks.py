@@ -13,6 +13,7 @@ from tff_methods import fedcos
 from tff_methods import methods
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import scaffold
 from tff_methods import similarity as similarity_lib
 from tooling import dp_runs
 from tooling import experiment_config
@@ -133,9 +134,9 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
     f'one of {", ".join(moon.FIRST_ROUNDS)}',
   )
   need(
-    config.scaffold_weighting in methods.SCAFFOLD_WEIGHTINGS,
+    config.scaffold_weighting in scaffold.WEIGHTINGS,
     f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
-    f'choose one of {", ".join(methods.SCAFFOLD_WEIGHTINGS)}',
+    f'choose one of {", ".join(scaffold.WEIGHTINGS)}',
   )
   need(
     config.client_weighting in aggregation.CLIENT_WEIGHTINGS,

@@ -1,0 +1,39 @@
+"""Tests for tff_methods.method_spec: what a method's module declares."""
+
+import sys
+
+import pytest
+
+from tff_methods import method_spec
+
+
+def test_a_declaration_that_brings_nothing_or_too_much_is_refused():
+  with pytest.raises(ValueError, match="'empty' brings nothing"):
+    method_spec.MethodSpec(name='empty', display_name='Empty')
+  with pytest.raises(ValueError, match='takes no term or server optimizer'):
+    method_spec.MethodSpec(
+      name='both', display_name='Both', build=print, server_optimizer='sgd'
+    )
+  with pytest.raises(ValueError, match='non-empty word without \\+'):
+    method_spec.MethodSpec(
+      name='a+b', display_name='AB', server_optimizer='sgd'
+    )
+
+
+def test_a_method_with_a_process_of_its_own_stands_alone():
+  alone = method_spec.MethodSpec(name='own', display_name='Own', build=print)
+  assert alone.stands_alone
+  assert not method_spec.MethodSpec(
+    name='rule', display_name='Rule', server_optimizer='sgd'
+  ).stands_alone
+  with pytest.raises(ValueError, match='keeps_client_state is for a method'):
+    method_spec.MethodSpec(
+      name='kept',
+      display_name='Kept',
+      server_optimizer='sgd',
+      keeps_client_state=True,
+    )
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
