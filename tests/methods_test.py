@@ -299,7 +299,7 @@ def pull_registered():
 
 @pytest.mark.usefixtures('pull_registered')
 def test_a_new_method_needs_its_declaration_and_one_registry_line(
-  digits_rounds, tff_fedavg_weights
+  digits_rounds, tff_fedavg_weights, digits_task, tmp_path
 ):
   assert methods.parse_method('fedavgm+pull') == ['fedavgm', 'pull']
   assert not methods.is_stateful('pull+fedprox')
@@ -325,6 +325,18 @@ def test_a_new_method_needs_its_declaration_and_one_registry_line(
     pulled, trained('fedprox', mu=0.5), rtol=1e-5, atol=1e-6
   )
   assert np.max(np.abs(pulled - tff_fedavg_weights)) > 1e-3
+  # The runner (and so every binary) takes it as it takes the library's.
+  config = experiment.ExperimentConfig(
+    method='fedadam+pull',
+    task='digits',
+    model='mlp',
+    num_clients=4,
+    clients_per_round=2,
+    output_dir=str(tmp_path / 'run'),
+  )
+  experiment.validate(config)
+  process, _ = experiment.build_process(config, digits_task)
+  assert 'client_work' in process.get_hparams(process.initialize())
   with pytest.raises(ValueError, match="'pull' is already registered"):
     methods.register(PULL)
 
