@@ -7,16 +7,107 @@ update, and the composer of the four pieces into a `LearningProcess`
 (TFF's `compose_learning_process`, for client work whose client data are
 keys too, with recorders after aggregation). Every process of the project
 that TFF's own composer can't build is composed here, stateful or not.
+`set_up_loop` makes the pieces the shared local-training loop's two
+builders (`local_training`, `stateful`) have in common.
 """
 
 import collections
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
+from tff_methods import client_data
+from tff_methods import model_checks
+from tff_methods import model_lib
 from tff_methods import regularizers as regularizers_lib
+from tff_methods import tff_models
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSetup:
+  """What both builders of the shared local-training loop start from.
+
+  Attributes:
+    keras_model_fn: The user's model as the project's Keras model, checked
+      for every output the terms read.
+    loss_fn: The data term (the model's own loss for a TFF model).
+    factory: The model aggregation factory, made weighted.
+    client_weighting: How client updates are weighted.
+    zero_weights: Zeros shaped like the model's weights.
+    weights_type: Their TFF type.
+    initial_model_weights_fn: The computation of the initial weights.
+    distributor: TFF's broadcast, with the terms' server state.
+    received_type: What a client receives from the distributor.
+    finalizer: TFF's apply-optimizer finalizer with the server optimizer.
+    mean_update_recorder: `build_mean_update_recorder`'s, or None.
+  """
+
+  keras_model_fn: Callable[[], Any]
+  loss_fn: Callable[..., Any]
+  factory: Any
+  client_weighting: Any
+  zero_weights: tff.learning.models.ModelWeights
+  weights_type: tff.Type
+  initial_model_weights_fn: tff.Computation
+  distributor: tff.learning.templates.DistributionProcess
+  received_type: tff.Type
+  finalizer: tff.learning.templates.FinalizerProcess
+  mean_update_recorder: Optional[tff.Computation]
+
+
+def set_up_loop(
+  keras_model_fn,
+  element_spec: Any,
+  server_optimizer: Optional[tff.learning.optimizers.Optimizer],
+  regularizers: Sequence[regularizers_lib.Regularizer],
+  model_aggregator: Optional[aggregation.ModelAggregator],
+  client_weighting: Optional[aggregation.ClientWeighting],
+  loss_fn: Optional[Callable[..., Any]],
+) -> LoopSetup:
+  """The pieces around a loop's client work, checked before any is built:
+  TFF's model interfaces taken (`tff_models.keras_model_and_loss`), the
+  model's outputs and the data's spec checked, the aggregation made
+  weighted, and the distributor, finalizer and recorder built. The server
+  optimizer is SGD with learning rate 1 (plain averaging) by default."""
+  keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
+    keras_model_fn, loss_fn
+  )
+  factory, client_weighting = aggregation.model_aggregation(
+    model_aggregator, client_weighting
+  )
+  keras_model_fn = model_checks.checked_model_fn(keras_model_fn, regularizers)
+  client_data.check_element_spec(
+    element_spec, model_checks.input_shape(keras_model_fn)
+  )
+  zero_weights = model_lib.zero_weights(keras_model_fn)
+  weights_type = model_lib.weights_type_of(zero_weights)
+  distributor = build_distributor(
+    weights_type, regularizers, zero_weights.trainable
+  )
+  return LoopSetup(
+    keras_model_fn=keras_model_fn,
+    loss_fn=loss_fn,
+    factory=factory,
+    client_weighting=client_weighting,
+    zero_weights=zero_weights,
+    weights_type=weights_type,
+    initial_model_weights_fn=model_lib.initial_weights_computation(
+      keras_model_fn
+    ),
+    distributor=distributor,
+    received_type=distributor.next.type_signature.result.result.member,
+    finalizer=tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer or tff.learning.optimizers.build_sgdm(1.0),
+      weights_type,
+    ),
+    mean_update_recorder=build_mean_update_recorder(
+      distributor, regularizers, weights_type.trainable
+    ),
+  )
 
 
 def build_distributor(

@@ -30,11 +30,9 @@ from tff_methods import batches_in_memory
 from tff_methods import client_data
 from tff_methods import client_hparams
 from tff_methods import composers
-from tff_methods import model_checks
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
-from tff_methods import tff_models
 
 _TRAIN_SUMS = (
   'loss_sum',
@@ -443,37 +441,24 @@ def build_local_training_process(
       None for the client optimizer's own (`get_hparams`/`set_hparams`
       read and set it).
   """
-  # TFF's model interfaces: the model's own Keras model and loss.
-  keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
-    keras_model_fn, loss_fn
-  )
-  factory, client_weighting = aggregation.model_aggregation(
-    model_aggregator, client_weighting
-  )
-  keras_model_fn = model_checks.checked_model_fn(keras_model_fn, regularizers)
-  client_data.check_element_spec(
-    element_spec, model_checks.input_shape(keras_model_fn)
-  )
-  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
-  zero_weights = model_lib.zero_weights(keras_model_fn)
-  weights_type = model_lib.weights_type_of(zero_weights)
-
-  initial_model_weights_fn = model_lib.initial_weights_computation(
-    keras_model_fn
-  )
-
   regularizers = tuple(regularizers)
-  distributor = composers.build_distributor(
-    weights_type, regularizers, zero_weights.trainable
+  setup = composers.set_up_loop(
+    keras_model_fn,
+    element_spec,
+    server_optimizer,
+    regularizers,
+    model_aggregator,
+    client_weighting,
+    loss_fn,
   )
   client_work = build_local_training_client_work(
-    keras_model_fn,
+    setup.keras_model_fn,
     element_spec,
     client_optimizer,
     regularizers,
-    client_weighting,
-    received_type=distributor.next.type_signature.result.result.member,
-    loss_fn=loss_fn,
+    setup.client_weighting,
+    received_type=setup.received_type,
+    loss_fn=setup.loss_fn,
     dataset_computation=dataset_computation,
     metrics_aggregator=metrics_aggregator,
     client_learning_rate_fn=client_learning_rate_fn,
@@ -481,22 +466,18 @@ def build_local_training_process(
   weight_type = client_work.next.type_signature.result.result.member[
     'update_weight'
   ]
-  aggregator = factory.create(weights_type.trainable, weight_type)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-    server_optimizer, weights_type
-  )
-  recorder = composers.build_mean_update_recorder(
-    distributor, regularizers, weights_type.trainable
-  )
-  if recorder is None and dataset_computation is None:
-    return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn, distributor, client_work, aggregator, finalizer
-    )
-  return composers.compose(
-    initial_model_weights_fn,
-    distributor,
+  aggregator = setup.factory.create(setup.weights_type.trainable, weight_type)
+  pieces = (
+    setup.initial_model_weights_fn,
+    setup.distributor,
     client_work,
     aggregator,
-    finalizer,
+    setup.finalizer,
+  )
+  recorder = setup.mean_update_recorder
+  if recorder is None and dataset_computation is None:
+    return tff.learning.templates.compose_learning_process(*pieces)
+  return composers.compose(
+    *pieces,
     recorders=[composers.mean_update_recording(recorder)] if recorder else [],
   )

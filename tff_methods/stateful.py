@@ -34,11 +34,9 @@ from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
 from tff_methods import local_training
-from tff_methods import model_checks
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
-from tff_methods import tff_models
 
 
 class StatefulClientsLearningProcess(composers.ClientIdsLearningProcess):
@@ -304,42 +302,31 @@ def build_stateful_local_training_process(
         'record_client_reports), so it must keep the client state '
         '(a ClientState) whose update makes them.'
       )
-  factory, client_weighting = aggregation.model_aggregation(
-    model_aggregator, client_weighting
+  setup = composers.set_up_loop(
+    keras_model_fn,
+    element_spec,
+    server_optimizer,
+    regularizers,
+    model_aggregator,
+    client_weighting,
+    loss_fn,
   )
-  # TFF's model interfaces: the model's own Keras model and loss.
-  keras_model_fn, loss_fn = tff_models.keras_model_and_loss(
-    keras_model_fn, loss_fn
-  )
-  keras_model_fn = model_checks.checked_model_fn(keras_model_fn, regularizers)
-  client_data.check_element_spec(
-    element_spec, model_checks.input_shape(keras_model_fn)
-  )
+  keras_model_fn, loss_fn = setup.keras_model_fn, setup.loss_fn
+  client_weighting = setup.client_weighting
+  zero_weights, weights_type = setup.zero_weights, setup.weights_type
+  received_type = setup.received_type
   dataset_computation = client_data.key_dataset_computation(dataset_computation)
   key_type = CLIENT_KEY_TYPE
-  server_optimizer = server_optimizer or tff.learning.optimizers.build_sgdm(1.0)
-  zero_weights = model_lib.zero_weights(keras_model_fn)
-  weights_type = model_lib.weights_type_of(zero_weights)
   # Each client makes its batches from its key in its own computation
   # (`ClientBatches`); checked here, before any state file is written.
   client_batches = client_data.ClientBatches(
     dataset_computation,
     tff.SequenceType(tff.types.tensorflow_to_type(element_spec)),
   )
-  distributor = composers.build_distributor(
-    weights_type, regularizers, zero_weights.trainable
-  )
-  received_type = distributor.next.type_signature.result.result.member
-  mean_update_recorder = composers.build_mean_update_recorder(
-    distributor, regularizers, weights_type.trainable
-  )
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   reads_previous = regularizers_lib.needs_previous_model(regularizers)
   state_keepers = [r for r in regularizers if r.client_state is not None]
   reporters = [r for r in state_keepers if _reads_reports(r)]
-  initial_model_weights_fn = model_lib.initial_weights_computation(
-    keras_model_fn
-  )
   kept_previous = reference_outputs.kept_previous_weights(
     keras_model_fn, regularizers
   )
@@ -449,17 +436,16 @@ def build_stateful_local_training_process(
     hparams.get_hparams_fn,
     hparams.set_hparams_fn,
   )
-  aggregator = factory.create(
+  aggregator = setup.factory.create(
     weights_type.trainable, tff.TensorType(np.float32)
   )
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-    server_optimizer, weights_type
-  )
   recorders = []
-  if mean_update_recorder is not None:
-    recorders.append(composers.mean_update_recording(mean_update_recorder))
+  if setup.mean_update_recorder is not None:
+    recorders.append(
+      composers.mean_update_recording(setup.mean_update_recorder)
+    )
   report_recorder = composers.build_report_recorder(
-    distributor,
+    setup.distributor,
     reporters,
     client_update_computation.type_signature.result[0]['report_sum'],
   )
@@ -474,11 +460,11 @@ def build_stateful_local_training_process(
 
     recorders.append(record_reports)
   initialize_fn, next_fn = composers.compose_computations(
-    initial_model_weights_fn,
-    distributor,
+    setup.initial_model_weights_fn,
+    setup.distributor,
     client_work,
     aggregator,
-    finalizer,
+    setup.finalizer,
     recorders,
   )
   return build_process(
@@ -486,6 +472,6 @@ def build_stateful_local_training_process(
     next_fn,
     client_states,
     composers.hparams_computations(
-      initialize_fn.type_signature.result.member, client_work, finalizer
+      initialize_fn.type_signature.result.member, client_work, setup.finalizer
     ),
   )
