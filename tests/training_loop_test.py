@@ -95,6 +95,40 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
   assert len(_metric_rows(config.output_dir)) == 5
 
 
+def test_a_run_in_a_directory_named_like_a_file_pattern_resumes(tmp_path):
+  # TensorFlow reads a checkpoint's path as a file pattern; the run reaches
+  # its program state by a link (`run_directory.tensorflow_path`). SCAFFOLD:
+  # its clients' state files live under the directory too.
+  settings = dict(method='scaffold', rounds=2)
+  whole = experiment.run(_config(tmp_path, 'whole', **settings), progress=False)
+
+  def interrupt_after_round_1(round_num, metrics):
+    del metrics
+    if round_num == 1:
+      raise Interrupted()
+
+  config = _config(tmp_path, 'a[1]*?', **settings)
+  experiment.validate(config)
+  with pytest.raises(Interrupted):
+    experiment.run(config, progress=False, round_hook=interrupt_after_round_1)
+  resumed_rounds = []
+  resumed = experiment.run(
+    config,
+    progress=False,
+    round_hook=lambda round_num, _: resumed_rounds.append(round_num),
+  )
+  assert resumed_rounds == [2]  # Round 1's checkpoint was found and read.
+  np.testing.assert_allclose(
+    model_lib.flat_trainable(resumed['final_weights']),
+    model_lib.flat_trainable(whole['final_weights']),
+    rtol=1e-5,
+    atol=1e-6,
+  )
+  saved = os.listdir(os.path.join(config.output_dir, 'program_state'))
+  assert 'program_state_2' in saved
+  assert os.listdir(os.path.join(config.output_dir, 'client_states'))
+
+
 def test_output_dir_of_another_experiment_is_refused(tmp_path):
   run_directory.check_experiment_config(
     str(tmp_path), dict(method='fedavg', mu=0.1, rounds=3)

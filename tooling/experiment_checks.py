@@ -248,14 +248,6 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
       f'--data_dir={config.data_dir!r} must be a directory of class '
       'sub-directories for --task=image_folder',
     )
-  for flag in ('output_dir', 'client_state_dir'):
-    path = getattr(config, flag) or ''
-    need(
-      not set(path) & set('[]*?'),
-      f'--{flag}={path!r} holds a character of [ ] * ?, which TensorFlow '
-      'reads as a file pattern when it looks for checkpoints: choose a '
-      'directory name without them',
-    )
   if errors:
     raise ValueError('Bad settings:\n  ' + '\n  '.join(errors))
 

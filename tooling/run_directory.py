@@ -1,9 +1,11 @@
-"""A run's output directory: held by one run at a time, and the settings
-it was started with (`experiment.json`), which a resumption must match.
+"""A run's output directory: held by one run at a time, the settings it
+was started with (`experiment.json`), which a resumption must match, and a
+path to it that TensorFlow can read whatever its name (`tensorflow_path`).
 """
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
@@ -25,6 +27,37 @@ CONFIG_FILE = 'experiment.json'
 
 # The file a run holds locked while it writes to its output directory.
 LOCK_FILE = '.lock'
+
+# Characters TensorFlow's checkpoint reader takes for a file pattern's.
+_GLOB_CHARACTERS = frozenset('[]*?')
+
+
+def tensorflow_path(directory: str) -> str:
+  """`directory`, or a path to it that TensorFlow reads literally.
+
+  TensorFlow reads a checkpoint's path as a file pattern (its
+  TensorSliceReader globs it), so a saved program state under `runs/a[1]`
+  is not found again. For a directory whose path holds `[ ] * ?`, this
+  makes the directory and returns a symbolic link to it under the
+  temporary directory, named by a hash of its absolute path: the same run
+  finds the same link when it resumes, and everything written through it
+  lands in `directory`.
+  """
+  if not _GLOB_CHARACTERS & set(directory):
+    return directory
+  real = os.path.abspath(directory)
+  os.makedirs(real, exist_ok=True)
+  links = os.path.join(tempfile.gettempdir(), 'tff_methods_paths')
+  os.makedirs(links, exist_ok=True)
+  link = os.path.join(links, hashlib.sha256(real.encode()).hexdigest()[:20])
+  if os.path.realpath(link) != os.path.realpath(real):
+    if os.path.lexists(link):
+      os.remove(link)  # A link of an earlier directory of that name.
+    try:
+      os.symlink(real, link)
+    except FileExistsError:
+      pass  # Another process of the same run made it.
+  return link
 
 
 class OutputDirInUseError(ValueError):

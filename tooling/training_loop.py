@@ -43,6 +43,7 @@ import tqdm
 
 from tasks import datasets
 from tff_methods import model_lib
+from tooling import run_directory
 
 _EVENT_LOOP = None
 
@@ -130,7 +131,7 @@ def _remove_unfinished_saves(root: Optional[str]) -> None:
       shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
-def _load_newest_readable(state_manager, structure):
+def _load_newest_readable(state_manager, structure, root):
   """(program state, version) of the newest checkpoint that reads, else
   (None, 0) when there is none. A newer one that does not read (a
   truncated file after a full disk or a crash mid-save) is passed over
@@ -142,7 +143,7 @@ def _load_newest_readable(state_manager, structure):
   Raises:
     CheckpointError: no saved checkpoint reads; names the directory.
   """
-  _remove_unfinished_saves(getattr(state_manager, '_root_dir', None))
+  _remove_unfinished_saves(root)
   versions = sorted(_await(state_manager.get_versions()) or [], reverse=True)
   errors = []
   for version in versions:
@@ -162,23 +163,29 @@ def _load_newest_readable(state_manager, structure):
         version,
         type(e).__name__,
         str(e).splitlines()[0] if str(e) else '',
-        path,
+        os.path.join(root, os.path.basename(path)),
       )
   if errors:
-    path = getattr(state_manager, '_root_dir', 'program_state')
     raise CheckpointError(
-      f'No checkpoint in {path} can be read ({"; ".join(errors)}). Delete '
+      f'No checkpoint in {root} can be read ({"; ".join(errors)}). Delete '
       'that directory to start the run over.'
     )
   return None, 0
 
 
+def program_state_manager(output_dir: str, **kwargs):
+  """TFF's `FileProgramStateManager` of the run in `output_dir`, reaching
+  its `program_state` directory by a path TensorFlow reads literally
+  (`run_directory.tensorflow_path`)."""
+  return tff.program.FileProgramStateManager(
+    run_directory.tensorflow_path(os.path.join(output_dir, 'program_state')),
+    **kwargs,
+  )
+
+
 def saved_round(output_dir: str) -> int:
   """The round of the newest program state saved in `output_dir` (0: none)."""
-  manager = tff.program.FileProgramStateManager(
-    os.path.join(output_dir, 'program_state')
-  )
-  versions = _await(manager.get_versions())
+  versions = _await(program_state_manager(output_dir).get_versions())
   return max(versions) if versions else 0
 
 
@@ -295,8 +302,8 @@ def run_training(
   program_state = collections.OrderedDict(
     state=state, round_num=0, rejected_rounds=0
   )
-  state_manager = tff.program.FileProgramStateManager(
-    os.path.join(output_dir, 'program_state'), keep_total=2, keep_first=False
+  state_manager = program_state_manager(
+    output_dir, keep_total=2, keep_first=False
   )
   # Processes with per-client state (`tff_methods.stateful`): their
   # clients' files, written by round.
@@ -306,7 +313,9 @@ def run_training(
       'A process with per-client state needs client_key_fn: '
       'its clients are keyed by client and round.'
     )
-  loaded, version = _load_newest_readable(state_manager, program_state)
+  loaded, version = _load_newest_readable(
+    state_manager, program_state, os.path.join(output_dir, 'program_state')
+  )
   if loaded is not None:
     program_state = loaded
     state = loaded['state']
