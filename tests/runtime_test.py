@@ -122,6 +122,13 @@ def test_configure_environment_keeps_the_callers_settings(monkeypatch):
   assert os.environ['GRPC_ENABLE_FORK_SUPPORT'] == '0'
 
 
+def test_a_worker_keeps_the_users_onednn_choice(monkeypatch):
+  monkeypatch.setenv('TF_ENABLE_ONEDNN_OPTS', '0')
+  assert workers.worker_environment(2)['TF_ENABLE_ONEDNN_OPTS'] == '0'
+  monkeypatch.delenv('TF_ENABLE_ONEDNN_OPTS')
+  assert workers.worker_environment(2)['TF_ENABLE_ONEDNN_OPTS'] == '1'
+
+
 def test_a_bad_thread_count_in_the_environment_ends_a_binary_in_one_line():
   assert process_setup.thread_settings_problem({}) is None
   assert (

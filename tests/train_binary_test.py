@@ -4,7 +4,6 @@ The TFF worker must end on every exit path: a normal end, and SIGINT or
 SIGTERM mid-round.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -124,22 +123,15 @@ def test_signal_mid_round_leaves_no_worker(signum, tmp_path):
 
 
 # The worker runs with TensorFlow's oneDNN kernels (twice as fast here)
-# unless the user chose otherwise.
-@pytest.mark.parametrize(
-  'user_onednn, worker_onednn', [(None, '1'), ('0', '0')]
-)
-def test_normal_run_ends_its_worker_and_writes_results(
-  tmp_path, user_onednn, worker_onednn
-):
+# unless the user chose otherwise (runtime_test: the user's choice kept).
+def test_normal_run_ends_its_worker_and_writes_results(tmp_path):
   output_dir = tmp_path / 'run'
   env = {k: v for k, v in os.environ.items() if k != 'TF_ENABLE_ONEDNN_OPTS'}
-  if user_onednn is not None:
-    env['TF_ENABLE_ONEDNN_OPTS'] = user_onednn
   process = _start(
     tmp_path, '--rounds=2', f'--output_dir={output_dir}', env=env
   )
   worker = _worker_of(process)
-  assert _environment_of(worker).get('TF_ENABLE_ONEDNN_OPTS') == worker_onednn
+  assert _environment_of(worker).get('TF_ENABLE_ONEDNN_OPTS') == '1'
   assert process.wait(timeout=300) == 0
   time.sleep(0.5)
   assert not _alive(worker)
@@ -234,31 +226,10 @@ def _train(tmp_path, name, *flags):
   )
 
 
-def test_in_process_on_two_devices_gives_the_workers_results(tmp_path):
-  on_worker = _train(tmp_path, 'worker', '--method=scaffold')
-  assert on_worker.returncode == 0, on_worker.stderr[-2000:]
-  ours = _train(
-    tmp_path,
-    'in_process',
-    '--method=scaffold',
-    '--execution=in_process',
-    '--devices=cpu:0,cpu:1',
-  )
-  assert ours.returncode == 0, ours.stderr[-2000:]
-  results = {
-    name: json.loads((tmp_path / name / 'results.json').read_text())
-    for name in ('worker', 'in_process')
-  }
-  assert results['in_process']['final_eval']['accuracy'] == pytest.approx(
-    results['worker']['final_eval']['accuracy'], abs=1e-6
-  )
-  assert results['in_process']['final_eval']['loss'] == pytest.approx(
-    results['worker']['final_eval']['loss'], rel=1e-5
-  )
-
-
 def test_a_bad_device_fails_in_one_line_before_any_work(tmp_path):
   # The other execution flags' refusals: multi_worker_test (runtime_flags).
+  # A binary's in-process run equals the worker's: comparison_test (its
+  # one-job rerun), on every method: in_process_test (the device check).
   result = _train(tmp_path, 'run', '--execution=in_process', '--devices=tpu:0')
   assert result.returncode == 2
   assert (
