@@ -7,11 +7,14 @@ binary's shared flags are missing, and from an installed console script,
 for it, and exits 0.
 """
 
+import signal
 import sys
 from typing import Callable
 
 from absl import app
 from absl import flags
+
+from tff_methods import workers
 
 # absl's help flags; `run` answers them itself.
 _HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort')
@@ -37,11 +40,22 @@ def help_text(module) -> str:
 INTERRUPTED_EXIT_CODE = 130
 
 
+def _interrupted() -> int:
+  print(
+    'interrupted: what was saved is kept; run the same command again '
+    'to resume.',
+    file=sys.stderr,
+  )
+  return INTERRUPTED_EXIT_CODE
+
+
 def run(main: Callable[[list[str]], int], module_name: str) -> None:
   """Runs a binary's `main` with absl; `--help` prints `help_text` and
   exits 0. (absl's own help lists only the flags of the file run as
   `__main__`, none from a console script, and exits 1.) A Ctrl-C ends it
-  with one line instead of a traceback: what was saved is kept."""
+  with one line instead of a traceback: what was saved is kept; so does the
+  worker's end by this process's SIGINT/SIGTERM handler met in TFF's
+  thread (`workers.WorkerEndedBySignalError`), with the signal's status."""
   if any(argument in _HELP_FLAGS for argument in sys.argv[1:]):
     print(help_text(sys.modules[module_name]))
     sys.exit(0)
@@ -50,11 +64,10 @@ def run(main: Callable[[list[str]], int], module_name: str) -> None:
     try:
       return main(argv)
     except KeyboardInterrupt:
-      print(
-        'interrupted: what was saved is kept; run the same command again '
-        'to resume.',
-        file=sys.stderr,
-      )
-      return INTERRUPTED_EXIT_CODE
+      return _interrupted()
+    except workers.WorkerEndedBySignalError as e:
+      if e.signum == signal.SIGINT:
+        return _interrupted()
+      return 128 + e.signum  # As the SIGTERM handler's SystemExit.
 
   app.run(main_or_interrupted)

@@ -16,6 +16,7 @@ from typing import Optional
 
 from absl import flags
 
+from tff_methods import bind_address
 from tff_methods import in_process
 from tff_methods import runtime
 from tff_methods import workers
@@ -239,7 +240,14 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
 
 
 def with_worker_command(error: workers.WorkerUnreachableError) -> str:
-  """`error`'s message, with the command that starts the worker it names."""
-  port = error.address.rpartition(':')[2]
-  host = error.address.rpartition(':')[0]
-  return f'{error} (On {host}: python -m binaries.worker --port={port})'
+  """`error`'s message, with the command that starts the worker it names:
+  on another host it must listen beyond loopback (`--host`)."""
+  host, _, port = error.address.rpartition(':')
+  command = f'python -m binaries.worker --port={port}'
+  if host.strip('[]') not in ('127.0.0.1', 'localhost', '::1'):
+    try:
+      bind_address.check_host(host)
+      command += f' --host={host.strip("[]")}'
+    except ValueError:  # A host name: its address there, or every one.
+      command += ' --host=0.0.0.0'
+  return f'{error} (On {host}: {command})'

@@ -1,15 +1,18 @@
 r"""Serves a TFF worker on this host, for other hosts' `--tff_workers`.
 
-  python -m binaries.worker --port=8000 [--max_concurrent_clients=2] \
-      [--tff_worker_binary=/path/to/worker_binary]
+  python -m binaries.worker --port=8000 --host=10.0.0.5 \
+      [--max_concurrent_clients=2] [--tff_worker_binary=/path/to/worker_binary]
 
 Runs TFF's C++ `worker_binary` (the one shipped in the tensorflow-federated
 package unless `--tff_worker_binary` names another, e.g. one built with
 CUDA) in the foreground until it is stopped (Ctrl-C). A binary started with
 `--tff_workers=THIS_HOST:8000,...` then trains part of every round's clients
-here. TFF's worker listens on every interface, without authentication
-(its address is fixed in TFF's binary): serve on a trusted network, or
-firewall the port. The workers read clients' data by file path: run the
+here. It listens on `--host` only: 127.0.0.1 by default (this host's
+binaries only); the address of the interface the training hosts reach, or
+0.0.0.0 for every interface. TFF's worker has no authentication: serve on a
+trusted network, or firewall the port (TFF fixes its address at [::];
+`tff_methods.bind_address` binds it to the host). The workers read
+clients' data by file path: run the
 binaries and the workers with the same data cache (`--cache_dir`)
 reachable at the same path.
 """
@@ -23,6 +26,7 @@ from absl import app
 from absl import flags
 
 from binaries import binary_main
+from tff_methods import bind_address
 from tff_methods import workers
 from tooling import process_setup
 
@@ -30,6 +34,13 @@ from tooling import process_setup
 process_setup.configure_environment()
 
 flags.DEFINE_integer('port', None, 'The port to serve on (1..65535).')
+flags.DEFINE_string(
+  'host',
+  bind_address.LOOPBACK,
+  'The address to listen on: 127.0.0.1 (this host only), an interface '
+  "the training hosts reach, or 0.0.0.0 (every interface). TFF's worker "
+  'has no authentication.',
+)
 flags.DEFINE_integer(
   'max_concurrent_clients',
   2,
@@ -66,6 +77,11 @@ def main(argv):
     print(f'--port={FLAGS.port} must be a port in 1..65535', file=sys.stderr)
     return 2
   try:
+    host = bind_address.check_host(FLAGS.host)
+  except ValueError as e:
+    print(f'--host: {e}', file=sys.stderr)
+    return 2
+  try:
     binary = (
       workers.check_worker_binary(FLAGS.tff_worker_binary)
       if FLAGS.tff_worker_binary
@@ -85,15 +101,30 @@ def main(argv):
       file=sys.stderr,
     )
     return 2
-  print(f'TFF worker {binary} serving on port {FLAGS.port}', flush=True)
-  print(
-    f"warning: TFF's worker listens on every interface ([::]:{FLAGS.port}; "
-    'its binary fixes the address) and has no authentication: anyone who '
-    'reaches this port can run computations here. Serve only on a trusted '
-    'network, or firewall the port to the hosts that train.',
-    file=sys.stderr,
-    flush=True,
+  environment = workers.worker_environment(
+    FLAGS.max_concurrent_clients, host=host
   )
+  everywhere = not bind_address.held_to_host(environment)
+  where = 'every interface' if everywhere else host
+  print(
+    f'TFF worker {binary} serving on {where}, port {FLAGS.port}', flush=True
+  )
+  if everywhere and not bind_address.is_any_address(host):
+    print(
+      f'warning: {host} could not be held to (no C compiler to build '
+      "tff_methods/bind_address.c): TFF's worker listens on every "
+      'interface.',
+      file=sys.stderr,
+      flush=True,
+    )
+  if everywhere or host != bind_address.LOOPBACK:
+    print(
+      f"warning: TFF's worker has no authentication: anyone who reaches "
+      f'{where} port {FLAGS.port} can run computations here. Serve only on '
+      'a trusted network, or firewall the port to the hosts that train.',
+      file=sys.stderr,
+      flush=True,
+    )
   # Become the worker: signals reach it directly and nothing is left behind.
   os.execve(
     binary,
@@ -102,7 +133,7 @@ def main(argv):
       f'--port={FLAGS.port}',
       '--max_concurrent_computation_calls=' f'{FLAGS.max_concurrent_clients}',
     ],
-    workers.worker_environment(FLAGS.max_concurrent_clients),
+    environment,
   )
 
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from binaries import binary_main
 from tff_methods import runtime
 from tff_methods import workers
 from tooling import process_setup
@@ -253,7 +254,7 @@ def test_the_worker_binary_serves_with_the_cores_split():
     text=True,
   )
   try:
-    assert 'serving on port' in process.stdout.readline()
+    assert 'serving on 127.0.0.1, port' in process.stdout.readline()
     # The Python process becomes the worker (exec): same pid. Its
     # environment is readable once the exec has set it up.
     deadline = time.monotonic() + 30
@@ -268,6 +269,7 @@ def test_the_worker_binary_serves_with_the_cores_split():
           break
       assert time.monotonic() < deadline, 'binaries.worker did not exec'
       time.sleep(0.05)
+    assert b'TFF_METHODS_BIND_HOST=127.0.0.1' in environ  # bind_address_test
     threads = str(max(1, workers.usable_cores() // 2)).encode()
     assert b'TF_NUM_INTRAOP_THREADS=' + threads in environ
     assert (
@@ -350,12 +352,13 @@ def test_a_worker_ended_by_a_signal_is_the_interruption_not_a_death(
     worker.get_stub()
 
 
-def test_from_another_thread_the_interruption_reaches_the_main_thread(
+def test_from_another_thread_the_interruption_is_an_error_naming_the_signal(
   monkeypatch,
 ):
   # TFF calls the worker from its event-loop thread, where a
-  # KeyboardInterrupt would escape with a traceback: the call fails
-  # plainly there, and the main thread is interrupted.
+  # KeyboardInterrupt would escape with a traceback: the call fails there
+  # with an error the waiting main thread gets, naming the signal; the main
+  # thread is not interrupted a second time.
   class Exited:
     pid, returncode = 123, -9
 
@@ -364,26 +367,40 @@ def test_from_another_thread_the_interruption_reaches_the_main_thread(
 
   worker = workers.LocalWorker(None, 2, None)
   worker._process = Exited()
-  monkeypatch.setattr(workers, '_received_signal', signal.SIGINT)
-  # Python's own handler: this process's (conftest's `configure_process`)
-  # would end the session's worker, which other tests share.
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  monkeypatch.setattr(workers, '_received_signal', signal.SIGTERM)
   in_thread = []
 
   def call():
     try:
       worker.get_stub()
-    except workers.WorkerExitedError as e:
-      in_thread.append(str(e))
+    except workers.WorkerEndedBySignalError as e:
+      in_thread.append(e.signum)
 
-  try:
-    with pytest.raises(KeyboardInterrupt):
-      thread = threading.Thread(target=call)
-      thread.start()
-      thread.join()
-      for _ in range(200):  # The pending interruption is handled here.
-        time.sleep(0.01)
-    thread.join()
-  finally:
-    signal.signal(signal.SIGINT, previous)
-  assert in_thread == ['The TFF worker was ended by this process on a signal.']
+  thread = threading.Thread(target=call)
+  thread.start()
+  thread.join()
+  time.sleep(0.2)  # A pending interruption of this thread would fire here.
+  assert in_thread == [signal.SIGTERM]
+
+
+@pytest.mark.parametrize(
+  'raised, status, says',
+  [
+    (KeyboardInterrupt(), 130, 'interrupted: what was saved is kept'),
+    (workers.WorkerEndedBySignalError(signal.SIGINT), 130, 'interrupted:'),
+    (workers.WorkerEndedBySignalError(signal.SIGTERM), 143, ''),
+  ],
+)
+def test_a_binary_ends_on_the_interruption_as_on_the_signal(
+  raised, status, says, monkeypatch, capsys
+):
+  def main(argv):
+    del argv
+    raise raised
+
+  monkeypatch.setattr(sys, 'argv', ['binary'])
+  with pytest.raises(SystemExit) as ended:
+    binary_main.run(main, __name__)
+  assert ended.value.code == status
+  stderr = capsys.readouterr().err
+  assert says in stderr and 'Traceback' not in stderr

@@ -22,7 +22,6 @@ execution contexts on these workers; `LocalWorker` and `RemoteWorker` are
 the connections it uses.
 """
 
-import _thread
 import atexit
 import ctypes
 import importlib.util
@@ -37,6 +36,8 @@ from typing import Optional
 
 from absl import logging
 import portpicker
+
+from tff_methods import bind_address
 
 # TensorFlow 2.14 turns its oneDNN CPU kernels on by default only on the
 # newest Intel CPUs. The workers this module starts get them unless the
@@ -63,6 +64,21 @@ class WorkerExitedError(RuntimeError):
   called from the main thread) starts a new worker; a run then resumes from
   its last checkpoint.
   """
+
+
+class WorkerEndedBySignalError(RuntimeError):
+  """This process's signal handler ended the worker (a Ctrl-C, a SIGTERM)
+  while a computation needed it: the interruption, met in a thread where
+  the handler's own exception could not be raised (TFF's event-loop
+  thread). The binaries end on it as on the signal (`binary_main`).
+
+  Attributes:
+    signum: The signal.
+  """
+
+  def __init__(self, signum: int):
+    super().__init__('The TFF worker was ended by this process on a signal.')
+    self.signum = signum
 
 
 class WorkerUnreachableError(RuntimeError):
@@ -171,6 +187,7 @@ def threads_per_client(
 def worker_environment(
   max_concurrent_computation_calls: int = -1,
   model_parameters: Optional[int] = None,
+  host: str = bind_address.LOOPBACK,
 ) -> dict[str, str]:
   """The environment to start a TFF worker with.
 
@@ -178,7 +195,8 @@ def worker_environment(
   (`TF_NUM_INTRAOP_THREADS`) from `threads_per_client`: when the worker runs
   at most k client computations at once, cores // k for small models and
   every core for large ones. The caller's own settings win. A round of fewer
-  clients than k leaves cores idle with a split.
+  clients than k leaves cores idle with a split. The worker listens on
+  `host` only (`bind_address`; 0.0.0.0: every interface).
   """
   env = dict(os.environ)
   env.setdefault(*ONEDNN)
@@ -187,7 +205,7 @@ def worker_environment(
   )
   if threads is not None:
     env.setdefault(_INTRA_OP_THREADS, str(threads))
-  return env
+  return bind_address.environment(host, env)
 
 
 def start_worker(
@@ -334,18 +352,16 @@ class LocalWorker:
         return self._stub
       if self._process is not None and self._process.poll() is not None:
         if _received_signal is not None:
-          # The signal handler ended the worker, and the exception it raised
-          # was lost (Python ignores one raised inside a weakref callback):
-          # this is the interruption, not a worker that died. Raised in the
-          # main thread; from TFF's event-loop thread the main thread gets
-          # it (a KeyboardInterrupt would escape that thread with a
-          # traceback), and this call fails plainly.
+          # The signal handler ended the worker: this is the interruption,
+          # not a worker that died. Raised as the handler raises it in the
+          # main thread (whose own may have been lost: Python ignores one
+          # raised inside a weakref callback). From TFF's event-loop thread,
+          # where a KeyboardInterrupt would escape with a traceback, as an
+          # error the waiting main thread gets (interrupting the main thread
+          # from here would interrupt it twice).
           if threading.current_thread() is threading.main_thread():
             _raise_for(_received_signal)
-          _thread.interrupt_main(_received_signal)
-          raise WorkerExitedError(
-            'The TFF worker was ended by this process on a signal.'
-          )
+          raise WorkerEndedBySignalError(_received_signal)
         raise WorkerExitedError(
           f'The TFF worker (pid {self._process.pid}) exited with code '
           f'{self._process.returncode} during the run.'

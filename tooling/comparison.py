@@ -352,7 +352,7 @@ def _job(pending, max_concurrent_clients, done, parent_pid):
     return
   try:
     _train_runs(pending, max_concurrent_clients, done)
-  except KeyboardInterrupt:
+  except (KeyboardInterrupt, workers.WorkerEndedBySignalError):
     sys.exit(130)  # As a shell reports a SIGINT.
 
 
@@ -367,6 +367,8 @@ def _train_runs(pending, max_concurrent_clients, done):
     start = time.monotonic()
     try:
       results = run_restarting_worker(config, start_worker, progress=False)
+    except workers.WorkerEndedBySignalError:
+      raise  # The job's interruption (`_job`), not the run's failure.
     except Exception as e:
       done.put((_label(config), 0.0, 0.0, f'{type(e).__name__}: {e}'))
       return
