@@ -34,7 +34,6 @@ from tff_methods import workers
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
 from tooling import benchmark_processes
 from tooling import client_profile
-from tooling import experiment
 from tooling import plain_loops
 
 
@@ -210,21 +209,9 @@ def loopback_worker_throughput(
     context_stack_impl,
   )
 
-  batches = datasets.LocalBatches(batch_size, local_epochs, seed=seed)
   client_ids = list(data.client_data.client_ids)
-  model_fn = experiment.model_fn_for(
-    'fedavg',
-    model_name,
-    data.num_classes,
-    data.input_shape,
-    hparams,
-    **benchmark_processes.model_kwargs(model_name),
-  )
-  process = methods_lib.build_method_for_client_ids(
-    'fedavg',
-    model_fn,
-    *benchmark_processes.round_datasets(data, batches),
-    hparams,
+  process, model_fn = benchmark_processes.benchmark_process(
+    'fedavg', model_name, data, hparams, local_epochs, batch_size, seed
   )
   results = {}
   for count in worker_counts:
