@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint bazel gpu-setup gpu-check clean-venv
+.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
@@ -17,13 +17,13 @@ $(STAMP): requirements.txt pyproject.toml
 	# TFF 0.87.0 pins jax/jaxlib 0.4.14, which the registry does not serve:
 	# its other dependencies come from requirements.txt (jax 0.4.13).
 	$(VENV)/bin/pip install --quiet --no-deps tensorflow-federated==0.87.0
-	# The repository itself on the environment's path, as it is laid out
-	# (tff_methods, tasks, tooling, binaries): edits apply at once.
-	# `pip install .` installs it under tff_methods* names instead (setup.py).
-	$(VENV)/bin/python -c 'import os, sysconfig; \
-	  open(os.path.join(sysconfig.get_paths()["purelib"], \
-	  "tff_methods_repository.pth"), "w").write(os.getcwd() + "\n")'
-	$(VENV)/bin/pip uninstall --quiet --yes tff_methods 2>/dev/null || true
+	# The repository itself, editable: its packages under the names they
+	# install as (tasks/ is tff_methods_tasks, pyproject.toml), edits apply
+	# at once, and the commands tff-methods-* are in .venv/bin.
+	$(VENV)/bin/python -c 'import os, sysconfig; p = os.path.join( \
+	  sysconfig.get_paths()["purelib"], "tff_methods_repository.pth"); \
+	  os.path.exists(p) and os.remove(p)'  # An older set-up's path entry.
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -48,6 +48,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The Bazel BUILD files, written from the sources' imports (run it after
+# adding a module or an import; tests/build_files_test.py checks them).
+build-files:
+	$(PYTHON) tools/build_files.py
 
 # Bazel, offline (Bazel 4's native py rules; Debian's bazel-bootstrap): every
 # target builds, and two test targets run their tests with .venv's Python.

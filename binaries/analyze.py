@@ -1,14 +1,14 @@
 r"""Draws the papers' analysis figures from a fresh short run of a method.
 
-  python -m binaries.analyze --method=fedprox --task=digits --rounds=5 \
+  tff-methods-analyze --method=fedprox --task=digits --rounds=5 \
       --output_dir=runs/analysis_fedprox
 
 Takes the experiment flags of `train.py`. Writes, each as PNG and CSV:
 layer-wise CKA of local vs global and local vs local models (FedCKA Fig. 2),
 activation divergence per round (FedMAX Fig. 2), angles of client updates
-(FedCos Figs. 3, 12), the partition heatmap (FedCKA Fig. 4) and the
-per-layer feature total variance (Fed2). The logic lives in
-`tooling.analysis`.
+(FedCos Figs. 3, 12), the partition heatmap (FedCKA Fig. 4) and the per-layer
+feature total variance (Fed2). The logic lives in
+`tff_methods_tooling.analysis`.
 """
 
 import sys
@@ -16,16 +16,16 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-from binaries import experiment_flags
-from binaries import runtime_flags
-from tooling import analysis
-from tooling import run_directory
+from tff_methods_binaries import experiment_flags
+from tff_methods_binaries import runtime_flags
+from tff_methods_tooling import analysis
+from tff_methods_tooling import run_directory
 
 flags.DEFINE_integer(
   'analysis_clients', 5, "How many clients' local models are probed."

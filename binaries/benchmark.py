@@ -1,24 +1,23 @@
 r"""Speed and memory of every method against FedAvg and a plain TF loop.
 
-  python -m binaries.benchmark --output_dir=runs/benchmark
+  tff-methods-benchmark --output_dir=runs/benchmark
 
 On CIFAR-shaped data generated with a fixed seed, 10 clients all taking
-part: seconds per round of every method and its ratio to FedAvg (the
-project's, and TFF's own builder's; measured interleaved in the same run)
-for the FedCKA CNN and ResNet-18 (`--models` adds resnet50), clients per
-second and peak memory; FedAvg through TFF against the same local training
-as a plain TF loop and, when PyTorch imports, a plain PyTorch loop (the
-reference code's way) at 5 local epochs, with TFF's cost per client; the
-same comparison at 10, 100 and 1,000 small clients per round
-(`--scaling_clients`); a cross-device run (EMNIST-shaped data, 3,400
-clients of 100 to 300 examples, 100 sampled per round: seconds per round,
-clients per second, memory growth, and for SCAFFOLD and MOON the
-client-state store's size and read time); resident memory over 200
-rounds of a small model; and, for `--client_profile_methods`, each
-method's client computation op by op (`tooling.client_profile`). Writes
+part: seconds per round of every method and its ratio to FedAvg (the project's,
+and TFF's own builder's; measured interleaved in the same run) for the FedCKA
+CNN and ResNet-18 (`--models` adds resnet50), clients per second and peak
+memory; FedAvg through TFF against the same local training as a plain TF loop
+and, when PyTorch imports, a plain PyTorch loop (the reference code's way) at 5
+local epochs, with TFF's cost per client; the same comparison at 10, 100 and
+1,000 small clients per round (`--scaling_clients`); a cross-device run
+(EMNIST-shaped data, 3,400 clients of 100 to 300 examples, 100 sampled per
+round: seconds per round, clients per second, memory growth, and for SCAFFOLD
+and MOON the client-state store's size and read time); resident memory over 200
+rounds of a small model; and, for `--client_profile_methods`, each method's
+client computation op by op (`tff_methods_tooling.client_profile`). Writes
 `benchmark.json` and `benchmark.md` (each figure beside its target and the
 FedCKA paper's Table 4) to `--output_dir`. The logic lives in
-`tooling.benchmark`.
+`tff_methods_tooling.benchmark`.
 """
 
 import functools
@@ -29,31 +28,31 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
 from tff_methods import runtime
 from tff_methods import workers
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 import tensorflow_federated as tff
 
-from binaries import benchmark_flags
-from binaries import runtime_flags
-from tasks import datasets
-from tasks import models as task_models
 from tff_methods import in_process
 from tff_methods import methods as methods_lib
-from tooling import benchmark
-from tooling import benchmark_floors
-from tooling import benchmark_memory
-from tooling import benchmark_processes
-from tooling import benchmark_report
-from tooling import cross_device
-from tooling import plain_loops
-from tooling import pytorch_loop
-from tooling import run_directory
+from tff_methods_binaries import benchmark_flags
+from tff_methods_binaries import runtime_flags
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tooling import benchmark
+from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_memory
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import benchmark_report
+from tff_methods_tooling import cross_device
+from tff_methods_tooling import plain_loops
+from tff_methods_tooling import pytorch_loop
+from tff_methods_tooling import run_directory
 
 FLAGS = flags.FLAGS
 

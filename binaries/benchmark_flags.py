@@ -4,8 +4,8 @@ every training binary shares."""
 
 from absl import flags
 
-from tasks import models as task_models
-from tooling import benchmark_processes
+from tff_methods_tasks import models as task_models
+from tff_methods_tooling import benchmark_processes
 
 flags.DEFINE_list(
   'models',

@@ -1,6 +1,6 @@
 r"""Compares federated methods on one task, with several seeds.
 
-  python -m binaries.compare --methods=fedavg,fedprox,moon,fedcka \
+  tff-methods-compare --methods=fedavg,fedprox,moon,fedcka \
       --seeds=0,1 --task=digits --rounds=20 --output_dir=runs/compare
 
 Every method runs with the same settings (the experiment flags of
@@ -8,15 +8,15 @@ Every method runs with the same settings (the experiment flags of
 rerun skips finished runs and resumes unfinished ones. Writes
 `comparison.md`, `comparison.csv` and `accuracy.png` to `--output_dir`.
 
-A paper's table in one command (`python -m binaries.presets` lists them):
+A paper's table in one command (`tff-methods-presets` lists them):
 
-  python -m binaries.compare --preset=fedcos_table1_totally --seeds=0,1,2
+  tff-methods-compare --preset=fedcos_table1_totally --seeds=0,1,2
 
 runs every row of the table with the paper's settings (flags given on the
-command line still win, e.g. `--rounds=5` for a trial) to
-`runs/<preset>/`, and the table gets the paper's number beside each row;
-`--methods` then picks rows by key. The logic lives in
-`tooling.comparison` and `tooling.presets`.
+command line still win, e.g. `--rounds=5` for a trial) to `runs/<preset>/`, and
+the table gets the paper's number beside each row; `--methods` then picks rows
+by key. The logic lives in `tff_methods_tooling.comparison` and
+`tff_methods_tooling.presets`.
 """
 
 import sys
@@ -24,19 +24,19 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-from binaries import experiment_flags
-from binaries import runtime_flags
 from tff_methods import methods
-from tooling import comparison
-from tooling import comparison_report
-from tooling import presets
-from tooling import tuning
+from tff_methods_binaries import experiment_flags
+from tff_methods_binaries import runtime_flags
+from tff_methods_tooling import comparison
+from tff_methods_tooling import comparison_report
+from tff_methods_tooling import presets
+from tff_methods_tooling import tuning
 
 flags.DEFINE_list(
   'methods',

@@ -1,17 +1,17 @@
 r"""Whether and how fast this machine's GPUs (or named devices) run the methods.
 
-  python -m binaries.device_check                 # every GPU, FedAvg
-  python -m binaries.device_check --devices=gpu:0,gpu:1 \
+  tff-methods-device-check                 # every GPU, FedAvg
+  tff-methods-device-check --devices=gpu:0,gpu:1 \
       --methods=fedavg,moon,scaffold --rounds=5
 
 Each method trains a few rounds on the digits task twice from the same
 initial model: on TFF's worker (CPU only) and in this process on the devices
 (`--execution=in_process`). It prints the devices found, then a row per
-method: seconds per round on each path (median of the rounds after the
-first, which compiles), the largest relative difference of the two runs'
-weights, where the in-process clients' nodes ran (TensorFlow's step stats),
-and any op of the clients' graphs that has no GPU kernel. `make gpu-check`
-runs it. The logic lives in `tooling.device_check`.
+method: seconds per round on each path (median of the rounds after the first,
+which compiles), the largest relative difference of the two runs' weights, where
+the in-process clients' nodes ran (TensorFlow's step stats), and any op of the
+clients' graphs that has no GPU kernel. `make gpu-check` runs it. The logic
+lives in `tff_methods_tooling.device_check`.
 """
 
 import json
@@ -20,8 +20,8 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
@@ -76,7 +76,7 @@ def main(argv):
     )
   except in_process.DeviceError as e:
     return _usage_error(f'--{e}')
-  from tooling import device_check
+  from tff_methods_tooling import device_check
 
   rows = []
   for row in device_check.check_methods(

@@ -1,10 +1,9 @@
 """The flags that describe one experiment, shared by the binaries.
 
-One flag per field of `tooling.experiment.ExperimentConfig`, with the
-field's default and help: the config is the single source of every setting.
-`config_from_flags()` turns the flags back into a config. Importing this
-module imports TensorFlow, so binaries call
-`process_setup.configure_process(...)`
+One flag per field of `tff_methods_tooling.experiment.ExperimentConfig`, with
+the field's default and help: the config is the single source of every setting.
+`config_from_flags()` turns the flags back into a config. Importing this module
+imports TensorFlow, so binaries call `process_setup.configure_process(...)`
 first.
 """
 
@@ -16,13 +15,14 @@ from typing import Callable, Optional
 
 from absl import flags
 
-from binaries import runtime_flags
-from tasks import datasets
 from tff_methods import runtime
 from tff_methods import workers
-from tooling import comparison
-from tooling import experiment
-from tooling import presets
+from tff_methods_binaries import runtime_flags
+from tff_methods_tasks import datasets
+from tff_methods_tooling import commands
+from tff_methods_tooling import comparison
+from tff_methods_tooling import experiment
+from tff_methods_tooling import presets
 
 
 def _define_config_flags() -> None:
@@ -47,7 +47,7 @@ flags.DEFINE_string(
   'preset',
   None,
   'A paper experiment by name (list them '
-  'with python -m binaries.presets): sets every flag above '
+  f"with {commands.command('presets')}): sets every flag above "
   'that the command line does not set.',
 )
 

@@ -1,14 +1,14 @@
 r"""Lists the papers' experiments that `--preset` runs, with their numbers.
 
-  python -m binaries.presets                      # every preset, a table each
-  python -m binaries.presets --paper=fedcos       # one paper's
-  python -m binaries.presets --preset=fedcka_table1_cifar10   # and its flags
+  tff-methods-presets                      # every preset, a table each
+  tff-methods-presets --paper=fedcos       # one paper's
+  tff-methods-presets --preset=fedcka_table1_cifar10   # and its flags
 
 Each preset is one column of a paper's table: its rows are the methods (the
 paper's own marked *) with the number the paper reports. Run one row with
-`python -m binaries.train --preset=NAME [--method=ROW]`, the whole column
-with `python -m binaries.compare --preset=NAME`. The presets live in
-`tooling.presets`.
+`tff-methods-train --preset=NAME [--method=ROW]`, the whole column with
+`tff-methods-compare --preset=NAME`. The presets live in
+`tff_methods_tooling.presets`.
 """
 
 import sys
@@ -16,14 +16,14 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
 from tff_methods import runtime
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-from tooling import presets
+from tff_methods_tooling import presets
 
 flags.DEFINE_string('preset', None, 'Show this preset with all its flags.')
 flags.DEFINE_string(

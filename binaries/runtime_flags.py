@@ -3,7 +3,7 @@
 - no flag: one local TFF worker, started and ended by the binary;
 - `--tff_worker_binary=PATH`: that local worker is PATH (e.g. a CUDA build);
 - `--tff_workers=host:port,...`: workers already running (started with
-  `python -m binaries.worker --port=PORT`), each round's clients split
+  `tff-methods-worker --port=PORT`), each round's clients split
   between them (`tff_methods.runtime.set_remote_execution_context`);
 - `--execution=in_process --devices=gpu:0,gpu:1`: the rounds' TensorFlow in
   this process, the clients spread over the devices
@@ -20,6 +20,7 @@ from tff_methods import bind_address
 from tff_methods import in_process
 from tff_methods import runtime
 from tff_methods import workers
+from tff_methods_tooling import commands
 
 EXECUTIONS = ('worker', 'in_process')
 
@@ -27,7 +28,7 @@ flags.DEFINE_list(
   'tff_workers',
   [],
   'host:port of running TFF workers '
-  "(python -m binaries.worker) to split every round's "
+  f"({commands.command('worker')}) to split every round's "
   'clients across; '
   'empty: one local worker.',
 )
@@ -68,7 +69,7 @@ FLAGS = flags.FLAGS
 
 BINARY_WITH_REMOTE_WORKERS = (
   '--tff_worker_binary starts a local worker, but --tff_workers connects '
-  'to running ones: start each of those with python -m binaries.worker '
+  f"to running ones: start each of those with {commands.command('worker')} "
   '--tff_worker_binary=PATH instead'
 )
 
@@ -243,7 +244,7 @@ def with_worker_command(error: workers.WorkerUnreachableError) -> str:
   """`error`'s message, with the command that starts the worker it names:
   on another host it must listen beyond loopback (`--host`)."""
   host, _, port = error.address.rpartition(':')
-  command = f'python -m binaries.worker --port={port}'
+  command = f"{commands.command('worker')} --port={port}"
   if host.strip('[]') not in ('127.0.0.1', 'localhost', '::1'):
     try:
       bind_address.check_host(host)

@@ -1,19 +1,20 @@
 r"""Trains one federated method on one task.
 
-Run from the repository root:
+As installed (`make setup` puts the commands in .venv/bin; in a checkout,
+`python -m binaries.train` from the root is the same):
 
-  python -m binaries.train --method=fedprox --mu=0.01 --task=digits \
+  tff-methods-train --method=fedprox --mu=0.01 --task=digits \
       --partition=dirichlet --alpha=0.5 --num_clients=10 --rounds=20 \
       --output_dir=runs/digits_fedprox
 
-Or one row of a paper's experiment (`python -m binaries.presets` lists
+Or one row of a paper's experiment (`tff-methods-presets` lists
 them; the paper's own method unless `--method` names another row):
 
-  python -m binaries.train --preset=fedcka_table1_cifar10 --method=moon
+  tff-methods-train --preset=fedcka_table1_cifar10 --method=moon
 
 Rerunning with the same flags resumes from the last saved round; a larger
-`--rounds` extends a finished run. Every flag is checked before any work
-starts. The logic lives in `tooling.experiment`.
+`--rounds` extends a finished run. Every flag is checked before any work starts.
+The logic lives in `tff_methods_tooling.experiment`.
 """
 
 import sys
@@ -21,17 +22,17 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-from binaries import experiment_flags
-from binaries import runtime_flags
-from tooling import comparison
-from tooling import experiment
-from tooling import presets
+from tff_methods_binaries import experiment_flags
+from tff_methods_binaries import runtime_flags
+from tff_methods_tooling import comparison
+from tff_methods_tooling import experiment
+from tff_methods_tooling import presets
 
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
 # --verbosity is absl's own flag: 1 or more shows TensorFlow/TFF logs.

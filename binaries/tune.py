@@ -1,18 +1,17 @@
 r"""Chooses each method's learning rates on held-out training data.
 
-  python -m binaries.tune --methods=fedavg,fedadam,moon --task=digits \
+  tff-methods-tune --methods=fedavg,fedadam,moon --task=digits \
       --client_learning_rates=0.01,0.03,0.1 \
       --server_learning_rates=0.003,0.01,0.03 --output_dir=runs/tune
 
-Every method runs with the experiment flags of `train.py` at each grid
-point (the server grid only for FedAvgM/FedAdam/FedYogi and their
-combinations), evaluated on `--validation_fraction` of the training data
-(0.2 unless given), never on the test set. Each run lives in
-`<output_dir>/<method>/<grid point>/seed<seed>`; a rerun skips finished
-runs and resumes unfinished ones. Writes `tuning.json` (the choice per
-method, for `compare.py --settings_from`), `tuning.md` and one
-`validation_<method>.png` per method. The logic lives in
-`tooling.tuning`.
+Every method runs with the experiment flags of `train.py` at each grid point
+(the server grid only for FedAvgM/FedAdam/FedYogi and their combinations),
+evaluated on `--validation_fraction` of the training data (0.2 unless given),
+never on the test set. Each run lives in `<output_dir>/<method>/<grid
+point>/seed<seed>`; a rerun skips finished runs and resumes unfinished ones.
+Writes `tuning.json` (the choice per method, for `compare.py --settings_from`),
+`tuning.md` and one `validation_<method>.png` per method. The logic lives in
+`tff_methods_tooling.tuning`.
 """
 
 import sys
@@ -20,17 +19,17 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-from binaries import experiment_flags
-from binaries import runtime_flags
 from tff_methods import methods
-from tooling import comparison
-from tooling import tuning
+from tff_methods_binaries import experiment_flags
+from tff_methods_binaries import runtime_flags
+from tff_methods_tooling import comparison
+from tff_methods_tooling import tuning
 
 flags.DEFINE_list(
   'methods',

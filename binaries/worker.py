@@ -1,6 +1,6 @@
 r"""Serves a TFF worker on this host, for other hosts' `--tff_workers`.
 
-  python -m binaries.worker --port=8000 --host=10.0.0.5 \
+  tff-methods-worker --port=8000 --host=10.0.0.5 \
       [--max_concurrent_clients=2] [--tff_worker_binary=/path/to/worker_binary]
 
 Runs TFF's C++ `worker_binary` (the one shipped in the tensorflow-federated
@@ -25,10 +25,10 @@ import sys
 from absl import app
 from absl import flags
 
-from binaries import binary_main
 from tff_methods import bind_address
 from tff_methods import workers
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 # The worker inherits this process's environment (oneDNN kernels on).
 process_setup.configure_environment()

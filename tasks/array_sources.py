@@ -1,6 +1,6 @@
 """Centralized data sets as arrays `(x_train, y_train, x_test, y_test)`, for
-`tasks.datasets` to split over clients: scikit-learn's digits (embedded,
-offline), tensorflow_datasets' images, image folders, and the FedProx
+`tff_methods_tasks.datasets` to split over clients: scikit-learn's digits
+(embedded, offline), tensorflow_datasets' images, image folders, and the FedProx
 synthetic(alpha, beta) set generated in code. Images are float32 in [0, 1]
 before normalization.
 """

@@ -1,8 +1,8 @@
 """Clients' arrays written once as one TFRecord file per client, and served
-as TFF client data (`TFRecordClientData`, a `FilePerUserClientData`), under
-a cache directory keyed by the data set, partition and seed. A TFF worker
-reads a client's data by its id: no arrays are shipped into computations.
-`tasks.datasets` re-exports these names.
+as TFF client data (`TFRecordClientData`, a `FilePerUserClientData`), under a
+cache directory keyed by the data set, partition and seed. A TFF worker reads a
+client's data by its id: no arrays are shipped into computations.
+`tff_methods_tasks.datasets` re-exports these names.
 """
 
 import collections
@@ -18,8 +18,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import local_batches
-from tasks import partition as partition_lib
+from tff_methods_tasks import local_batches
+from tff_methods_tasks import partition as partition_lib
 
 
 @dataclasses.dataclass

@@ -3,13 +3,13 @@
 A `FederatedData` holds the clients' training data as a `ClientData` and a
 central test split as arrays. Two kinds of source:
 
-- Centralized arrays split by a partitioner (`tasks.partition`): scikit-
-  learn's digits (embedded, offline), CIFAR-10/100, Fashion-MNIST and MNIST
-  through tensorflow_datasets, the FedProx synthetic(alpha, beta) set
-  generated in code, and image folders. Each client's examples are written
-  once to a TFRecord file under a cache directory keyed by the data set,
-  partition and seed, and served by `TFRecordClientData` (a TFF
-  `FilePerUserClientData`). The TFF worker then reads a client's data by its
+- Centralized arrays split by a partitioner (`tff_methods_tasks.partition`):
+  scikit- learn's digits (embedded, offline), CIFAR-10/100, Fashion-MNIST and
+  MNIST through tensorflow_datasets, the FedProx synthetic(alpha, beta) set
+  generated in code, and image folders. Each client's examples are written once
+  to a TFRecord file under a cache directory keyed by the data set, partition
+  and seed, and served by `TFRecordClientData` (a TFF `FilePerUserClientData`).
+  The TFF worker then reads a client's data by its
   id (the `dataset_computation` of the `ClientData`): no arrays are shipped
   into computations, and data sets of any size work.
 - Natural splits from `tff.simulation.datasets`: EMNIST/FEMNIST and
@@ -20,10 +20,11 @@ client trains on in a round (fresh permutations per pass, as the reference
 code's data loaders); `round_dataset_computation` serves it to the TFF
 worker by (client id, round).
 
-The parts live by job: the centralized sources in `tasks.array_sources`,
-the clients' files in `tasks.client_files`, a round's batches in
-`tasks.local_batches`; this module loads a task by name and keeps the
-names callers use.
+The parts live by job: the centralized sources in
+`tff_methods_tasks.array_sources`,
+the clients' files in `tff_methods_tasks.client_files`, a round's batches in
+`tff_methods_tasks.local_batches`; this module loads a task by name and keeps
+the names callers use.
 """
 
 import collections
@@ -34,10 +35,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import array_sources
-from tasks import client_files
-from tasks import local_batches
 from tff_methods import client_keys
+from tff_methods_tasks import array_sources
+from tff_methods_tasks import client_files
+from tff_methods_tasks import local_batches
 
 TASK_NAMES = (
   'digits',
@@ -246,7 +247,7 @@ def load_shakespeare(
   test_x, test_y = _to_arrays(
     shakespeare_sequences(test.create_tf_dataset_from_all_clients(), seq_length)
   )
-  from tasks import models
+  from tff_methods_tasks import models
 
   return client_files.FederatedData(
     'shakespeare',
@@ -321,7 +322,7 @@ def load_task(
   Args:
     name: One of `TASK_NAMES`.
     num_clients: Clients to split into (array tasks and `synthetic`).
-    partition: A `tasks.partition` scheme name (array tasks only).
+    partition: A `tff_methods_tasks.partition` scheme name (array tasks only).
     seed: Fixes the partition (and the digits / image folder test split).
     data_dir: tensorflow_datasets' data directory, or the image folder.
     cache_dir: Where client files are written; `~/.cache/tff_methods`.
@@ -385,14 +386,14 @@ def load_task(
   )
 
 
-# What a client trains on in a round (`tasks.local_batches`), by the names
-# callers use.
+# What a client trains on in a round (`tff_methods_tasks.local_batches`), by the
+# names callers use.
 LocalBatches = local_batches.LocalBatches
 pass_order = local_batches.pass_order
 read_all = local_batches.read_all
 round_dataset_computation = local_batches.round_dataset_computation
 
-# Clients' files (`tasks.client_files`), by the names callers use.
+# Clients' files (`tff_methods_tasks.client_files`), by the names callers use.
 FederatedData = client_files.FederatedData
 TFRecordClientData = client_files.TFRecordClientData
 from_arrays = client_files.from_arrays

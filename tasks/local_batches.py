@@ -1,10 +1,9 @@
 """What a client trains on in a round, and how a TFF worker serves it.
 
-`LocalBatches` batches a client's examples as the reference code's data
-loaders do (a fresh permutation per pass, `pass_order`: a stateless
-function of (seed, client, pass)); `round_dataset_computation` serves them
-to the TFF worker by (client id, round). `tasks.datasets` re-exports these
-names.
+`LocalBatches` batches a client's examples as the reference code's data loaders
+do (a fresh permutation per pass, `pass_order`: a stateless function of (seed,
+client, pass)); `round_dataset_computation` serves them to the TFF worker by
+(client id, round). `tff_methods_tasks.datasets` re-exports these names.
 """
 
 import collections

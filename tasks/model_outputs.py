@@ -1,4 +1,5 @@
-"""The named outputs every model of the zoo returns (`tasks.models`)."""
+"""The named outputs every model of the zoo (`tff_methods_tasks.models`)
+returns."""
 
 from typing import Optional, Sequence
 

@@ -24,8 +24,8 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from tasks import model_outputs
-from tasks import resnets
+from tff_methods_tasks import model_outputs
+from tff_methods_tasks import resnets
 
 MODEL_NAMES = (
   'fedcka_cnn',

@@ -1,10 +1,10 @@
-"""CIFAR-style ResNets with group normalization (`tasks.models`' resnet18
-and resnet50): a 3x3 stem, no max-pool, four residual stages, and an
+"""CIFAR-style ResNets with group normalization (`tff_methods_tasks.models`'
+resnet18 and resnet50): a 3x3 stem, no max-pool, four residual stages, and an
 optional projection head, their outputs named as every zoo model's."""
 
 import tensorflow as tf
 
-from tasks import model_outputs
+from tff_methods_tasks import model_outputs
 
 
 def _group_norm(x, groups=2):

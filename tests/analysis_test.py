@@ -1,4 +1,4 @@
-"""Tests for tooling.analysis."""
+"""Tests for tff_methods_tooling.analysis."""
 
 import csv
 import os
@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tooling import analysis
-from tooling import experiment
+from tff_methods_tooling import analysis
+from tff_methods_tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

@@ -1,4 +1,4 @@
-"""Tests for tooling.benchmark (the harness; its figures are not
+"""Tests for tff_methods_tooling.benchmark (the harness; its figures are not
 asserted: speed targets are reported by binaries/benchmark.py)."""
 
 import os
@@ -9,21 +9,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import datasets
-from tasks import models as task_models
 from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import workers
-from tooling import benchmark
-from tooling import benchmark_floors
-from tooling import benchmark_processes
-from tooling import benchmark_report
-from tooling import cross_device
-from tooling import experiment
-from tooling import plain_loops
-from tooling import pytorch_loop
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tooling import benchmark
+from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import benchmark_report
+from tff_methods_tooling import cross_device
+from tff_methods_tooling import experiment
+from tff_methods_tooling import plain_loops
+from tff_methods_tooling import pytorch_loop
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

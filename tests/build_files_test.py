@@ -1,15 +1,18 @@
 """Keeps the Bazel BUILD files in step with the code.
 
-`make bazel` builds and runs them offline (Bazel's native py rules); this
-test, which needs no Bazel, reads every BUILD file (evaluating it with
-stand-ins for the rules) and checks that every Python source belongs
-to exactly one target, every test file has a py_test, every binary a
-py_binary, every dependency names an existing target or a required
+`tools/build_files.py` writes them from the sources (`make build-files`);
+`make bazel` builds and runs them offline (Bazel's native py rules). This
+test, which needs no Bazel, checks that the BUILD files are what the
+generator writes now, and reads them (evaluating each with stand-ins for
+the rules) to check what the generator promises: every Python source
+belongs to exactly one target, every test file has a py_test, every binary
+a py_binary, every dependency names an existing target or a required
 package, and every project module a file imports is among its target's
 dependencies.
 """
 
 import ast
+import importlib.util
 import os
 import re
 import sys
@@ -17,6 +20,26 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _generator():
+  spec = importlib.util.spec_from_file_location(
+    'build_files', os.path.join(REPO, 'tools', 'build_files.py')
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_the_build_files_are_what_the_generator_writes():
+  for path, text in _generator().build_files().items():
+    with open(os.path.join(REPO, path)) as f:
+      assert f.read() == text, (
+        f'{path} is out of date: run make build-files (or python '
+        'tools/build_files.py).'
+      )
+
+
 PACKAGES = (
   'tasks',
   'tff_methods',
@@ -25,6 +48,14 @@ PACKAGES = (
   'binaries',
   'tests',
 )
+# A Python package's name -> its directory, the Bazel package.
+DIRECTORIES = {
+  'tff_methods_tasks': 'tasks',
+  'tff_methods': 'tff_methods',
+  'tff_methods_tooling': 'tooling',
+  'tff_methods_tooling.presets': 'tooling/presets',
+  'tff_methods_binaries': 'binaries',
+}
 # Installed with --no-deps after requirements.txt (see the Makefile).
 INSTALLED_SEPARATELY = {'tensorflow-federated'}
 
@@ -67,9 +98,7 @@ def _project_imports(path):
   found = set()
   for node in ast.walk(ast.parse(open(path).read())):
     package = (
-      (node.module or '').replace('.', '/')
-      if isinstance(node, ast.ImportFrom)
-      else None
+      DIRECTORIES.get(node.module) if isinstance(node, ast.ImportFrom) else None
     )
     if package in PACKAGES:
       for alias in node.names:
@@ -158,9 +187,9 @@ def test_every_project_import_is_a_declared_dependency():
 # tooling no binary.
 MAY_IMPORT = {
   'tff_methods': {'tff_methods'},
-  'tasks': {'tasks', 'tff_methods.client_keys'},
-  'tooling': {'tff_methods', 'tasks', 'tooling'},
-  'tooling/presets': {'tooling'},
+  'tasks': {'tff_methods_tasks', 'tff_methods.client_keys'},
+  'tooling': {'tff_methods', 'tff_methods_tasks', 'tff_methods_tooling'},
+  'tooling/presets': {'tff_methods_tooling'},
 }
 
 
@@ -179,7 +208,7 @@ def test_packages_import_only_downwards(package):
         names = []
       for name in names:
         top = name.split('.')[0]
-        if top in PACKAGES or top == 'binaries':
+        if top in DIRECTORIES:
           allowed = MAY_IMPORT[package]
           assert top in allowed or any(
             name == a or name.startswith(a + '.') for a in allowed

@@ -1,4 +1,5 @@
-"""Tests for tooling.client_profile: a client computation, op by op."""
+"""Tests for tff_methods_tooling.client_profile: a client computation, op by
+op."""
 
 import functools
 import sys
@@ -6,12 +7,12 @@ import sys
 import pytest
 import tensorflow_federated as tff
 
-from tasks import datasets
-from tasks import models as task_models
 from tff_methods import fedavg
 from tff_methods import methods
-from tooling import benchmark
-from tooling import client_profile
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tooling import benchmark
+from tff_methods_tooling import client_profile
 
 
 @pytest.fixture(scope='module')

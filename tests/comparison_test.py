@@ -1,4 +1,4 @@
-"""Tests for tooling.comparison (and binaries/compare.py)."""
+"""Tests for tff_methods_tooling.comparison (and binaries/compare.py)."""
 
 import csv
 import json
@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 
-from tooling import comparison
-from tooling import comparison_report
-from tooling import experiment
+from tff_methods_tooling import comparison
+from tff_methods_tooling import comparison_report
+from tff_methods_tooling import experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -276,9 +276,9 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
 _KILL_THE_WORKER_MID_RUN = r"""
 import json, os, signal, sys
 from tff_methods import runtime, workers
-from tooling import process_setup
+from tff_methods_tooling import process_setup
 process_setup.configure_process()
-from tooling import comparison, experiment
+from tff_methods_tooling import comparison, experiment
 
 def start_worker():
   runtime.set_local_execution_context(max_concurrent_clients=2)

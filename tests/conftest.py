@@ -10,7 +10,7 @@ workers of their own are marked `slow` (`pytest -m "not slow"` skips them;
 """
 
 from tff_methods import runtime
-from tooling import process_setup
+from tff_methods_tooling import process_setup
 
 process_setup.configure_process()
 runtime.discard_default_context()
@@ -21,11 +21,11 @@ import functools
 import pytest
 import tensorflow_federated as tff
 
-from tasks import datasets
-from tasks import models
 from tff_methods import fedavg
 from tff_methods import model_lib
 from tff_methods import optimizers
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models
 
 
 @pytest.fixture(scope='session')

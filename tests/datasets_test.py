@@ -1,4 +1,4 @@
-"""Tests for tasks.datasets and tasks.report."""
+"""Tests for tff_methods_tasks.datasets and tff_methods_tasks.report."""
 
 import collections
 import os
@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import array_sources
-from tasks import datasets
-from tasks import report
 from tff_methods import batches_in_memory
 from tff_methods import client_data as client_data_lib
 from tff_methods import client_keys
+from tff_methods_tasks import array_sources
+from tff_methods_tasks import datasets
+from tff_methods_tasks import report
 
 
 @pytest.fixture(scope='module')

@@ -1,4 +1,4 @@
-"""Tests for tooling.evaluation."""
+"""Tests for tff_methods_tooling.evaluation."""
 
 import sys
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from sklearn import metrics
 
-from tasks import models
 from tff_methods import model_lib
-from tooling import evaluation
+from tff_methods_tasks import models
+from tff_methods_tooling import evaluation
 
 
 def test_macro_f1_by_hand():

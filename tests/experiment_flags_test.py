@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from binaries import experiment_flags
-from tasks import datasets
-from tooling import comparison
+from tff_methods_binaries import experiment_flags
+from tff_methods_tasks import datasets
+from tff_methods_tooling import comparison
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,14 @@ import sys
 from absl import flags
 import pytest
 
-from binaries import experiment_flags  # noqa: F401 (defines the flags)
 from tff_methods import methods
 from tff_methods import privacy
 from tff_methods import workers
-from tooling import dp_runs
-from tooling import experiment
+from tff_methods_binaries import (
+  experiment_flags,  # noqa: F401 (defines the flags)
+)
+from tff_methods_tooling import dp_runs
+from tff_methods_tooling import experiment
 
 
 def test_every_setting_is_a_flag_with_the_configs_default_and_help():

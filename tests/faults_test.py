@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import array_sources
 from tff_methods import model_lib
-from tooling import comparison
-from tooling import experiment
-from tooling import run_directory
-from tooling import training_loop
-from tooling import tuning
+from tff_methods_tasks import array_sources
+from tff_methods_tooling import comparison
+from tff_methods_tooling import experiment
+from tff_methods_tooling import run_directory
+from tff_methods_tooling import training_loop
+from tff_methods_tooling import tuning
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

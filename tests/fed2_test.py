@@ -8,12 +8,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import models
 from tff_methods import fed2
 from tff_methods import model_lib
 from tff_methods import optimizers
-from tooling import analysis
-from tooling import experiment
+from tff_methods_tasks import models
+from tff_methods_tooling import analysis
+from tff_methods_tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import models
 from tff_methods import fedcka
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers
 from tff_methods import similarity
+from tff_methods_tasks import models
 
 
 def test_cka_loss_by_hand():

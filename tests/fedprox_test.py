@@ -11,13 +11,13 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import batches_in_memory
 from tff_methods import fedavg
 from tff_methods import fedprox
 from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods import regularizers
+from tff_methods_tasks import datasets
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

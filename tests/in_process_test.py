@@ -19,7 +19,7 @@ import tensorflow_federated as tff
 
 from tff_methods import in_process
 from tff_methods import model_lib
-from tooling import device_check
+from tff_methods_tooling import device_check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICES = ('/device:CPU:0', '/device:CPU:1')

@@ -10,7 +10,6 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import fed2
 from tff_methods import fedavg
 from tff_methods import fedcos
@@ -23,8 +22,9 @@ from tff_methods import model_lib
 from tff_methods import regularizers
 from tff_methods import scaffold
 from tff_methods import stateful
-from tooling import device_check
-from tooling import experiment
+from tff_methods_tasks import datasets
+from tff_methods_tooling import device_check
+from tff_methods_tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

@@ -1,4 +1,4 @@
-"""Tests for tasks.models."""
+"""Tests for tff_methods_tasks.models."""
 
 import collections
 import contextlib
@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import models
 from tff_methods import model_lib
+from tff_methods_tasks import models
 
 SMALL = {
   'fedcka_cnn': ((32, 32, 3), {}),

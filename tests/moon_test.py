@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import models
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import reference_outputs
 from tff_methods import regularizers
+from tff_methods_tasks import models
 
 
 def test_moon_loss_by_hand():

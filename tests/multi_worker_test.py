@@ -19,13 +19,13 @@ import portpicker
 import pytest
 import tensorflow_federated as tff
 
-from binaries import runtime_flags
-from tasks import datasets
 from tff_methods import client_keys
 from tff_methods import model_lib
 from tff_methods import runtime
 from tff_methods import workers
-from tooling import experiment
+from tff_methods_binaries import runtime_flags
+from tff_methods_tasks import datasets
+from tff_methods_tooling import experiment
 
 pytestmark = [pytest.mark.usefixtures('tff_worker'), pytest.mark.slow]
 

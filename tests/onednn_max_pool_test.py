@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from tff_methods import methods
 from tff_methods import onednn_max_pool
-from tooling import benchmark_processes
-from tooling import client_profile
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import client_profile
 
 needs_onednn = pytest.mark.skipif(
   not onednn_max_pool.applies(),

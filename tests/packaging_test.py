@@ -1,8 +1,10 @@
-"""`pip install .` installs only tff_methods* names, and working commands.
+"""`pip install .` installs the repository's own files under tff_methods*
+names, with working commands.
 
-The repository's `tasks`, `tooling` and `binaries` are installed as
+The repository's `tasks`, `tooling` and `binaries` are the packages
 `tff_methods_tasks`, `tff_methods_tooling` and `tff_methods_binaries`
-(setup.py rewrites their imports); each binary is a console script.
+(pyproject.toml's package-dir), in the repository and installed alike; each
+binary is also a console script.
 """
 
 import configparser
@@ -17,8 +19,13 @@ import zipfile
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-import setup as project_setup
+# Installed package -> its directory in the repository.
+PACKAGE_DIRS = {
+  'tff_methods': 'tff_methods',
+  'tff_methods_tasks': 'tasks',
+  'tff_methods_tooling': 'tooling',
+  'tff_methods_binaries': 'binaries',
+}
 
 BINARIES = (
   'analyze',
@@ -32,34 +39,15 @@ BINARIES = (
 )
 
 
-def test_imports_and_commands_are_renamed():
-  source = (
-    'from tasks import datasets\n'
-    'from tooling.presets import base\n'
-    '  from binaries import runtime_flags\n'
-    'import tff_methods\n'
-    "msg = 'start it with python -m binaries.worker --port=8000'\n"
-    'from tff_methods import tasks_like  # not a project package\n'
-  )
-  assert project_setup.rename_imports(source) == (
-    'from tff_methods_tasks import datasets\n'
-    'from tff_methods_tooling.presets import base\n'
-    '  from tff_methods_binaries import runtime_flags\n'
-    'import tff_methods\n'
-    "msg = 'start it with tff-methods-worker --port=8000'\n"
-    'from tff_methods import tasks_like  # not a project package\n'
-  )
-
-
 @pytest.fixture(scope='module')
 def wheel(tmp_path_factory):
   out = tmp_path_factory.mktemp('wheel')
   # Built from a copy: a build writes build/ and *.egg-info/ where it runs.
   source = out / 'source'
   source.mkdir()
-  for name in ('setup.py', 'pyproject.toml', 'README.md', 'LICENSE'):
+  for name in ('pyproject.toml', 'README.md', 'LICENSE'):
     shutil.copy(os.path.join(REPO, name), source / name)
-  for package in ('tff_methods', 'tasks', 'tooling', 'binaries'):
+  for package in PACKAGE_DIRS.values():
     shutil.copytree(
       os.path.join(REPO, package),
       source / package,
@@ -111,14 +99,43 @@ def test_the_wheel_holds_only_tff_methods_names_and_every_command(wheel):
     assert 'tff_methods/bind_address.c' in names  # Compiled on first use.
     (license_file,) = [n for n in names if n.endswith('LICENSE')]
     assert b'Apache License' in archive.read(license_file)
-    # No installed module imports a generic top-level name.
-    for name in names:
-      if name.endswith('.py'):
-        source = archive.read(name).decode()
-        assert not re.search(
-          r'^\s*(from|import) (tasks|tooling|binaries)\b', source, re.MULTILINE
-        ), name
-        assert 'python -m binaries' not in source, name
+
+
+def test_the_wheel_holds_the_repositorys_files_byte_for_byte(wheel):
+  with zipfile.ZipFile(wheel) as archive:
+    installed = {
+      n: archive.read(n)
+      for n in archive.namelist()
+      if n.split('/')[0] in PACKAGE_DIRS
+    }
+  repository = {}
+  for package, directory in PACKAGE_DIRS.items():
+    for root, dirs, files in os.walk(os.path.join(REPO, directory)):
+      dirs[:] = [d for d in dirs if d != '__pycache__']
+      for name in files:
+        if name.endswith(('.py', '.c')):
+          path = os.path.join(root, name)
+          inside = os.path.relpath(path, os.path.join(REPO, directory))
+          with open(path, 'rb') as f:
+            repository[f'{package}/{inside}'] = f.read()
+  assert sorted(installed) == sorted(repository)
+  for name, content in installed.items():
+    assert content == repository[name], name
+
+
+def test_the_repository_imports_its_packages_by_their_installed_names():
+  # A module imported as both `tasks.x` and `tff_methods_tasks.x` would be
+  # two modules with two states.
+  generic = re.compile(
+    r'^\s*(from|import) (tasks|tooling|binaries)\b', re.MULTILINE
+  )
+  for directory in (*PACKAGE_DIRS.values(), 'tests'):
+    for root, dirs, files in os.walk(os.path.join(REPO, directory)):
+      dirs[:] = [d for d in dirs if d != '__pycache__']
+      for name in files:
+        if name.endswith('.py'):
+          with open(os.path.join(root, name)) as f:
+            assert not generic.search(f.read()), os.path.join(root, name)
 
 
 @pytest.mark.slow

@@ -1,11 +1,11 @@
-"""Tests for tasks.partition."""
+"""Tests for tff_methods_tasks.partition."""
 
 import sys
 
 import numpy as np
 import pytest
 
-from tasks import partition
+from tff_methods_tasks import partition
 
 LABELS = np.repeat(np.arange(10), 100)  # 1000 examples, 10 balanced classes.
 

@@ -1,4 +1,4 @@
-"""Tests for tooling.presets and the binaries' --preset flag."""
+"""Tests for tff_methods_tooling.presets and the binaries' --preset flag."""
 
 import dataclasses
 import json
@@ -9,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from tasks import datasets
-from tooling import comparison_report
-from tooling import experiment
-from tooling import presets
+from tff_methods_tasks import datasets
+from tff_methods_tooling import comparison_report
+from tff_methods_tooling import experiment
+from tff_methods_tooling import presets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -2,10 +2,10 @@
 (`tff.learning.programs.train_model`).
 
 The project's client data is a `tff.program.FederatedDataSource`
-(`tasks.datasets.ClientRoundDataSource`); program state goes through
-`tff.program.FileProgramStateManager`, metrics and the model through
-release managers. A run interrupted mid-round and resumed ends with the
-uninterrupted run's weights and client states.
+(`tff_methods_tasks.datasets.ClientRoundDataSource`); program state goes through
+`tff.program.FileProgramStateManager`, metrics and the model through release
+managers. A run interrupted mid-round and resumed ends with the uninterrupted
+run's weights and client states.
 """
 
 import asyncio
@@ -17,12 +17,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import runtime
-from tooling import experiment
+from tff_methods_tasks import datasets
+from tff_methods_tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

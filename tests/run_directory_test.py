@@ -1,4 +1,5 @@
-"""Tests for tooling.run_directory's path that TensorFlow reads literally.
+"""Tests for tff_methods_tooling.run_directory's path that TensorFlow reads
+literally.
 
 The directory's lock and saved settings are tested with the runs that use
 them (training_loop_test, faults_test).
@@ -10,7 +11,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tooling import run_directory
+from tff_methods_tooling import run_directory
 
 
 def _saved_variable(directory):

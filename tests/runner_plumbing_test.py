@@ -30,7 +30,7 @@ from tff_methods import local_training
 from tff_methods import moon
 from tff_methods import scaffold
 from tff_methods import stateful
-from tooling import experiment
+from tff_methods_tooling import experiment
 
 BUILDERS = [
   (local_training, 'build_local_training_process'),

@@ -1,5 +1,5 @@
 """Tests for tff_methods.runtime and .workers (the contexts and the workers'
-life) and tooling.process_setup (the binaries' own set-up)."""
+life) and tff_methods_tooling.process_setup (the binaries' own set-up)."""
 
 import os
 import signal
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from binaries import binary_main
 from tff_methods import runtime
 from tff_methods import workers
-from tooling import process_setup
+from tff_methods_binaries import binary_main
+from tff_methods_tooling import process_setup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,7 +88,7 @@ def test_importing_the_runtime_changes_no_environment():
 
 def test_a_local_context_leaves_the_users_process_alone():
   # Signal handlers and warning filters are the binaries' choice
-  # (tooling.process_setup), not the library's.
+  # (tff_methods_tooling.process_setup), not the library's.
   script = '\n'.join(
     [
       'import signal, warnings',

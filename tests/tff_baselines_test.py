@@ -1,4 +1,5 @@
-"""Tests for tooling.tff_baselines: TFF's baseline tasks with every method,
+"""Tests for tff_methods_tooling.tff_baselines: TFF's baseline tasks with every
+method,
 on TFF's synthetic data (offline)."""
 
 import dataclasses
@@ -11,13 +12,13 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import array_sources
 from tff_methods import client_keys
 from tff_methods import model_lib
-from tooling import experiment
-from tooling import presets
-from tooling import tff_baseline_models
-from tooling import tff_baselines
+from tff_methods_tasks import array_sources
+from tff_methods_tooling import experiment
+from tff_methods_tooling import presets
+from tff_methods_tooling import tff_baseline_models
+from tff_methods_tooling import tff_baselines
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from binaries import train
 from tff_methods import methods
+from tff_methods_binaries import train
 
 pytestmark = pytest.mark.slow
 

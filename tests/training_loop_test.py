@@ -1,4 +1,5 @@
-"""Tests for tooling.training_loop and tooling.experiment."""
+"""Tests for tff_methods_tooling.training_loop and
+tff_methods_tooling.experiment."""
 
 import collections
 import csv
@@ -10,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from tasks import datasets
-from tasks import models
 from tff_methods import model_lib
-from tooling import experiment
-from tooling import run_directory
-from tooling import training_loop
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models
+from tff_methods_tooling import experiment
+from tff_methods_tooling import run_directory
+from tff_methods_tooling import training_loop
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

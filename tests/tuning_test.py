@@ -1,4 +1,5 @@
-"""Tests for tooling.tuning (and binaries/tune.py) and comparison arms."""
+"""Tests for tff_methods_tooling.tuning (and binaries/tune.py) and comparison
+arms."""
 
 import json
 import os
@@ -8,10 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from tasks import datasets
-from tooling import comparison
-from tooling import experiment
-from tooling import tuning
+from tff_methods_tasks import datasets
+from tff_methods_tooling import comparison
+from tff_methods_tooling import experiment
+from tff_methods_tooling import tuning
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -7,8 +7,8 @@ interface (`element_spec`, `kept`, `seen`, `batch(i)`, `reduce`):
 
 - `BatchesInMemory` reads a data set's batches (up to a cap) into
   TensorArrays; `reduce_over_batches` is its `Dataset.reduce`.
-- `SlicedBatches` cuts them from the round's examples, already in memory
-  in order (`tasks.datasets.LocalBatches.round_examples`, through
+- `SlicedBatches` cuts them from the round's examples, already in memory in
+  order (`tff_methods_tasks.datasets.LocalBatches.round_examples`, through
   `client_data.ClientBatches`): no data set is made and read back.
 """
 
@@ -39,15 +39,13 @@ def _batch_bytes(batch) -> tf.Tensor:
 class BatchesInMemory:
   """A client's batches for one round, read into TensorArrays first.
 
-  TFF's client work iterates the client's data inside the graph; a training
-  step run as `Dataset.reduce`'s function is slower than the same step in a
-  `tf.while_loop` over batches read beforehand, since the function runs
-  with less of TensorFlow's graph optimization. Up to `max_mb` of batches
-  are kept
-  (`kept` of the `seen`); those past the cap are streamed by
-  `Dataset.reduce` from a second pass (`dataset.skip`: the dataset must give
-  the same batches when iterated again, as `tasks.datasets.LocalBatches`'
-  do).
+  TFF's client work iterates the client's data inside the graph; a training step
+  run as `Dataset.reduce`'s function is slower than the same step in a
+  `tf.while_loop` over batches read beforehand, since the function runs with
+  less of TensorFlow's graph optimization. Up to `max_mb` of batches are kept
+  (`kept` of the `seen`); those past the cap are streamed by `Dataset.reduce`
+  from a second pass (`dataset.skip`: the dataset must give the same batches
+  when iterated again, as `tff_methods_tasks.datasets.LocalBatches`' do).
   """
 
   def __init__(

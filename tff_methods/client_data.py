@@ -74,7 +74,7 @@ def check_element_spec(
 
 # The attribute of a dataset computation (a client's key -> its batches)
 # that gives the same batches as (the round's examples in training order,
-# each batch's size in turn), in a graph: `tasks.datasets.
+# each batch's size in turn), in a graph: `tff_methods_tasks.datasets.
 # round_dataset_computation`'s have it.
 ROUND_EXAMPLES_FN = 'round_examples_fn'
 
@@ -142,11 +142,11 @@ def key_dataset_computation(data: Any) -> tff.Computation:
   """A computation from a client's `client_keys` key to its batches.
 
   Args:
-    data: A computation of such keys (`tasks.datasets.
-      round_dataset_computation`: the batches may change with the round);
-      or TFF's client-id form, a batched `tff.simulation.datasets.
-      ClientData` or its `dataset_computation`, whose data set the key's
-      client id picks (the same every round).
+    data: A computation of such keys
+      (`tff_methods_tasks.datasets.round_dataset_computation`: the batches may
+      change with the round); or TFF's client-id form, a batched
+      `tff.simulation.datasets. ClientData` or its `dataset_computation`, whose
+      data set the key's client id picks (the same every round).
 
   Raises:
     TypeError: naming what was given and what is taken.
@@ -157,7 +157,7 @@ def key_dataset_computation(data: Any) -> tff.Computation:
       'A process with per-client state needs dataset_computation: a '
       'batched tff.simulation.datasets.ClientData, its '
       'dataset_computation, or a [client id, round] key -> batches '
-      'computation (tasks.datasets.round_dataset_computation).'
+      'computation (tff_methods_tasks.datasets.round_dataset_computation).'
     )
   key_type = computation.type_signature.parameter
   if key_type == client_keys.CLIENT_KEY_TYPE:
@@ -172,6 +172,7 @@ def key_dataset_computation(data: Any) -> tff.Computation:
   raise TypeError(
     'A process with per-client state needs a dataset computation that '
     'takes a client id (ClientData.dataset_computation) or [client id, '
-    'round] keys (a string tensor of shape [2], e.g. tasks.datasets.'
-    f'round_dataset_computation); this one takes {key_type}.'
+    'round] keys (a string tensor of shape [2], e.g. '
+    'tff_methods_tasks.datasets.round_dataset_computation); this one takes '
+    f'{key_type}.'
   )

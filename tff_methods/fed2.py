@@ -153,7 +153,7 @@ def grouped_model(
 
   Args:
     plan: The model, layer by layer (the task zoo's are
-      `tasks.models.fed2_plan(name, input_shape)`).
+      `tff_methods_tasks.models.fed2_plan(name, input_shape)`).
     num_classes: Number of classes.
     input_shape: Shape of one input.
     num_groups: G, 1..num_classes.
@@ -340,10 +340,10 @@ def build_fed2(
     client_optimizer_fn: The client optimizer.
     num_groups: G.
     server_optimizer_fn: SGD with learning rate 1 by default.
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`), or a batched TFF `ClientData`; when
-      given, `next` takes the clients' keys (ids for a `ClientData`) and
-      each client makes its batches in its own computation.
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
+      `ClientData`; when given, `next` takes the clients' keys (ids for a
+      `ClientData`) and each client makes its batches in its own computation.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
       `tff_methods.aggregation`); the weighted mean by default.

@@ -52,17 +52,17 @@ def build_fedavg(
   """FedAvg / FedAvgM / FedAdam / FedYogi through the project's loop.
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
       `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
     client_optimizer_fn: The client optimizer.
     server_optimizer_fn: `optimizers.build_server_optimizer(...)`; SGD with
       learning rate 1 (plain FedAvg) by default.
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`), or a batched TFF `ClientData`; when
-      given, `next` takes the clients' keys (ids for a `ClientData`) and
-      each client makes its batches in its own computation.
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
+      `ClientData`; when given, `next` takes the clients' keys (ids for a
+      `ClientData`) and each client makes its batches in its own computation.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
       `tff_methods.aggregation`); the weighted mean by default.
@@ -108,8 +108,8 @@ def build_tff_fedavg(
   """TFF's `build_weighted_fed_avg` on a Keras model (its `logits`).
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
       `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
     client_optimizer_fn: The client optimizer.
@@ -122,7 +122,7 @@ def build_tff_fedavg(
       as its examples (`tff_models.TokensAsExamples`).
     tff_model_fn: A `VariableModel` to train instead of the Keras model's
       logits with cross-entropy: a TFF baseline task's own
-      (`tooling.tff_baselines`), with its loss and metrics.
+      (`tff_methods_tooling.tff_baselines`), with its loss and metrics.
   """
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting

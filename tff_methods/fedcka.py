@@ -107,13 +107,13 @@ def build_fedcka(
   """Builds FedCKA as a stateful-client learning process.
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
-      `model_lib.named_outputs` names; its `layer_1` .. `layer_M`
-      outputs are regularized (for a ResNet: the stem and the first stage).
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names; its `layer_1` .. `layer_M` outputs are
+      regularized (for a ResNet: the stem and the first stage).
     element_spec: The spec of one batch of client data.
     dataset_computation: A client's `[client id, round]` key -> its
-      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+      batches (`tff_methods_tasks.datasets.round_dataset_computation`), or TFF's
       client-id form: a batched `ClientData` or its `dataset_computation`
       (`client_data.key_dataset_computation`).
     client_optimizer_fn: The client optimizer.

@@ -155,8 +155,8 @@ def build_fedcos(
   """Builds FedCos over FedAvg (or over another method's pieces).
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
       `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
     client_optimizer_fn: The client optimizer.
@@ -169,10 +169,10 @@ def build_fedcos(
       `[fedprox.ProximalTerm(mu_prox)]` for FedProx + FedCos.
     direction: `d`, 'global_move' (the paper, default) or
       'mean_client_update' (the FedCos code).
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`), or a batched TFF `ClientData`; when
-      given, `next` takes the clients' keys (ids for a `ClientData`) and
-      each client makes its batches in its own computation.
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
+      `ClientData`; when given, `next` takes the clients' keys (ids for a
+      `ClientData`) and each client makes its batches in its own computation.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
       `tff_methods.aggregation`); the weighted mean by default.

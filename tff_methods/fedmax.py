@@ -74,19 +74,18 @@ def build_fedmax(
   """Builds FedMAX as a `tff.learning.templates.LearningProcess`.
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
-      `model_lib.named_outputs` names; FedMAX reads its
-      `features` output.
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
+      `model_lib.named_outputs` names; FedMAX reads its `features` output.
     element_spec: The spec of one batch of client data.
     client_optimizer_fn: The client optimizer.
     beta: The prior's strength, >= 0; 0 is FedAvg (paper: 1000 on CIFAR).
     server_optimizer_fn: SGD with learning rate 1 by default.
     base_regularizers: Other methods' terms to add (a combination).
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`), or a batched TFF `ClientData`; when
-      given, `next` takes the clients' keys (ids for a `ClientData`) and
-      each client makes its batches in its own computation.
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
+      `ClientData`; when given, `next` takes the clients' keys (ids for a
+      `ClientData`) and each client makes its batches in its own computation.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
       `tff_methods.aggregation`); the weighted mean by default.

@@ -68,8 +68,8 @@ def build_fedprox(
   """Builds FedProx as a `tff.learning.templates.LearningProcess`.
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
       `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
     client_optimizer_fn: The client optimizer.
@@ -77,9 +77,10 @@ def build_fedprox(
     server_optimizer_fn: SGD with learning rate 1 (plain averaging) by default;
       another server rule for a combination such as FedAvgM + FedProx.
     base_regularizers: Other methods' terms to add (a combination).
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`); when given, `next` takes the clients'
-      keys and each client makes its batches in its own computation.
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`); when given,
+      `next` takes the clients' keys and each client makes its batches in its
+      own computation.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
       `tff_methods.aggregation`); the weighted mean by default.

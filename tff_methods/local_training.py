@@ -299,7 +299,7 @@ def build_local_training_client_work(
 
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models
-      (`tasks.models`); called inside TFF computations.
+      (`tff_methods_tasks.models`); called inside TFF computations.
     element_spec: The spec of one batch of client data, `OrderedDict(x, y)`
       or an `(x, y)` tuple.
     optimizer: The client optimizer, e.g. `optimizers.build_client_sgd`.
@@ -308,10 +308,10 @@ def build_local_training_client_work(
     received_type: What each client receives from the distributor (see
       `build_distributor`); the model weights type by default.
     loss_fn: The data term; cross-entropy by default.
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`). When given, the clients' data are their
-      keys and each client makes its batches inside its own computation
-      (`ClientBatches`).
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`). When given, the
+      clients' data are their keys and each client makes its batches inside its
+      own computation (`ClientBatches`).
     metrics_aggregator: TFF's metrics aggregator (`aggregation`);
       `tff.learning.metrics.sum_then_finalize` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning
@@ -429,11 +429,11 @@ def build_local_training_process(
     client_weighting: How client updates are weighted; None for
       NUM_EXAMPLES (UNIFORM with an unweighted factory).
     loss_fn: The data term; cross-entropy by default.
-    dataset_computation: A client's key -> its batches (`tasks.datasets.
-      round_dataset_computation`), or a batched TFF `ClientData`. When
-      given, `next` takes the clients' keys, as after `tff.simulation.
-      compose_dataset_computation_with_learning_process`, but each client
-      makes its batches in its own computation (`ClientBatches`).
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
+      `ClientData`. When given, `next` takes the clients' keys, as after
+      `tff.simulation. compose_dataset_computation_with_learning_process`, but
+      each client makes its batches in its own computation (`ClientBatches`).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning

@@ -247,7 +247,8 @@ def build_method_for_client_ids(
     name: Any method (see the module docstring).
     keras_model_fn: Builds one of the project's multi-output Keras models.
     datasets_by_id: A client's key (its id, or its id and the round, as
-      `tasks.datasets.round_dataset_computation` takes) -> its batches.
+      `tff_methods_tasks.datasets.round_dataset_computation` takes) -> its
+      batches.
     spec: The spec of one batch.
     hparams: Optimizer settings and strengths.
     loss_fn: The methods' data term; cross-entropy on `logits` by default.

@@ -9,19 +9,18 @@ a dict of named tensors:
 - `z`: a projection head's output, where the model has one (MOON);
 - `logits`: the unnormalized class scores.
 
-Every trainable layer lies on the path from the input to `logits`
-(`logits_only` checks it). The task zoo's models (`tasks.models`) follow
-this contract. A user's own Keras model joins it through `named_outputs`,
-which names the layers a method reads (`named_outputs(model,
-features='hidden')` for FedMAX); a model with one output is taken as
-`logits` as it is, which is all FedAvg, FedProx, FedCos and SCAFFOLD read.
-Every builder checks the model it is given (`model_checks.check_outputs`)
-and says which named output a method needs and how to name it. The
-project's own client work reads that dict; TFF's builders
-(`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
-`tff.learning.models.VariableModel` built from the same layers with `logits`
-as the only output. Both see the same trainable variables in the same order,
-so their `tff.learning.models.ModelWeights` are interchangeable.
+Every trainable layer lies on the path from the input to `logits` (`logits_only`
+checks it). The task zoo's models (`tff_methods_tasks.models`) follow this
+contract. A user's own Keras model joins it through `named_outputs`, which names
+the layers a method reads (`named_outputs(model, features='hidden')` for
+FedMAX); a model with one output is taken as `logits` as it is, which is all
+FedAvg, FedProx, FedCos and SCAFFOLD read. Every builder checks the model it is
+given (`model_checks.check_outputs`) and says which named output a method needs
+and how to name it. The project's own client work reads that dict; TFF's
+builders (`tff.learning.algorithms.build_weighted_fed_avg`, ...) take a
+`tff.learning.models.VariableModel` built from the same layers with `logits` as
+the only output. Both see the same trainable variables in the same order, so
+their `tff.learning.models.ModelWeights` are interchangeable.
 """
 
 import collections

@@ -8,8 +8,8 @@ is one client's whole data. `epsilon` accounts for `rounds` such rounds
 with `dp_accounting` (Google's accountants, a TFF dependency), for the way
 clients were sampled:
 
-- 'without_replacement': a fixed number of clients each round, drawn
-  without replacement (`tasks.datasets.sample_clients`, what the binaries
+- 'without_replacement': a fixed number of clients each round, drawn without
+  replacement (`tff_methods_tasks.datasets.sample_clients`, what the binaries
   do). Accounted with the RDP accountant under replace-one adjacency (one
   client's data replaced by another's), the only relation `dp_accounting`
   supports for this sampling.

@@ -14,9 +14,9 @@ them through TFF's mergeable-computation context:
   runtime.set_remote_execution_context(['host1:8000', 'host2:8000'])
 
 TFF's program logic (`tff.learning.programs.train_model`) runs in
-`create_program_context()` on the same workers. Importing this module
-changes nothing; it installs no signal handler and no warning filter (the
-binaries do, through `tooling.process_setup`).
+`create_program_context()` on the same workers. Importing this module changes
+nothing; it installs no signal handler and no warning filter (the binaries do,
+through `tff_methods_tooling.process_setup`).
 """
 
 import asyncio

@@ -182,12 +182,12 @@ def build_scaffold(
   `set_hparams` changes both.
 
   Args:
-    keras_model_fn: Builds a Keras model: one of `tasks.models`, a user's
-      single-output model (taken as the logits), or one whose layers
+    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
+      user's single-output model (taken as the logits), or one whose layers
       `model_lib.named_outputs` names.
     element_spec: The spec of one batch of client data.
     dataset_computation: A client's `[client id, round]` key -> its
-      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+      batches (`tff_methods_tasks.datasets.round_dataset_computation`), or TFF's
       client-id form: a batched `ClientData` or its `dataset_computation`
       (`client_data.key_dataset_computation`).
     num_clients: N, all clients (for the |S|/N update of `c`).

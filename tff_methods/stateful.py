@@ -263,8 +263,8 @@ def build_stateful_local_training_process(
   Args:
     keras_model_fn: Builds one of the project's multi-output Keras models.
     element_spec: The spec of one batch of client data.
-    dataset_computation: A client's `(client_id, round_num)` key -> its
-      batches (`tasks.datasets.round_dataset_computation`), or TFF's
+    dataset_computation: A client's `(client_id, round_num)` key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`), or TFF's
       client-id form (`key_dataset_computation`).
     client_optimizer: The client optimizer.
     server_optimizer: SGD with learning rate 1 by default.

@@ -29,15 +29,15 @@ from typing import Mapping
 import numpy as np
 import tensorflow as tf
 
-from tasks import datasets
-from tasks import report
 from tff_methods import client_keys
 from tff_methods import fed2
 from tff_methods import local_training
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import similarity
-from tooling import experiment
+from tff_methods_tasks import datasets
+from tff_methods_tasks import report
+from tff_methods_tooling import experiment
 
 
 def _flat(weights) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Speed and memory of the methods: the logic behind `binaries/benchmark`.
 
-All figures come from one process on CIFAR-shaped data generated with a
-fixed seed (`tasks.datasets.generated_like`), every client taking part:
+All figures come from one process on CIFAR-shaped data generated with a fixed
+seed (`tff_methods_tasks.datasets.generated_like`), every client taking part:
 
 - `time_methods`: seconds per round of each method at the same settings,
   measured interleaved (one round of each method in turn, `repeats` times,
@@ -25,16 +25,16 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
 from tff_methods import runtime
 from tff_methods import workers
+from tff_methods_tasks import datasets
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
-from tooling import benchmark_processes
-from tooling import client_profile
-from tooling import plain_loops
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import client_profile
+from tff_methods_tooling import plain_loops
 
 
 def time_methods(
@@ -55,7 +55,7 @@ def time_methods(
   computation costs.
 
   Args:
-    model_name: A `tasks.models` model (Fed2 uses its grouped form).
+    model_name: A `tff_methods_tasks.models` model (Fed2 uses its grouped form).
     method_names: Methods to time; must include 'fedavg'.
     data: The clients' data; every client takes part in every round.
     hparams: Shared optimizer settings and strengths.

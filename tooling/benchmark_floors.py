@@ -14,8 +14,8 @@ from tff_methods import methods as methods_lib
 from tff_methods import reference_outputs
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
-from tooling import benchmark_processes
-from tooling import experiment
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import experiment
 
 
 def _share_of_one_call(
@@ -99,8 +99,8 @@ def _per_step_fn(
   local_epochs: int,
 ):
   """`step(step_number, rows, total)` over a round's local steps, as
-  `tasks.datasets.LocalBatches` cuts them: each pass's full batches, then
-  one of the rest (`_step_rows` numbers them alike)."""
+  `tff_methods_tasks.datasets.LocalBatches` cuts them: each pass's full
+  batches, then one of the rest (`_step_rows` numbers them alike)."""
   full_per_pass, last_rows = divmod(examples_per_client, batch_size)
   full_steps = local_epochs * full_per_pass
 

@@ -4,14 +4,14 @@ long FedAvg run of a small model."""
 import os
 from typing import Any, Optional, Sequence
 
-from tasks import datasets
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
 from tff_methods import workers
+from tff_methods_tasks import datasets
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
-from tooling import benchmark_processes
-from tooling import experiment
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import experiment
 
 
 def _status_kb(pid: int, field: str) -> int:

@@ -4,11 +4,11 @@ method's process on a client-data set's keys, and the models' arguments."""
 import statistics
 from typing import Sequence
 
-from tasks import datasets
-from tasks import models as task_models
 from tff_methods import client_keys
 from tff_methods import methods as methods_lib
-from tooling import experiment
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tooling import experiment
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
 

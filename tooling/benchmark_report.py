@@ -4,12 +4,12 @@ Table 4 ratios, as Markdown (`report_markdown`)."""
 from typing import Optional, Sequence
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
-from tooling import benchmark
-from tooling import benchmark_floors
-from tooling import benchmark_processes
-from tooling import client_profile
-from tooling import device_check
-from tooling import plain_loops
+from tff_methods_tooling import benchmark
+from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import client_profile
+from tff_methods_tooling import device_check
+from tff_methods_tooling import plain_loops
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
 TARGET_RATIO = {

@@ -259,7 +259,7 @@ def report_markdown(profile: dict[str, Any], top: int = 15) -> str:
     f"client, {profile['local_epochs']} local epochs, batches of "
     f"{profile['batch_size']}: each method's client computation as TFF "
     "compiles it, run in a session with the worker's options on one "
-    'thread (`tooling.client_profile`). Milliseconds per client.',
+    'thread (`tff_methods_tooling.client_profile`). Milliseconds per client.',
     '',
     '| op | ' + ' | '.join(names) + ' |',
     '|---|' + '---:|' * len(names),

@@ -1,12 +1,11 @@
 """Compare methods: run each with several seeds, then tabulate and plot.
 
-`run_comparison` runs every (arm, seed) pair of one base experiment in its
-own output directory, `<output_dir>/<label>/seed<seed>` (a rerun skips
-finished runs and resumes unfinished ones: `experiment.run` does both). An
-arm is a method, or a labelled method with settings of its own (a preset's
-row, e.g. FedProx with mu 0.1).
-`tooling.comparison_report` tabulates and plots the runs from their own
-records.
+`run_comparison` runs every (arm, seed) pair of one base experiment in its own
+output directory, `<output_dir>/<label>/seed<seed>` (a rerun skips finished runs
+and resumes unfinished ones: `experiment.run` does both). An arm is a method, or
+a labelled method with settings of its own (a preset's row, e.g. FedProx with mu
+0.1). `tff_methods_tooling.comparison_report` tabulates and plots the runs from
+their own records.
 """
 
 import dataclasses
@@ -23,8 +22,8 @@ from absl import logging
 
 from tff_methods import runtime
 from tff_methods import workers
-from tooling import experiment
-from tooling import process_setup
+from tff_methods_tooling import experiment
+from tff_methods_tooling import process_setup
 
 
 class RunFailedError(RuntimeError):

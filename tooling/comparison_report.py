@@ -18,8 +18,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tooling import comparison
-from tooling import run_directory
+from tff_methods_tooling import comparison
+from tff_methods_tooling import run_directory
 
 
 def _read_metrics(run_directory: str) -> list[dict]:

@@ -8,13 +8,13 @@ import shutil
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from tasks import datasets
 from tff_methods import methods as methods_lib
 from tff_methods import model_lib
+from tff_methods_tasks import datasets
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
-from tooling import benchmark_memory
-from tooling import benchmark_processes
+from tff_methods_tooling import benchmark_memory
+from tff_methods_tooling import benchmark_processes
 
 # The cross-device run's task: EMNIST's writers (3,400 of 100 to 300
 # examples, 62 classes) in generated form.
@@ -40,9 +40,9 @@ def cross_device(
 
   Generated EMNIST-shaped data (`num_clients` clients of `min_examples` to
   `max_examples`), `clients_per_round` sampled per round as
-  `tooling.training_loop` samples them, one local epoch. For each method:
-  seconds per round, clients per second, and resident memory (Python + TFF
-  worker) after every round. For methods with per-client state, after the
+  `tff_methods_tooling.training_loop` samples them, one local epoch. For each
+  method: seconds per round, clients per second, and resident memory (Python +
+  TFF worker) after every round. For methods with per-client state, after the
   rounds: every client is given a state (those never sampled get one
   written from Python), and the store's size on disk and the time to read
   every client's state back are measured.

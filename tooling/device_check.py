@@ -24,7 +24,7 @@ from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import runtime
-from tooling import experiment
+from tff_methods_tooling import experiment
 
 # Models the methods can train on digits (MOON reads a projection `z`, Fed2
 # groups its model); the rest take the small MLP.

@@ -1,9 +1,10 @@
 """One federated experiment from a config: the logic behind `binaries/train`.
 
 `ExperimentConfig` holds every setting of a run; `validate` checks them all
-before any work starts and names each bad value and what is allowed; `run`
-loads the task, builds the method, and trains with
-`tooling.training_loop.run_training`, writing to `config.output_dir`:
+before any work starts and names each bad value and what is allowed; `run` loads
+the task, builds the method, and trains with
+`tff_methods_tooling.training_loop.run_training`, writing to
+`config.output_dir`:
 
   experiment.json      the settings (a rerun must match them to resume)
   partition.txt/.png   examples per client and class
@@ -22,22 +23,22 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from absl import logging
 import numpy as np
 
-from tasks import datasets
-from tasks import models as task_models
-from tasks import report
 from tff_methods import client_keys
 from tff_methods import client_states
 from tff_methods import fed2
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
-from tooling import dp_runs
-from tooling import evaluation
-from tooling import experiment_checks
-from tooling import experiment_config
-from tooling import run_directory
-from tooling import tff_baselines
-from tooling import training_loop
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tasks import report
+from tff_methods_tooling import dp_runs
+from tff_methods_tooling import evaluation
+from tff_methods_tooling import experiment_checks
+from tff_methods_tooling import experiment_config
+from tff_methods_tooling import run_directory
+from tff_methods_tooling import tff_baselines
+from tff_methods_tooling import training_loop
 
 # The settings, and their checks, in modules of their own.
 DEFAULT_MODELS = experiment_config.DEFAULT_MODELS
@@ -75,8 +76,8 @@ def model_fn_for(
 ) -> model_lib.KerasModelFn:
   """The Keras model factory method `name` trains on a task-zoo model.
 
-  The zoo's model (`tasks.models`, with `model_kwargs` such as a ResNet's
-  `projection_dim`), or for Fed2 its grouped form.
+  The zoo's model (`tff_methods_tasks.models`, with `model_kwargs` such as a
+  ResNet's `projection_dim`), or for Fed2 its grouped form.
 
   Raises:
     ValueError: for a bad model or Fed2 setting, before any work starts.

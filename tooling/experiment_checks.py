@@ -5,9 +5,6 @@ is allowed.
 
 import os
 
-from tasks import datasets
-from tasks import models as task_models
-from tasks import partition as partition_lib
 from tff_methods import aggregation
 from tff_methods import fedcos
 from tff_methods import methods
@@ -15,9 +12,12 @@ from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import scaffold
 from tff_methods import similarity as similarity_lib
-from tooling import dp_runs
-from tooling import experiment_config
-from tooling import tff_baselines
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tasks import partition as partition_lib
+from tff_methods_tooling import dp_runs
+from tff_methods_tooling import experiment_config
+from tff_methods_tooling import tff_baselines
 
 
 def validate(config: experiment_config.ExperimentConfig) -> None:

@@ -9,10 +9,10 @@ import os
 import re
 from typing import Any, Optional
 
-from tasks import datasets
 from tff_methods import methods
-from tooling import dp_runs
-from tooling import tff_baselines
+from tff_methods_tasks import datasets
+from tff_methods_tooling import dp_runs
+from tff_methods_tooling import tff_baselines
 
 DEFAULT_MODELS = {
   'digits': 'fedcka_cnn',
@@ -318,7 +318,8 @@ class ExperimentConfig:
     return os.path.join(self.client_state_dir, f'{name}-{digest}')
 
   def is_tff_baseline(self) -> bool:
-    """Whether the task is one of TFF's (`tooling.tff_baselines`)."""
+    """Whether the task is one of TFF's
+    (`tff_methods_tooling.tff_baselines`)."""
     return tff_baselines.is_baseline_task(self.task)
 
   def data_description(self) -> str:
@@ -336,7 +337,8 @@ class ExperimentConfig:
     return self.model or DEFAULT_MODELS.get(self.task, 'fedcka_cnn')
 
   def local_batches(self) -> datasets.LocalBatches:
-    """What a client trains on in a round (`tasks.datasets.LocalBatches`)."""
+    """What a client trains on in a round
+    (`tff_methods_tasks.datasets.LocalBatches`)."""
     return datasets.LocalBatches(
       self.batch_size,
       self.local_epochs,

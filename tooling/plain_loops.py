@@ -8,13 +8,13 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tasks import datasets
-from tasks import models as task_models
 from tff_methods import model_lib
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
-from tooling import benchmark_processes
-from tooling import pytorch_loop
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import pytorch_loop
 
 
 def client_arrays(

@@ -6,13 +6,12 @@ with a PyTorch loop like this one. `binaries/benchmark` times it beside
 FedAvg through TFF, so the project's speed can be judged against the code
 researchers would otherwise run.
 
-It computes what `plain_loops.PlainTFFedAvg` computes for a chain-shaped
-model of `tasks.models` (such as `fedcka_cnn`), built in PyTorch from the
+It computes what `plain_loops.PlainTFFedAvg` computes for a chain-shaped model
+of `tff_methods_tasks.models` (such as `fedcka_cnn`), built in PyTorch from the
 Keras model's layers (`layer_plan`): every client starts from the global
-weights, takes momentum-SGD steps (m = momentum * m + g; w -= lr * m,
-which is `torch.optim.SGD` with dampening 0) on shuffled in-memory batches,
-and the new global weights are the example-weighted mean of the clients'
-weights.
+weights, takes momentum-SGD steps (m = momentum * m + g; w -= lr * m, which is
+`torch.optim.SGD` with dampening 0) on shuffled in-memory batches, and the new
+global weights are the example-weighted mean of the clients' weights.
 
 PyTorch is optional and not in requirements.txt: its Linux wheels pull
 several GB of CUDA libraries, and current releases need newer packages
@@ -22,7 +21,8 @@ interpreter of its own, which may be another virtual environment's
 JSON and the final weights in another .npz); this module imports only
 numpy at its top.
 
-  python -m tooling.pytorch_loop --clients=clients.npz --model_plan=plan.json
+  python -m tff_methods_tooling.pytorch_loop --clients=clients.npz \
+      --model_plan=plan.json
 """
 
 import argparse
@@ -65,8 +65,8 @@ _PLAN_LAYERS = ('Conv2D', 'MaxPooling2D', 'Flatten', 'Dense')
 def layer_plan(keras_model) -> dict:
   """A chain-shaped Keras model as data the PyTorch interpreter can build.
 
-  The architecture stays defined once, in `tasks.models`: this reads the
-  layers on the path from the input to `logits` (Conv2D, MaxPooling2D,
+  The architecture stays defined once, in `tff_methods_tasks.models`: this reads
+  the layers on the path from the input to `logits` (Conv2D, MaxPooling2D,
   Flatten, Dense; side outputs such as `layer_k` or `z` are on that path or
   ignored) and `_torch_model` builds the same network in PyTorch. Needs no
   TensorFlow import of its own: it reads the model's layers and configs.

@@ -47,9 +47,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import model_lib
-from tooling import tff_baseline_models
+from tff_methods_tasks import datasets
+from tff_methods_tooling import tff_baseline_models
 
 PREFIX = 'tff_baselines/'
 _BASELINES = tff.simulation.baselines
@@ -192,8 +192,9 @@ def spec(name: str) -> TaskSpec:
 class TaskBatches:
   """A client's batches of a round: TFF's preprocessing, seeded.
 
-  Called as `tasks.datasets.LocalBatches` is (`round_dataset_computation`
-  takes either): (client's examples, client id, round) -> batches.
+  Called as `tff_methods_tasks.datasets.LocalBatches` is
+  (`round_dataset_computation` takes either): (client's examples, client id,
+  round) -> batches.
 
   Attributes:
     preprocess_fn: TFF's training preprocessing (shuffle buffer 1, one

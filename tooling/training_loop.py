@@ -5,8 +5,8 @@
 compose_dataset_computation_with_learning_process`), the way
 `tff.simulation.run_training_process` does, plus what experiments need:
 
-- Clients are sampled per round by `tasks.datasets.sample_clients`, from
-  `numpy.random.default_rng([seed, round])`, so a round's cohort does not
+- Clients are sampled per round by `tff_methods_tasks.datasets.sample_clients`,
+  from `numpy.random.default_rng([seed, round])`, so a round's cohort does not
   depend on whether the run resumed.
 - Program state (the process state and the round number) is saved with
   `tff.program.FileProgramStateManager`; a rerun on the same output
@@ -41,9 +41,9 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-from tasks import datasets
 from tff_methods import model_lib
-from tooling import run_directory
+from tff_methods_tasks import datasets
+from tff_methods_tooling import run_directory
 
 _EVENT_LOOP = None
 
@@ -281,8 +281,8 @@ def run_training(
     round_hook: Called after every round with its number and metrics;
       an exception raised there stops the run (as an interruption would).
     client_key_fn: (client id, round) -> what `process.next` takes for that
-      client (e.g. `tasks.client_keys.client_key`, for data that depends on
-      the round); by default the client id itself.
+      client (e.g. `tff_methods.client_keys.client_key`, for data that depends
+      on the round); by default the client id itself.
     round_metrics_fn: Round number -> more metrics of that round, recorded
       with its own (e.g. a DP run's epsilon so far).
     client_sampling: How each round's cohort is drawn, 'without_replacement'

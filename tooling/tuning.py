@@ -1,14 +1,14 @@
 """Fair settings for a comparison: each method's learning rates by grid search.
 
-Every method gets the learning rates that serve it best, chosen on data held
-out from the training set (`ExperimentConfig.validation_fraction`), never on
-the test set: the client learning rate over a grid, and for methods with a
-server optimizer other than plain averaging (FedAvgM, FedAdam, FedYogi, and
-their combinations) the server learning rate over a second grid. Each
-(method, grid point, seed) is one run of `tooling.comparison`, so a
-search resumes where it stopped and a finished one is read back. The choice
-is the grid point with the best final validation accuracy, averaged over
-the tuning seeds (the lower learning rate on a tie).
+Every method gets the learning rates that serve it best, chosen on data held out
+from the training set (`ExperimentConfig.validation_fraction`), never on the
+test set: the client learning rate over a grid, and for methods with a server
+optimizer other than plain averaging (FedAvgM, FedAdam, FedYogi, and their
+combinations) the server learning rate over a second grid. Each (method, grid
+point, seed) is one run of `tff_methods_tooling.comparison`, so a search resumes
+where it stopped and a finished one is read back. The choice is the grid point
+with the best final validation accuracy, averaged over the tuning seeds (the
+lower learning rate on a tie).
 
 A plain grid, not TFF's `train_model_with_vizier`: the spaces here are one
 or two discrete learning rates with a handful of values each, which an
@@ -27,9 +27,9 @@ import os
 from typing import Any, Mapping, Optional, Sequence
 
 from tff_methods import methods as methods_lib
-from tooling import comparison
-from tooling import comparison_report
-from tooling import experiment
+from tff_methods_tooling import comparison
+from tff_methods_tooling import comparison_report
+from tff_methods_tooling import experiment
 
 # The server rules whose learning rate is tuned (plain averaging keeps 1).
 _SERVER_TUNED = ('fedavgm', 'fedadam', 'fedyogi')

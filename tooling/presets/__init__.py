@@ -22,12 +22,13 @@ Sources: each paper's text (cited in its module) and, where the text lost a
 value, the authors' reference code (named in the note).
 """
 
-from tooling.presets import base
-from tooling.presets import fed2
-from tooling.presets import fedcka
-from tooling.presets import fedcos
-from tooling.presets import fedmax
-from tooling.presets import fedopt
+from tff_methods_tooling import commands
+from tff_methods_tooling.presets import base
+from tff_methods_tooling.presets import fed2
+from tff_methods_tooling.presets import fedcka
+from tff_methods_tooling.presets import fedcos
+from tff_methods_tooling.presets import fedmax
+from tff_methods_tooling.presets import fedopt
 
 Preset = base.Preset
 Row = base.Row
@@ -49,6 +50,6 @@ def get(name: str) -> Preset:
     raise ValueError(
       f'--preset={name!r} is unknown; choose one of '
       f'{", ".join(PRESETS)} (list them with '
-      'python -m binaries.presets).'
+      f"{commands.command('presets')})."
     )
   return PRESETS[name]

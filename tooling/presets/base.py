@@ -1,13 +1,13 @@
 """The preset types: a paper's table column (`Preset`) and its rows (`Row`).
 
-Each paper's module (`fedcka`, `fedmax`, `fedcos`, `fed2`) lists its
-presets with `add`; `tooling.presets` collects them.
+Each paper's module (`fedcka`, `fedmax`, `fedcos`, `fed2`) lists its presets
+with `add`; `tff_methods_tooling.presets` collects them.
 """
 
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
-from tooling import experiment
+from tff_methods_tooling import experiment
 
 
 @dataclasses.dataclass(frozen=True)

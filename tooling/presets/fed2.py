@@ -1,6 +1,6 @@
 """The presets of Fed2 (Yu et al., KDD 2021): its tables' columns."""
 
-from tooling.presets import base
+from tff_methods_tooling.presets import base
 
 PRESETS: list[base.Preset] = []
 

@@ -1,7 +1,7 @@
 """The presets of FedCKA (Son, Kim and Chung, Applied Sciences 2022): its
 tables' columns."""
 
-from tooling.presets import base
+from tff_methods_tooling.presets import base
 
 PRESETS: list[base.Preset] = []
 

@@ -1,7 +1,7 @@
 """The presets of FedCos (Zhang et al., IEEE IoT-J 2022): its tables'
 columns."""
 
-from tooling.presets import base
+from tff_methods_tooling.presets import base
 
 PRESETS: list[base.Preset] = []
 

@@ -1,6 +1,6 @@
 """The presets of FedMAX (Chen et al., ECML PKDD 2020): its tables' columns."""
 
-from tooling.presets import base
+from tff_methods_tooling.presets import base
 
 PRESETS: list[base.Preset] = []
 

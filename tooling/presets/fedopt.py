@@ -5,16 +5,16 @@ Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar and McMahan,
 "Adaptive Federated Optimization", ICLR 2021,
 https://openreview.net/forum?id=LkFG3lB13U5 (arXiv:2003.00295).
 
-One preset per task of `tooling.tff_baselines`. Its rows are the paper's
-optimizers run twice, by the project (`fedavg`, `fedavgm`, `fedadam`,
-`fedyogi`) and by TFF (`tff_fedavg`, ...: `build_weighted_fed_avg` with the
-same server optimizer), each with the paper's tuned learning rates and
-epsilon; then the seed papers' methods and SCAFFOLD, which the paper does
-not report on these tasks, at FedAvg's learning rates. FedAdagrad is shown
-beside them (the paper's number; not run here).
+One preset per task of `tff_methods_tooling.tff_baselines`. Its rows are the
+paper's optimizers run twice, by the project (`fedavg`, `fedavgm`, `fedadam`,
+`fedyogi`) and by TFF (`tff_fedavg`, ...: `build_weighted_fed_avg` with the same
+server optimizer), each with the paper's tuned learning rates and epsilon; then
+the seed papers' methods and SCAFFOLD, which the paper does not report on these
+tasks, at FedAvg's learning rates. FedAdagrad is shown beside them (the paper's
+number; not run here).
 """
 
-from tooling.presets import base
+from tff_methods_tooling.presets import base
 
 PRESETS: list[base.Preset] = []
 
@@ -106,7 +106,8 @@ _NOTES = (
   'out-of-vocabulary and end-of-sentence tokens counted (accuracy), '
   'without OOV, and without either.',
   "TFF's shuffle of each client's examples is replaced by a seeded one "
-  "(tooling.tff_baselines); everything else is TFF's preprocessing.",
+  "(tff_methods_tooling.tff_baselines); everything else is TFF's "
+  'preprocessing.',
   'The rows the paper does not report (FedProx, MOON, FedCKA, FedCos, '
   "FedMAX, SCAFFOLD) train at FedAvg's learning rates with each method's "
   'default strength: choices, not tuned for these tasks.',

@@ -1,4 +1,5 @@
-"""Every method with TFF's four aggregator families, on digits.
+"""Tests for tff_methods.aggregation: every method with TFF's four aggregator
+families, on digits.
 
 Each method is built from its own module's builder with TFF's
 `model_aggregator` and trained two rounds from the same weights on the same
@@ -27,7 +28,6 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import client_keys
 from tff_methods import fed2
 from tff_methods import fedavg
@@ -40,7 +40,8 @@ from tff_methods import moon
 from tff_methods import optimizers
 from tff_methods import privacy
 from tff_methods import scaffold
-from tooling import experiment
+from tff_methods_tasks import datasets
+from tff_methods_tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

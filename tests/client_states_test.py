@@ -1,6 +1,8 @@
-"""The client-state store reads the right state or says why not.
+"""Tests for tff_methods.client_states: the client-state store reads the
+right state or says why not.
 
-Glob characters in the directory, the version each client read (checked by
+Which version a client reads and which are discarded or pruned, by round;
+glob characters in the directory, the version each client read (checked by
 the training loop after each round), each run's own directory under a
 shared `--client_state_dir`, and pruning under TFF's program logic.
 """
@@ -14,11 +16,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import datasets
 from tff_methods import client_states
 from tff_methods import runtime
-from tooling import comparison
-from tooling import experiment
+from tff_methods_tasks import datasets
+from tff_methods_tooling import comparison
+from tff_methods_tooling import experiment
 
 INITIAL = dict(flag=np.int32(0), w=[np.zeros(2), np.zeros((1, 2))])
 
@@ -205,6 +207,65 @@ def test_pruning_under_train_model_keeps_the_directory_bounded(tmp_path):
   assert all(len(v) <= 1 for v in versions.values()), versions
   assert sum(len(v) for v in versions.values()) == 4
   assert max(max(v) for v in versions.values()) == 6
+
+
+def test_a_client_reads_its_newest_version_written_before_the_round(tmp_path):
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a', _state(1.0), round_num=1)
+  files.put('a', _state(3.0), round_num=3)
+  files.put('b', _state(2.0), round_num=2)
+
+  @tf.function
+  def read(client_id, round_num):
+    return files.read(tf.constant(client_id), tf.constant(round_num, tf.int64))
+
+  # In TensorFlow, as the client computation reads it.
+  assert read('a', 1)['flag'].numpy() == 0  # nothing before round 1
+  assert read('a', 2)['w'][0].numpy()[0] == 1.0
+  assert read('a', 3)['w'][0].numpy()[0] == 1.0  # round 3's own: not read
+  assert read('a', 4)['w'][0].numpy()[0] == 3.0  # the last round's
+  assert read('a', 9)['w'][0].numpy()[0] == 3.0
+  assert read('b', 3)['w'][1].numpy()[0, 0] == 2.0
+  assert read('new', 5)['flag'].numpy() == 0
+  # Python sees the same.
+  assert files.get('a', before_round=3)['w'][0][0] == 1.0
+  assert files.get('a')['w'][0][0] == 3.0
+  assert 'a' in files and 'new' not in files
+
+
+def test_written_versions_are_discarded_and_pruned_by_round(tmp_path):
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  for r in (1, 2, 4, 5):
+    files.put('a', _state(float(r)), round_num=r)
+  files.discard(['a'], 5)  # a rejected round
+  assert files.versions('a') == [1, 2, 4]
+  # A resumption from round 3 reads version 2; from round 4 on, version 4.
+  files.prune(['a'], checkpoint_round=3)
+  assert files.versions('a') == [2, 4]
+  files.prune(['a'], checkpoint_round=4)
+  assert files.versions('a') == [4]
+
+
+def test_own_initial_state_is_read_from_the_second_round_on(tmp_path):
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a', _state(7.0), client_states.OWN_INITIAL_VERSION)
+  read = lambda r: files.read(tf.constant('a'), tf.constant(r, tf.int64))
+  assert read(1)['flag'].numpy() == 0
+  assert read(2)['w'][0].numpy()[0] == 7.0
+
+
+def test_clients_never_share_a_directory(tmp_path):
+  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+  files.put('a/b', _state(1.0), 1)
+  files.put('a_b', _state(2.0), 1)
+  assert files.get('a/b')['w'][0][0] == 1.0
+  assert files.get('a_b')['w'][0][0] == 2.0
+
+
+def test_files_reject_states_of_another_shape():
+  files = client_states.ClientStateFiles(INITIAL)
+  with pytest.raises(ValueError, match="State of client 'a' has 1 tensors"):
+    files.put('a', dict(flag=np.int32(1)), 1)
 
 
 if __name__ == '__main__':
