@@ -27,7 +27,6 @@ from tff_methods import model_lib
 from tff_methods_tasks import array_sources
 from tff_methods_tooling import comparison
 from tff_methods_tooling import experiment
-from tff_methods_tooling import run_directory
 from tff_methods_tooling import training_loop
 from tff_methods_tooling import tuning
 
@@ -50,49 +49,6 @@ def _config(tmp_path, name, **settings):
       **settings,
     }
   )
-
-
-def test_a_second_run_on_a_locked_output_directory_is_refused(tmp_path):
-  with run_directory.output_dir_lock(str(tmp_path / 'run')):
-    with pytest.raises(
-      run_directory.OutputDirInUseError,
-      match=rf'--output_dir={tmp_path}/run is in use by '
-      rf'another run \(process {os.getpid()}\)',
-    ):
-      experiment.run(_config(tmp_path, 'run'), progress=False)
-  # Released when the first ends.
-  with run_directory.output_dir_lock(str(tmp_path / 'run')):
-    pass
-
-
-def test_a_killed_runs_lock_does_not_block_the_next(tmp_path):
-  holder = subprocess.Popen(
-    [
-      sys.executable,
-      '-c',
-      'import sys, time; '
-      'from tooling import run_directory; '
-      'lock = run_directory.output_dir_lock(sys.argv[1]); '
-      'lock.__enter__(); print("held", flush=True); time.sleep(600)',
-      str(tmp_path / 'run'),
-    ],
-    cwd=REPO,
-    stdout=subprocess.PIPE,
-    text=True,
-  )
-  try:
-    assert holder.stdout.readline().strip() == 'held'
-    with pytest.raises(
-      run_directory.OutputDirInUseError, match=f'process {holder.pid}'
-    ):
-      with run_directory.output_dir_lock(str(tmp_path / 'run')):
-        pass
-    holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=30)
-    with run_directory.output_dir_lock(str(tmp_path / 'run')):
-      pass
-  finally:
-    holder.kill()
 
 
 def _snapshot(directory):

@@ -126,9 +126,7 @@ def test_the_wheel_holds_the_repositorys_files_byte_for_byte(wheel):
 def test_the_repository_imports_its_packages_by_their_installed_names():
   # A module imported as both `tasks.x` and `tff_methods_tasks.x` would be
   # two modules with two states.
-  generic = re.compile(
-    r'^\s*(from|import) (tasks|tooling|binaries)\b', re.MULTILINE
-  )
+  generic = re.compile(r'\b(from|import) (tasks|tooling|binaries)\b')
   for directory in (*PACKAGE_DIRS.values(), 'tests'):
     for root, dirs, files in os.walk(os.path.join(REPO, directory)):
       dirs[:] = [d for d in dirs if d != '__pycache__']

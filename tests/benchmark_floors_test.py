@@ -1,0 +1,135 @@
+"""Tests for tff_methods_tooling.benchmark_floors: the least time MOON's and
+FedCKA's extra work can take beside FedAvg's."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_report
+
+pytestmark = pytest.mark.usefixtures('tff_worker')
+
+
+def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
+  # 10 clients in a 2 s FedAvg round: 200 ms each; 50 ms more each.
+  assert np.isclose(benchmark_floors.floor_ratio(0.05, 2.0, 10), 1.25)
+  results = dict(
+    settings=dict(
+      num_clients=10, repeats=3, batch_size=64, max_concurrent_clients=2
+    ),
+    models={
+      'fedcka_cnn': dict(
+        examples_per_client=500,
+        local_epochs=5,
+        peak_mb=1500.0,
+        methods={
+          'fedavg': dict(median=2.0, ratio=1.0),
+          'fedcka': dict(median=2.6, ratio=1.3),
+        },
+        fedcka_extra=dict(
+          reference_passes_seconds=0.03, grams_seconds=0.02, extra_seconds=0.05
+        ),
+      )
+    },
+  )
+  text = benchmark_report.report_markdown(results)
+  assert (
+    "reference passes 30 ms and the Gram products on each batch's rows "
+    'of the reference tables 20 ms, against '
+    "FedAvg's 200 ms per client: FedCKA cannot go below 1.25 of "
+    'FedAvg here. It ran at 1.30: 0.05 above its floor (target <= '
+    '0.07 above: yes).'
+  ) in text
+  # With its floor measured, the table's target is the floor + 0.07.
+  assert '| fedcka | 2.60 | 1.30 |  | <= 1.32 (floor + 0.07) | yes |' in text
+  # MOON: 10 + 2 ms more per client, 1.06 at best; it ran at 1.2.
+  results['models']['fedcka_cnn']['methods']['moon'] = dict(
+    median=2.4, ratio=1.2
+  )
+  results['models']['fedcka_cnn']['moon_extra'] = dict(
+    reference_passes_seconds=0.01,
+    contrastive_seconds=0.002,
+    extra_seconds=0.012,
+  )
+  text = benchmark_report.report_markdown(results)
+  assert (
+    "reference passes 10 ms and the contrastive terms on each batch's "
+    'rows of the reference tables 2 ms, against '
+    "FedAvg's 200 ms per client: MOON cannot go below 1.06 of FedAvg "
+    'here. It ran at 1.20: 0.14 above its floor (target <= 0.07 '
+    'above: **no**).'
+  ) in text
+  assert '| moon | 2.40 | 1.20 |  | <= 1.13 (floor + 0.07) | **no** |' in text
+  # The table and the sentence judge the same unrounded gap: 1.1301 is
+  # 0.0701 above the floor of 1.06.
+  results['models']['fedcka_cnn']['methods']['moon']['ratio'] = 1.1301
+  text = benchmark_report.report_markdown(results)
+  assert '| moon | 2.40 | 1.13 |  | <= 1.13 (floor + 0.07) | **no** |' in text
+  assert '0.07 above its floor (target <= 0.07 above: **no**)' in text
+  results['models']['fedcka_cnn']['methods']['moon']['ratio'] = 1.03
+  assert (
+    'It ran at 1.03: 0.03 below its floor, within the noise (target '
+    '<= 0.07 above: yes).'
+  ) in benchmark_report.report_markdown(results)
+  del results['models']['fedcka_cnn']['fedcka_extra']
+  assert "FedCKA's floor" not in benchmark_report.report_markdown(results)
+
+
+def test_fedcka_extra_work_is_timed_on_the_models_shapes():
+  # 6 examples in batches of 4: one full step, then one of 2 rows.
+  figures = benchmark_floors.fedcka_extra_seconds(
+    'fedcka_cnn',
+    10,
+    (32, 32, 3),
+    examples_per_client=6,
+    batch_size=4,
+    local_epochs=1,
+    repeats=1,
+  )
+  assert figures['reference_passes_seconds'] > 0
+  assert figures['grams_seconds'] > 0
+  assert np.isclose(
+    figures['extra_seconds'],
+    figures['reference_passes_seconds'] + figures['grams_seconds'],
+  )
+  # The CNN has seven layers, layer_1 .. layer_7: an eighth is refused.
+  with pytest.raises(ValueError, match='layer_8'):
+    benchmark_floors.fedcka_extra_seconds(
+      'fedcka_cnn', 10, (32, 32, 3), 6, 4, 1, num_layers=8, repeats=1
+    )
+
+
+def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
+  # 10 examples in batches of 4, 2 passes: `_per_step_fn` numbers the
+  # passes' full steps 0-1 and 2-3, then their last steps (2 rows) 4 and 5.
+  rows = benchmark_floors._step_rows(np.random.default_rng(0), 10, 4, 2).numpy()
+  assert rows.shape == (6, 4)
+  for full, last in (((0, 1), 4), ((2, 3), 5)):
+    taken = np.concatenate([rows[s] for s in full] + [rows[last][:2]])
+    assert sorted(taken) == list(range(10))
+  # A new permutation each pass.
+  assert not np.array_equal(rows[:2], rows[2:4])
+
+
+def test_moon_extra_work_is_timed_on_the_models_shapes():
+  figures = benchmark_floors.moon_extra_seconds(
+    'fedcka_cnn',
+    10,
+    (32, 32, 3),
+    examples_per_client=6,
+    batch_size=4,
+    local_epochs=2,
+    repeats=1,
+  )
+  assert figures['reference_passes_seconds'] > 0
+  assert figures['contrastive_seconds'] > 0
+  assert np.isclose(
+    figures['extra_seconds'],
+    figures['reference_passes_seconds'] + figures['contrastive_seconds'],
+  )
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

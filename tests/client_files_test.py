@@ -1,0 +1,91 @@
+"""Tests for tff_methods_tasks.client_files: each client's examples in files of
+its own, read back in order as TFF client data."""
+
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_methods_tasks import datasets
+
+
+def _written_clients(tmp_path, x_shape, y_shape, mean=None, std=None):
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((30,) + x_shape).astype(np.float32)
+  y = rng.integers(0, 7, (30,) + y_shape).astype(np.int32)
+  parts = [np.array([4, 0, 17, 9]), np.arange(10, 30), np.array([3])]
+  data = datasets.from_arrays(
+    'written',
+    x,
+    y,
+    x[:2],
+    y[:2],
+    parts,
+    str(tmp_path),
+    num_classes=7,
+    mean=mean,
+    std=std,
+  )
+  if mean is not None:
+    x = (x - np.float32(mean)) / np.float32(std)
+  return data, [(x[p], y[p]) for p in parts]
+
+
+def _arrays(dataset):
+  elements = list(dataset)
+  return (
+    np.stack([e['x'].numpy() for e in elements]),
+    np.stack([e['y'].numpy() for e in elements]),
+  )
+
+
+@pytest.mark.parametrize(
+  'x_shape,y_shape,mean,std',
+  [
+    ((4, 4, 2), (), (0.5, -1.0), (2.0, 0.25)),  # images, normalized
+    ((6,), (6,), None, None),  # sequences of labels
+  ],
+)
+def test_client_files_hold_each_clients_examples_in_order(
+  tmp_path, x_shape, y_shape, mean, std
+):
+  data, expected = _written_clients(tmp_path, x_shape, y_shape, mean, std)
+  client_data = data.client_data
+  for cid, (x, y) in zip(client_data.client_ids, expected):
+    for dataset in (
+      client_data.create_tf_dataset_for_client(cid),
+      client_data.serializable_dataset_fn(tf.constant(cid)),
+    ):
+      got_x, got_y = _arrays(dataset)
+      np.testing.assert_array_equal(got_x, x)
+      np.testing.assert_array_equal(got_y, y)
+
+
+def test_a_clients_examples_are_its_data_sets_stacked(tmp_path):
+  data, expected = _written_clients(
+    tmp_path, (4, 4, 2), (), (0.5, -1.0), (2.0, 0.25)
+  )
+  client_data = data.client_data
+  for cid, (x, y) in zip(client_data.client_ids, expected):
+    examples = client_data.serializable_examples_fn(tf.constant(cid))
+    np.testing.assert_array_equal(examples['x'].numpy(), x)
+    np.testing.assert_array_equal(examples['y'].numpy(), y)
+
+
+def test_a_clients_dataset_has_no_tf_data_function(tmp_path):
+  # The TFF worker instantiates a data set's functions on every call: a
+  # client's file is read and parsed whole, with none.
+  data, _ = _written_clients(tmp_path, (3,), ())
+  dataset = data.client_data.serializable_dataset_fn(
+    tf.constant(data.client_data.client_ids[1])
+  )
+  graph = tf.compat.v1.GraphDef.FromString(
+    dataset._as_serialized_graph().numpy()
+  )
+  assert not graph.library.function
+  assert not any('Map' in node.op for node in graph.node)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
