@@ -215,5 +215,22 @@ def test_packages_import_only_downwards(package):
           ), f'{package}/{source} imports {name}'
 
 
+def test_every_library_module_has_a_test_file_of_its_own():
+  # The library's modules each have tests/<module>_test.py (the task zoo's,
+  # the tooling's and the binaries' are tested with the runs that use
+  # them where they have none).
+  modules = [
+    name[: -len('.py')]
+    for name in _generator()._sources('tff_methods')
+    if name != '__init__.py'
+  ]
+  missing = [
+    m
+    for m in modules
+    if not os.path.exists(os.path.join(REPO, 'tests', f'{m}_test.py'))
+  ]
+  assert not missing, missing
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

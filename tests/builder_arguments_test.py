@@ -9,6 +9,7 @@ hold different numbers of examples, so weighting shows too.
 """
 
 import collections
+import sys
 
 import numpy as np
 import pytest
@@ -375,3 +376,7 @@ def test_each_aggregator_family_weights_clients_as_tffs_does(method, family):
   expected = uniform if family == 'dp' else weighted
   moved = _first_move_of(method, model_aggregator=FAMILIES[family]())
   np.testing.assert_allclose(moved, expected, rtol=1e-5, atol=1e-5)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

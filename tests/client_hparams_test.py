@@ -8,6 +8,7 @@ TFF's optimizer arguments.
 """
 
 import collections
+import sys
 
 import numpy as np
 import pytest
@@ -276,3 +277,7 @@ def test_scaffolds_eta_is_the_client_learning_rate_that_was_set():
       state = _round(process, state, round_num).state
     weights.append(_weights(process, state))
   np.testing.assert_allclose(weights[1], weights[0], rtol=1e-5, atol=1e-6)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

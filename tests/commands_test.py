@@ -37,3 +37,7 @@ def test_a_command_is_named_as_this_process_was_started(
 ):
   _started_as(monkeypatch, main)
   assert commands.command('device_check') == expected
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

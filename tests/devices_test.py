@@ -1,6 +1,8 @@
 """Device names, the CPU split, and what belongs on the host
 (`tff_methods.devices`)."""
 
+import sys
+
 import pytest
 import tensorflow as tf
 
@@ -52,3 +54,7 @@ def test_host_ops_are_the_input_pipeline_files_and_their_plumbing():
   assert devices.has_gpu_kernel('MatMul')
   assert devices.has_gpu_kernel('Assert')  # A kernel for any device.
   assert not devices.has_gpu_kernel('ReadFile')
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

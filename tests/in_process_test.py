@@ -211,3 +211,7 @@ def test_tffs_aggregators_run_in_process():
     else:
       assert difference < 1e-5, name
   assert context.on_fallback == []
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,5 +1,6 @@
 """Tests for tff_methods.model_checks: what a builder checks of a model."""
 
+import sys
 import warnings
 
 import pytest
@@ -58,3 +59,7 @@ def test_only_a_model_with_non_trainable_variables_gets_the_warning():
     warnings.simplefilter('always')
     model_checks.warn_of_unaveraged_variables(_plain_model)
   assert not [w for w in caught if 'non-trainable' in str(w.message)]
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -337,10 +337,6 @@ def test_tff_worker_binary_is_the_worker_started(tmp_path):
   assert 'fedavg on digits: round 1' in result.stdout
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 @pytest.mark.parametrize(
   'settings, says',
   [
@@ -361,3 +357,7 @@ def test_execution_flags_are_checked_together(settings, says):
   assert any(says in e for e in errors), errors
   with flagsaver.flagsaver(execution='in_process', devices=['cpu:0', 'gpu:1']):
     assert runtime_flags.check() == []
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,5 +1,7 @@
 """Tests for tff_methods.privacy: a DP run's (epsilon, delta)."""
 
+import sys
+
 import dp_accounting
 from dp_accounting import pld
 from dp_accounting import rdp
@@ -113,3 +115,7 @@ def test_bad_settings_are_named(kwargs, match):
 def test_the_default_delta_is_below_one_over_the_population():
   assert privacy.default_delta(100) == pytest.approx(100**-1.1)
   assert privacy.default_delta(100) < 1 / 100
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -192,28 +192,5 @@ def test_train_model_in_process_resumes_and_equals_the_worker(
   assert context.on_fallback == []
 
 
-def test_data_source_iterator_survives_program_state(tmp_path):
-  source = datasets.ClientRoundDataSource(['a', 'b', 'c', 'd'], seed=1)
-  iterator = source.iterator()
-  first = iterator.select(2)
-  assert [k[1] for k in first] == [b'1', b'1']
-  restored = type(iterator).from_bytes(iterator.to_bytes())
-  assert restored == iterator
-  np.testing.assert_array_equal(restored.select(2), iterator.select(2))
-  assert iterator.round_num == 2
-  with pytest.raises(ValueError, match=r'select takes k in \[1, 4\]'):
-    iterator.select(5)
-  # Poisson cohorts (k expected): the sampling is kept with the state.
-  poisson = datasets.ClientRoundDataSource(
-    [f'c{i}' for i in range(40)], seed=1, sampling='poisson'
-  ).iterator()
-  poisson.select(2)
-  restored = type(poisson).from_bytes(poisson.to_bytes())
-  sizes = {len(restored.select(2)) for _ in range(30)}
-  assert len(sizes) > 2  # not a fixed size
-  with pytest.raises(ValueError, match="sampling 'with_replacement'"):
-    datasets.ClientRoundDataSource(['a'], sampling='with_replacement')
-
-
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

@@ -1,8 +1,10 @@
 """TFF's TensorFlow computations as sessions (`tff_methods.session_graphs`)."""
 
 import collections
+import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -57,3 +59,7 @@ def test_a_data_set_reaches_its_graph_serialized():
   )
   assert graph.run(leaves) == [10]
   graph.close()
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -7,6 +7,7 @@ that read weights and logits train it with its own loss, to TFF's weights.
 """
 
 import collections
+import sys
 
 import numpy as np
 import pytest
@@ -213,3 +214,7 @@ def test_token_weighting_counts_the_labels_that_are_not_padding():
   output = model.forward_pass(batch, training=False)
   assert int(output.num_examples) == 3
   assert output.predictions.shape == (2, 3, 10)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -198,10 +198,6 @@ def test_help_prints_the_docstring_and_every_flag_and_exits_0(binary):
     assert '--method' not in result.stdout
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def _train(tmp_path, name, *flags):
   return subprocess.run(
     [
@@ -237,3 +233,7 @@ def test_a_bad_device_fails_in_one_line_before_any_work(tmp_path):
     in result.stderr
   )
   assert not (tmp_path / 'run').exists()
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from tff_methods import model_lib
-from tff_methods_tasks import datasets
 from tff_methods_tasks import models
 from tff_methods_tooling import experiment
 from tff_methods_tooling import run_directory
@@ -265,33 +264,6 @@ def test_the_loop_leaves_the_threads_event_loop_usable(tmp_path):
   import asyncio
 
   assert asyncio.get_event_loop_policy().get_event_loop() is not None
-
-
-def test_sampling_is_seeded_per_round():
-  ids = [f'c{i}' for i in range(10)]
-  a = datasets.sample_clients(ids, 3, round_num=5, seed=1)
-  assert a == datasets.sample_clients(ids, 3, round_num=5, seed=1)
-  assert a != datasets.sample_clients(ids, 3, round_num=6, seed=1)
-  assert len(set(a)) == 3
-
-
-def test_poisson_sampling_takes_each_client_with_the_expected_probability():
-  ids = [f'c{i}' for i in range(20)]
-  cohorts = [
-    datasets.sample_clients(ids, 2, round_num=r, seed=3, sampling='poisson')
-    for r in range(1, 2001)
-  ]
-  assert cohorts[4] == datasets.sample_clients(ids, 2, 5, 3, 'poisson')
-  sizes = np.array([len(c) for c in cohorts])
-  # Binomial(20, 0.1): mean 2, variance 1.8, P(empty) = 0.9^20 = 0.12.
-  assert abs(sizes.mean() - 2) < 4 * np.sqrt(1.8 / 2000)
-  assert abs(sizes.var() - 1.8) < 0.25
-  assert abs((sizes == 0).mean() - 0.9**20) < 0.03
-  # Every client equally likely.
-  counts = np.array([sum(i in c for c in cohorts) for i in ids])
-  assert counts.min() > 150 and counts.max() < 250  # 200 expected
-  with pytest.raises(ValueError, match="sampling 'uniform' is unknown"):
-    datasets.sample_clients(ids, 2, 1, 0, 'uniform')
 
 
 def test_a_damaged_experiment_json_is_named(tmp_path):
