@@ -25,24 +25,32 @@ from tff_methods_tooling import experiment
 from tff_methods_tooling import presets
 
 
-def _define_config_flags() -> None:
-  """One absl flag per `ExperimentConfig` field, of the field's type."""
+def define_config_flags(
+  flag_values: flags.FlagValues = flags.FLAGS,
+  config_class: type = experiment.ExperimentConfig,
+) -> None:
+  """One absl flag per field of `config_class`, of the field's type."""
   define = {
     str: flags.DEFINE_string,
     int: flags.DEFINE_integer,
     float: flags.DEFINE_float,
     bool: flags.DEFINE_bool,
   }
-  for field in dataclasses.fields(experiment.ExperimentConfig):
+  for field in dataclasses.fields(config_class):
     kind = field.type
     if typing.get_origin(kind) is typing.Union:  # Optional[X]
       (kind,) = [a for a in typing.get_args(kind) if a is not type(None)]
     # Without --output_dir a binary names the run after its settings.
     default = None if field.name == 'output_dir' else field.default
-    define[kind](field.name, default, field.metadata['help'])
+    define[kind](
+      field.name, default, field.metadata['help'], flag_values=flag_values
+    )
 
 
-_define_config_flags()
+define_config_flags()
+# Today's names of renamed settings are the flags; the old ones still work.
+for _old, _new in experiment.RENAMED_SETTINGS.items():
+  flags.DEFINE_alias(_old, _new)
 flags.DEFINE_string(
   'preset',
   None,

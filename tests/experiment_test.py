@@ -37,9 +37,7 @@ def test_the_library_and_the_runner_share_their_defaults():
     'client_learning_rate',
     'client_momentum',
     'server_momentum',
-    'temperature',
-    'cka_layers',
-    'fed2_groups',
+    'mu',
   } <= shared
   for name in shared - {'client_state_dir'}:  # the runner keeps it with a run
     assert getattr(config, name) == getattr(library, name), name
@@ -47,6 +45,10 @@ def test_the_library_and_the_runner_share_their_defaults():
   passed = config.hyperparameters()
   for name in shared - {'client_state_dir'}:
     assert getattr(passed, name) == getattr(config, name), name
+  # Each method's own settings: the runner's are its declared defaults.
+  for spec in methods.REGISTRY.values():
+    assert passed.settings_of(spec) == library.settings_of(spec), spec.name
+    assert passed.settings_of(spec) == spec.settings(), spec.name
 
 
 def test_model_parameters_are_counted_from_the_tasks_shapes():

@@ -117,7 +117,8 @@ def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
       setup['model_fn'],
       setup['spec'],
       methods.Hyperparameters(
-        **HPARAMS, strengths=(('fedprox', 1.0), ('fedcos', 0.0))
+        **HPARAMS,
+        method_settings={'fedprox': {'mu': 1.0}, 'fedcos': {'mu': 0.0}},
       ),
     )
   )
@@ -128,7 +129,8 @@ def test_fedprox_plus_fedcos_at_zero_fedcos_is_fedprox(setup):
       setup['model_fn'],
       setup['spec'],
       methods.Hyperparameters(
-        **HPARAMS, strengths=(('fedprox', 1.0), ('fedcos', 1.0))
+        **HPARAMS,
+        method_settings={'fedprox': {'mu': 1.0}, 'fedcos': {'mu': 1.0}},
       ),
     )
   )
@@ -143,7 +145,11 @@ def test_fedcos_directions_agree_under_fedavg_only(setup, server, same):
         f'{server}+fedcos',
         setup['model_fn'],
         setup['spec'],
-        methods.Hyperparameters(**HPARAMS, mu=0.5, fedcos_direction=direction),
+        methods.Hyperparameters(
+          **HPARAMS,
+          mu=0.5,
+          method_settings={'fedcos': {'direction': direction}},
+        ),
       )
     )[0]
 

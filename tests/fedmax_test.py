@@ -49,7 +49,9 @@ def test_zero_strength_gives_fedavg_weights(setup, tff_fedavg_weights):
     'fedmax',
     setup['model_fn'],
     setup['spec'],
-    methods.Hyperparameters(**HPARAMS, beta=0.0),
+    methods.Hyperparameters(
+      **HPARAMS, method_settings={'fedmax': {'beta': 0.0}}
+    ),
   )
   weights, _ = setup['run'](process)
   np.testing.assert_allclose(weights, tff_fedavg_weights, rtol=1e-5, atol=1e-6)
@@ -60,7 +62,9 @@ def test_fedmax_term_is_active(setup):
     'fedmax',
     setup['model_fn'],
     setup['spec'],
-    methods.Hyperparameters(**HPARAMS, beta=100.0),
+    methods.Hyperparameters(
+      **HPARAMS, method_settings={'fedmax': {'beta': 100.0}}
+    ),
   )
   _, metrics = setup['run'](process, rounds=1)
   assert metrics[0]['objective'] > metrics[0]['loss'] + 1e-3

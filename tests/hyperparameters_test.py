@@ -9,7 +9,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import fedcos
+from tff_methods import fedmax
+from tff_methods import fedprox
 from tff_methods import hyperparameters
+from tff_methods import moon
 
 SPECS = [tf.TensorSpec([2], tf.float32)]
 
@@ -18,13 +22,38 @@ def _hparams(optimizer):
   return optimizer.get_hparams(optimizer.initialize(SPECS))
 
 
-def test_a_components_own_strength_comes_before_mu_and_mu_before_its_default():
+def test_a_methods_own_setting_comes_before_mu_and_mu_before_its_default():
   settings = hyperparameters.Hyperparameters(
-    mu=0.3, strengths=(('fedcos', 0.05),)
+    mu=0.3, method_settings={'fedcos': {'mu': 0.05}}
   )
-  assert settings.strength('fedcos', default=9.0) == 0.05
-  assert settings.strength('fedprox', default=9.0) == 0.3
-  assert hyperparameters.Hyperparameters().strength('fedprox', 9.0) == 9.0
+  assert settings.settings_of(fedcos.METHOD).mu == 0.05
+  assert settings.settings_of(fedprox.METHOD).mu == 0.3
+  assert (
+    hyperparameters.Hyperparameters().settings_of(fedprox.METHOD).mu
+    == fedprox.DEFAULT_MU
+  )
+  # mu is a strength: FedMAX's beta and MOON's temperature keep theirs.
+  assert settings.settings_of(fedmax.METHOD).beta == fedmax.DEFAULT_BETA
+  assert settings.settings_of(moon.METHOD).temperature == 0.5
+  # Given as a mapping or as pairs, in any order: the same settings.
+  assert settings == hyperparameters.Hyperparameters(
+    mu=0.3, method_settings=[('fedcos', [('mu', 0.05)])]
+  )
+
+
+def test_a_setting_a_method_lacks_or_a_value_it_refuses_is_named():
+  with pytest.raises(ValueError, match='MOON has no setting temp; its '):
+    hyperparameters.Hyperparameters(
+      method_settings={'moon': {'temp': 1.0}}
+    ).settings_of(moon.METHOD)
+  with pytest.raises(ValueError, match='--moon_temperature=0.0 must be > 0'):
+    hyperparameters.Hyperparameters(
+      method_settings={'moon': {'temperature': 0.0}}
+    ).settings_of(moon.METHOD)
+  with pytest.raises(ValueError, match="--fedcos_direction='up' is unknown"):
+    hyperparameters.Hyperparameters(
+      method_settings={'fedcos': {'direction': 'up'}}
+    ).settings_of(fedcos.METHOD)
 
 
 @pytest.mark.parametrize(

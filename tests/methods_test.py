@@ -3,8 +3,11 @@
 Stateful methods (per-client state) are tested in stateful_test.py.
 """
 
+import dataclasses
+import os
 import sys
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,11 +25,15 @@ from tff_methods import model_lib
 from tff_methods import regularizers
 from tff_methods import scaffold
 from tff_methods import stateful
+from tff_methods_binaries import experiment_flags
 from tff_methods_tasks import datasets
 from tff_methods_tooling import device_check
 from tff_methods_tooling import experiment
+from tff_methods_tooling import experiment_config
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope='module')
@@ -57,7 +64,10 @@ def test_method_runs_in_tffs_training_loop(
   name, client_data, small_model_fn, tmp_path
 ):
   hparams = methods.Hyperparameters(
-    client_learning_rate=0.05, client_momentum=0.0, mu=0.1, fed2_groups=2
+    client_learning_rate=0.05,
+    client_momentum=0.0,
+    mu=0.1,
+    method_settings={'fed2': {'groups': 2}},
   )
   # Fed2 trains its grouped form of a model it can group.
   model_fn = (
@@ -94,7 +104,7 @@ def test_fed2_refuses_a_model_without_groups(client_data, small_model_fn):
       'fed2',
       small_model_fn,
       client_data.element_type_structure,
-      methods.Hyperparameters(fed2_groups=2),
+      methods.Hyperparameters(method_settings={'fed2': {'groups': 2}}),
     )
 
 
@@ -156,7 +166,9 @@ def test_components_build_the_shared_loop_with_their_terms_and_rule(
   name, terms, rule, monkeypatch
 ):
   calls = _captured(monkeypatch, local_training, 'build_local_training_process')
-  hparams = methods.Hyperparameters(mu=0.5, strengths=(('fedcos', 0.05),))
+  hparams = methods.Hyperparameters(
+    mu=0.5, method_settings={'fedcos': {'mu': 0.05}}
+  )
   assert methods.build_method(name, None, None, hparams) == 'built'
   ((args, kwargs),) = calls
   assert args[3] == rule  # keras_model_fn, spec, client, server optimizer.
@@ -228,7 +240,9 @@ def test_a_modules_own_builder_adds_the_registrys_term(
     name,
     None,
     None,
-    methods.Hyperparameters(mu=0.25, beta=0.25),
+    methods.Hyperparameters(
+      mu=0.25, method_settings={'fedmax': {'beta': 0.25}}
+    ),
   )
   getattr(module, builder)(
     None, None, client_optimizer_fn=None, **{strength: 0.25}
@@ -282,11 +296,18 @@ class _Pull(regularizers.Regularizer):
     )
 
 
-# Its module's declaration: a strength of 0 by default.
+@dataclasses.dataclass(frozen=True)
+class _PullSettings:
+  mu: float = method_spec.setting(0.0, 'The pull towards w_g.', minimum=0.0)
+
+
+# Its module's declaration: its settings (a strength of 0 by default) and
+# its term.
 PULL = method_spec.MethodSpec(
   name='pull',
   display_name='Pull',
-  term=lambda settings: _Pull(settings.strength('pull', 0.0)),
+  settings=_PullSettings,
+  term=lambda settings: _Pull(settings.mu),
 )
 
 
@@ -320,7 +341,7 @@ def test_a_new_method_needs_its_declaration_and_one_registry_line(
     trained('pull'), tff_fedavg_weights, rtol=1e-5, atol=1e-6
   )
   # With a strength it is FedProx's term, so FedProx's weights.
-  pulled = trained('pull', strengths=(('pull', 0.5),))
+  pulled = trained('pull', method_settings={'pull': {'mu': 0.5}})
   np.testing.assert_allclose(
     pulled, trained('fedprox', mu=0.5), rtol=1e-5, atol=1e-6
   )
@@ -339,6 +360,27 @@ def test_a_new_method_needs_its_declaration_and_one_registry_line(
   assert 'client_work' in process.get_hparams(process.initialize())
   with pytest.raises(ValueError, match="'pull' is already registered"):
     methods.register(PULL)
+
+
+@pytest.mark.usefixtures('pull_registered')
+def test_a_new_methods_settings_are_flags_checks_and_docs():
+  # What the binaries make of the registry: a flag per setting, checked as
+  # declared, and a row in docs/flags.md's table.
+  config_class = experiment_config.config_class(methods.REGISTRY)
+  flag_values = flags.FlagValues()
+  experiment_flags.define_config_flags(flag_values, config_class)
+  flag_values(['prog', '--pull_mu=0.5'])
+  assert flag_values['pull_mu'].value == 0.5
+  config = config_class(method='pull', pull_mu=0.5)
+  assert config.method_settings()['pull'] == {'mu': 0.5}
+  assert config.hyperparameters().settings_of(PULL).mu == 0.5
+  assert (
+    config_class(method='pull').hyperparameters().settings_of(PULL).mu == 0.0
+  )
+  problems = method_spec.problems(PULL, _PullSettings(mu=-1.0))
+  assert problems == ['--pull_mu=-1.0 must be >= 0.']
+  table = experiment_config.method_settings_table(methods.REGISTRY)
+  assert '| `--pull_mu` | Pull | `0.0` | The pull towards w_g.' in table
 
 
 if __name__ == '__main__':

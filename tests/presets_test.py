@@ -62,7 +62,7 @@ def test_every_row_of_every_preset_is_a_valid_experiment(name):
 
 def test_fedcka_fig5_sweeps_every_layer_of_the_cnn():
   preset = presets.get('fedcka_fig5_layers')
-  assert [preset.config(r.key).cka_layers for r in preset.rows] == list(
+  assert [preset.config(r.key).fedcka_layers for r in preset.rows] == list(
     range(1, 8)
   )
   assert preset.config('m7').model == 'fedcka_cnn'
@@ -109,8 +109,8 @@ def test_presets_carry_the_papers_settings():
   ) == (100, 10, 5, 2)
   # A row's settings stay its own: the shared config has no strength.
   table3 = presets.get('fedcka_table3_similarity')
-  assert table3.shared_config().similarity == 'linear_cka'
-  assert table3.config('kernel_cka').similarity == 'kernel_cka'
+  assert table3.shared_config().fedcka_similarity == 'linear_cka'
+  assert table3.config('kernel_cka').fedcka_similarity == 'kernel_cka'
   assert presets.get('fedcos_table1_iid').shared_config().fedcos_mu is None
 
 

@@ -142,7 +142,7 @@ def test_each_methods_strengths_and_options_reach_its_builder(
   )
   assert _term(kwargs, fedprox.ProximalTerm).mu == 0.3
   _, kwargs = _builds(
-    monkeypatch, data, tmp_path, method='fedmax', model='mlp', beta=7.0
+    monkeypatch, data, tmp_path, method='fedmax', model='mlp', fedmax_beta=7.0
   )
   assert _term(kwargs, fedmax.ActivationEntropyTerm).beta == 7.0
   name, kwargs = _builds(
@@ -166,7 +166,7 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     method='moon',
     model='fedcka_cnn',
     mu=2.0,
-    temperature=0.1,
+    moon_temperature=0.1,
   )
   assert name == 'build_stateful_local_training_process'
   contrast = _term(kwargs, moon.ModelContrastiveTerm)
@@ -179,8 +179,8 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     method='fedcka',
     model='fedcka_cnn',
     mu=4.0,
-    cka_layers=3,
-    similarity='kernel_cka',
+    fedcka_layers=3,
+    fedcka_similarity='kernel_cka',
     client_state_dir=str(tmp_path / 'states'),
   )
   cka = _term(kwargs, fedcka.CKAContrastiveTerm)

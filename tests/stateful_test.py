@@ -391,16 +391,16 @@ def test_moon_without_a_projection_head_is_refused(tmp_path):
     )
   with pytest.raises(
     ValueError,
-    match='--cka_layers=8 is more than ' "--model=fedcka_cnn's 7 layers",
+    match='--fedcka_layers=8 is more than ' "--model=fedcka_cnn's 7 layers",
   ):
     experiment.validate(
       dataclasses.replace(
-        config, method='fedcka', model='fedcka_cnn', cka_layers=8
+        config, method='fedcka', model='fedcka_cnn', fedcka_layers=8
       )
     )
   experiment.validate(
     dataclasses.replace(
-      config, method='fedcka', model='fedcka_cnn', cka_layers=7
+      config, method='fedcka', model='fedcka_cnn', fedcka_layers=7
     )
   )
   with pytest.raises(

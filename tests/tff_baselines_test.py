@@ -253,7 +253,10 @@ def test_tuning_holds_out_whole_training_clients(tmp_path):
   'settings, message',
   [
     (dict(method='fed2'), "does not apply to TFF's cnn_dropout model"),
-    (dict(method='fedcka', cka_layers=4), '--cka_layers=4 is more than the 3'),
+    (
+      dict(method='fedcka', fedcka_layers=4),
+      '--fedcka_layers=4 is more than the 3',
+    ),
     (dict(model='resnet18'), "--model='resnet18' is not a model of"),
     (dict(local_steps=5), "--local_steps=5: TFF's preprocessing"),
     (dict(max_elements=0), '--max_elements=0 must be >= 1'),

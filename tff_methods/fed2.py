@@ -461,7 +461,7 @@ def _build_from_settings(
     keras_model_fn,
     element_spec,
     client_optimizer_fn=settings.client_optimizer(),
-    num_groups=settings.fed2_groups,
+    num_groups=settings.settings_of(METHOD).groups,
     server_optimizer_fn=settings.server_optimizer('sgd'),
     dataset_computation=dataset_computation,
     model_aggregator=settings.model_aggregator(),
@@ -470,6 +470,22 @@ def _build_from_settings(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Fed2's settings (flags `--fed2_<name>`)."""
+
+  groups: int = method_spec.setting(10, 'G, the number of groups.', minimum=1)
+  decouple_depth: Optional[int] = method_spec.setting(
+    None,
+    "How many final layers are grouped (default: the model's: 6 for VGG, "
+    '4 for the FedCKA CNN).',
+    minimum=1,
+  )
+
+
 METHOD = method_spec.MethodSpec(
-  name='fed2', display_name='Fed2', build=_build_from_settings
+  name='fed2',
+  display_name='Fed2',
+  settings=Settings,
+  build=_build_from_settings,
 )

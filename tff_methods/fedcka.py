@@ -21,6 +21,7 @@ no previous model, so the term is 0 (as in MOON). Needs per-client state.
 Server rule: FedAvg's example-weighted mean of the updates.
 """
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -159,12 +160,33 @@ def build_fedcka(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """FedCKA's settings (flags `--fedcka_<name>`)."""
+
+  mu: float = method_spec.setting(
+    DEFAULT_MU, 'The contrastive strength.', minimum=0.0
+  )
+  layers: int = method_spec.setting(
+    2,
+    "M: the first M layers regularized (at most the model's: 7 on the "
+    'FedCKA CNN).',
+    minimum=1,
+  )
+  similarity: str = method_spec.setting(
+    'linear_cka',
+    "How two layers' activations are compared: linear_cka, kernel_cka, "
+    'frobenius (-||a1 - a2||^2), cosine (the inner product), '
+    'normalized_cosine or normalized_frobenius.',
+    choices=tuple(similarity_lib.SIMILARITIES),
+  )
+
+
 METHOD = method_spec.MethodSpec(
   name='fedcka',
   display_name='FedCKA',
+  settings=Settings,
   term=lambda settings: CKAContrastiveTerm(
-    settings.strength('fedcka', DEFAULT_MU),
-    settings.cka_layers,
-    settings.similarity,
+    settings.mu, settings.layers, settings.similarity
   ),
 )

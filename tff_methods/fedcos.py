@@ -25,6 +25,7 @@ under FedAvgM or FedAdam they differ.
 """
 
 import collections
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -203,10 +204,25 @@ def build_fedcos(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """FedCos's settings (flags `--fedcos_<name>`)."""
+
+  mu: float = method_spec.setting(
+    DEFAULT_MU, "The cosine penalty's strength.", minimum=0.0
+  )
+  direction: str = method_spec.setting(
+    'global_move',
+    "d: the global model's last move (global_move, the paper) or the mean "
+    'client update before the server optimizer (mean_client_update, the '
+    'FedCos code).',
+    choices=DIRECTIONS,
+  )
+
+
 METHOD = method_spec.MethodSpec(
   name='fedcos',
   display_name='FedCos',
-  term=lambda settings: DirectionPenalty(
-    settings.strength('fedcos', DEFAULT_MU), settings.fedcos_direction
-  ),
+  settings=Settings,
+  term=lambda settings: DirectionPenalty(settings.mu, settings.direction),
 )

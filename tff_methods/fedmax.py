@@ -17,6 +17,7 @@ beta values carry over (1000 for CIFAR). Stateless.
 Server rule: FedAvg's example-weighted mean of the updates.
 """
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -116,10 +117,20 @@ def build_fedmax(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """FedMAX's settings (flags `--fedmax_<name>`)."""
+
+  beta: float = method_spec.setting(
+    DEFAULT_BETA,
+    "The maximum-entropy prior's strength (the paper's CIFAR value).",
+    minimum=0.0,
+  )
+
+
 METHOD = method_spec.MethodSpec(
   name='fedmax',
   display_name='FedMAX',
-  term=lambda settings: ActivationEntropyTerm(
-    DEFAULT_BETA if settings.beta is None else settings.beta
-  ),
+  settings=Settings,
+  term=lambda settings: ActivationEntropyTerm(settings.beta),
 )

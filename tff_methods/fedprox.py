@@ -15,6 +15,7 @@ Server rule: FedAvg's example-weighted mean of the client updates, through
 the chosen server optimizer (SGD with learning rate 1 by default).
 """
 
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -111,8 +112,20 @@ def build_fedprox(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """FedProx's settings (flags `--fedprox_<name>`)."""
+
+  mu: float = method_spec.setting(
+    DEFAULT_MU,
+    'The proximal strength (0 is FedAvg).',
+    minimum=0.0,
+  )
+
+
 METHOD = method_spec.MethodSpec(
   name='fedprox',
   display_name='FedProx',
-  term=lambda settings: ProximalTerm(settings.strength('fedprox', DEFAULT_MU)),
+  settings=Settings,
+  term=lambda settings: ProximalTerm(settings.mu),
 )

@@ -1,17 +1,18 @@
 """The settings every method's builder is called with, by `methods`.
 
-`Hyperparameters` holds the optimizers' settings and the methods'
-strengths; each method's own default strength stays in its module (its
-`DEFAULT_MU`), which passes it to `strength`, so that a default is defined
-once.
+`Hyperparameters` holds what every method shares (the optimizers, the
+aggregator, the federation) and the settings each method declares in its
+own module (`method_spec.setting`), given by method name: a method's
+defaults are defined once, in its module.
 """
 
 import dataclasses
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
+from tff_methods import method_spec
 from tff_methods import optimizers
 
 
@@ -28,31 +29,18 @@ class Hyperparameters:
     server_momentum: FedAvgM's server momentum.
     server_epsilon: FedAdam's / FedYogi's epsilon (Reddi et al. tune it per
       task; 1e-3 is their default).
-    mu: The strength of every named component's term (FedProx, MOON,
-      FedCKA, FedCos) that has no strength of its own in `strengths`; None
-      picks each one's default (its module's `DEFAULT_MU`).
-    strengths: Per-component strengths, e.g. {'fedprox': 0.01,
-      'fedcos': 0.05} for `fedprox+fedcos`.
-    beta: FedMAX's strength (default 1000, the paper's CIFAR value).
-    temperature: MOON's temperature tau.
-    cka_layers: FedCKA's M, the number of layers regularized.
-    similarity: FedCKA's similarity, a name in
-      `similarity.SIMILARITIES`.
+    mu: The strength (a setting named `mu`) of every named component that
+      `method_settings` gives none (FedProx, MOON, FedCKA, FedCos); None
+      leaves each its own default.
+    method_settings: Each method's own settings by method name, as field
+      name -> value, e.g. {'fedprox': {'mu': 0.01}, 'moon': {'temperature':
+      0.5}}; what is not given is the method's default (`settings_of`).
     num_clients: All clients, N (SCAFFOLD's |S|/N update).
     client_state_dir: Where methods with per-client state keep its files
       (None: a temporary directory).
-    fed2_groups: Fed2's G.
-    fed2_decouple_depth: How many final layers Fed2 groups (None: the
-      model's default, 6 for VGG).
     seed: Fixes Fed2's class -> group assignment.
     server_momentum_form: FedAvgM's 'heavy_ball' (TFF, default) or 'ema'
       (the FedCos code).
-    scaffold_weighting: SCAFFOLD's model average, 'uniform' (the paper,
-      default) or 'num_examples' (NIID-Bench).
-    scaffold_momentum: SCAFFOLD's clients use `client_momentum` (NIID-Bench,
-      the MOON repo); by default plain SGD (the paper).
-    fedcos_direction: FedCos's `d`, 'global_move' (the paper, default) or
-      'mean_client_update' (the FedCos code).
     client_weighting: How client updates are weighted in the mean, a name
       in `aggregation.CLIENT_WEIGHTINGS`: 'num_examples' (TFF's default),
       'uniform', or 'num_tokens' (Reddi et al.'s text tasks). An unweighted
@@ -75,20 +63,11 @@ class Hyperparameters:
   server_momentum: float = 0.9
   server_epsilon: float = 1e-3
   mu: Optional[float] = None
-  strengths: tuple[tuple[str, float], ...] = ()
-  beta: Optional[float] = None
-  temperature: float = 0.5
-  cka_layers: int = 2
-  similarity: str = 'linear_cka'
+  method_settings: Any = ()
   num_clients: int = 10
   client_state_dir: Optional[str] = None
-  fed2_groups: int = 10
-  fed2_decouple_depth: Optional[int] = None
   seed: int = 0
   server_momentum_form: str = 'heavy_ball'
-  scaffold_weighting: str = 'uniform'
-  scaffold_momentum: bool = False
-  fedcos_direction: str = 'global_move'
   client_weighting: str = 'num_examples'
   aggregator: str = 'mean'
   dp_noise_multiplier: float = 0.5
@@ -96,6 +75,47 @@ class Hyperparameters:
   dp_clipped_count_stddev: Optional[float] = None
   dp_target_quantile: float = 0.5
   clients_per_round: int = 10
+
+  def __post_init__(self):
+    # Kept as sorted pairs, so that the settings stay hashable and equal
+    # however they were given.
+    given = self.method_settings
+    if isinstance(given, Mapping):
+      given = given.items()
+    object.__setattr__(
+      self,
+      'method_settings',
+      tuple(
+        sorted(
+          (str(name), tuple(sorted(dict(values).items())))
+          for name, values in given
+        )
+      ),
+    )
+
+  def settings_of(self, spec: method_spec.MethodSpec) -> Any:
+    """`spec`'s own settings (its `settings` dataclass): those given in
+    `method_settings`, then `mu` for a strength named mu, then its defaults.
+
+    Raises:
+      ValueError: naming a setting the method does not have, or a value it
+        does not take.
+    """
+    given = dict(dict(self.method_settings).get(spec.name, ()))
+    names = {f.name for f in dataclasses.fields(spec.settings)}
+    unknown = sorted(set(given) - names)
+    if unknown:
+      raise ValueError(
+        f'{spec.display_name} has no setting {", ".join(unknown)}; its '
+        f'settings are {", ".join(sorted(names)) or "none"}.'
+      )
+    if self.mu is not None and 'mu' in names:
+      given.setdefault('mu', self.mu)
+    settings = spec.settings(**given)
+    problems = method_spec.problems(spec, settings)
+    if problems:
+      raise ValueError(' '.join(problems))
+    return settings
 
   def model_aggregator(self) -> Optional[aggregation.ModelAggregator]:
     """TFF's model aggregator of `aggregator` (None: the weighted mean)."""
@@ -114,14 +134,6 @@ class Hyperparameters:
     if self.client_weighting == 'num_examples':
       return None
     return aggregation.CLIENT_WEIGHTINGS[self.client_weighting]
-
-  def strength(self, component: str, default: float) -> float:
-    """`component`'s strength: its own in `strengths`, else `mu`, else
-    `default` (the component's module's)."""
-    own = dict(self.strengths)
-    if component in own:
-      return own[component]
-    return default if self.mu is None else self.mu
 
   def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
     return optimizers.build_client_sgd(

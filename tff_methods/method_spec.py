@@ -11,15 +11,66 @@ A method is one of two kinds:
   algorithms. It stands alone, and declares whether its clients keep state
   between rounds (`keeps_client_state`).
 
-`settings` below is a `hyperparameters.Hyperparameters`: a spec reads the
-settings it needs by name, and takes its defaults from its own module
-(`settings.strength('fedprox', DEFAULT_MU)`).
+A method's own settings are a frozen dataclass of its module's (`settings`,
+e.g. FedProx's `mu`), each field made with `setting`: its default, its help
+and what values it takes. The binaries' flags (`--fedprox_mu`), their checks
+and the docs' table of them derive from these declarations; a term is built
+from its method's settings, a process of its own from the run's
+`hyperparameters.Hyperparameters` (which hold every method's settings).
 """
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from tff_methods import regularizers
+
+
+def setting(
+  default: Any,
+  help_text: str,
+  *,
+  choices: Optional[Sequence[Any]] = None,
+  minimum: Optional[float] = None,
+  above: Optional[float] = None,
+) -> Any:
+  """A field of a method's settings: its default, help, and the values it
+  takes (one of `choices`, at least `minimum`, or above `above`)."""
+  return dataclasses.field(
+    default=default,
+    metadata=dict(
+      help=help_text,
+      choices=None if choices is None else tuple(choices),
+      minimum=minimum,
+      above=above,
+    ),
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+  """The settings of a method that has none of its own."""
+
+
+def problems(spec: 'MethodSpec', settings: Any) -> list[str]:
+  """What is wrong with `settings` (`spec`'s), each naming its flag."""
+  found = []
+  for field in dataclasses.fields(settings):
+    value = getattr(settings, field.name)
+    meta = field.metadata
+    flag = f'--{spec.flag(field.name)}={value!r}'
+    if meta.get('choices') is not None and value not in meta['choices']:
+      found.append(
+        f'{flag} is unknown; choose one of '
+        f'{", ".join(map(str, meta["choices"]))}.'
+      )
+    elif value is None or isinstance(value, (str, bool)):
+      continue
+    elif meta.get('minimum') is not None and not value >= meta['minimum']:
+      found.append(f'{flag} must be >= {meta["minimum"]:g}.')
+    elif meta.get('above') is not None and not value > meta['above']:
+      found.append(f'{flag} must be > {meta["above"]:g}.')
+  return found
+
 
 # (keras_model_fn, element_spec, settings, *, dataset_computation, loss_fn,
 # tff_model_fn) -> the method's process.
@@ -33,7 +84,10 @@ class MethodSpec:
   Attributes:
     name: The name in `--method` and in combinations ('fedprox').
     display_name: The name in tables and messages ('FedProx').
-    term: `settings` -> the local term it adds to every client's objective.
+    settings: Its own settings, a frozen dataclass whose fields are made
+      with `setting` (`NoSettings` if it has none).
+    term: Its settings -> the local term it adds to every client's
+      objective.
     server_optimizer: The server rule it brings: 'sgd', 'sgdm', 'adam' or
       'yogi' (`optimizers.build_server_optimizer`).
     build: For a method with a process of its own: builds it (`BuildFn`).
@@ -43,6 +97,7 @@ class MethodSpec:
 
   name: str
   display_name: str
+  settings: type = NoSettings
   term: Optional[Callable[[Any], regularizers.Regularizer]] = None
   server_optimizer: Optional[str] = None
   build: Optional[BuildFn] = None
@@ -63,11 +118,25 @@ class MethodSpec:
         f'Method {self.name!r} has a process of its own (build): it takes '
         'no term or server optimizer.'
       )
+    if not (
+      isinstance(self.settings, type)
+      and dataclasses.is_dataclass(self.settings)
+      and all('help' in f.metadata for f in dataclasses.fields(self.settings))
+    ):
+      raise ValueError(
+        f'Method {self.name!r}: settings must be a dataclass whose fields '
+        'are made with method_spec.setting(default, help), got '
+        f'{self.settings!r}.'
+      )
     if self.keeps_client_state and self.build is None:
       raise ValueError(
         f'Method {self.name!r}: keeps_client_state is for a method with a '
         'build function; a term keeps client state by supplying it.'
       )
+
+  def flag(self, field_name: str) -> str:
+    """The flag of one of its settings: 'fedprox_mu' for FedProx's mu."""
+    return f'{self.name}_{field_name}'
 
   @property
   def stands_alone(self) -> bool:

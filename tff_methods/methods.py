@@ -134,7 +134,11 @@ def _specs(name: str) -> list[MethodSpec]:
 def _terms(
   specs: Sequence[MethodSpec], hparams: Hyperparameters
 ) -> list[regularizers_lib.Regularizer]:
-  return [spec.term(hparams) for spec in specs if spec.term is not None]
+  return [
+    spec.term(hparams.settings_of(spec))
+    for spec in specs
+    if spec.term is not None
+  ]
 
 
 def local_terms(
@@ -149,7 +153,7 @@ def local_terms(
 def _default_term(spec: MethodSpec) -> Optional[regularizers_lib.Regularizer]:
   # What a term reads and keeps does not depend on the settings: asked once
   # of its term at the default settings.
-  return spec.term(Hyperparameters()) if spec.term is not None else None
+  return spec.term(spec.settings()) if spec.term is not None else None
 
 
 def _default_terms(name: str) -> list[regularizers_lib.Regularizer]:

@@ -23,6 +23,7 @@ Server rule: FedAvg's example-weighted mean of the updates.
 """
 
 import collections
+import dataclasses
 from typing import Any, Callable, Optional, Sequence
 import zlib
 
@@ -196,10 +197,28 @@ def build_moon(
   )
 
 
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """MOON's settings (flags `--moon_<name>`)."""
+
+  mu: float = method_spec.setting(
+    DEFAULT_MU, 'The model-contrastive strength.', minimum=0.0
+  )
+  temperature: float = method_spec.setting(
+    0.5, 'The contrastive temperature tau.', above=0.0
+  )
+  first_round: str = method_spec.setting(
+    'skip',
+    'A client first taking part after round 1 skips the term (skip, the '
+    'paper) or contrasts against its own initial model (initial_model, '
+    'the MOON repo).',
+    choices=FIRST_ROUNDS,
+  )
+
+
 METHOD = method_spec.MethodSpec(
   name='moon',
   display_name='MOON',
-  term=lambda settings: ModelContrastiveTerm(
-    settings.strength('moon', DEFAULT_MU), settings.temperature
-  ),
+  settings=Settings,
+  term=lambda settings: ModelContrastiveTerm(settings.mu, settings.temperature),
 )

@@ -28,6 +28,7 @@ Either way `c` moves by the unweighted mean over the clients with a finite
 update. Needs per-client state (`tff_methods.stateful`).
 """
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
@@ -272,6 +273,7 @@ def _build_from_settings(
   tff_model_fn=None,
 ):
   del tff_model_fn  # The project's loop trains the Keras model.
+  own = settings.settings_of(METHOD)
   return build_scaffold(
     keras_model_fn,
     element_spec,
@@ -285,18 +287,34 @@ def _build_from_settings(
     ),
     weight_decay=settings.weight_decay,
     client_state_dir=settings.client_state_dir,
-    client_momentum=(
-      settings.client_momentum if settings.scaffold_momentum else 0.0
-    ),
-    client_weighting=WEIGHTINGS[settings.scaffold_weighting],
+    client_momentum=settings.client_momentum if own.momentum else 0.0,
+    client_weighting=WEIGHTINGS[own.weighting],
     model_aggregator=settings.model_aggregator(),
     loss_fn=loss_fn,
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """SCAFFOLD's settings (flags `--scaffold_<name>`)."""
+
+  weighting: str = method_spec.setting(
+    'uniform',
+    'The model average: uniform (the paper), num_examples (NIID-Bench) or '
+    'num_tokens.',
+    choices=tuple(WEIGHTINGS),
+  )
+  momentum: bool = method_spec.setting(
+    False,
+    'Clients use the client momentum (NIID-Bench, the MOON repo); by '
+    'default plain SGD (the paper).',
   )
 
 
 METHOD = method_spec.MethodSpec(
   name='scaffold',
   display_name='SCAFFOLD',
+  settings=Settings,
   build=_build_from_settings,
   keeps_client_state=True,
 )

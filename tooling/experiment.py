@@ -43,6 +43,7 @@ from tff_methods_tooling import training_loop
 # The settings, and their checks, in modules of their own.
 DEFAULT_MODELS = experiment_config.DEFAULT_MODELS
 RETIRED_SETTINGS = experiment_config.RETIRED_SETTINGS
+RENAMED_SETTINGS = experiment_config.RENAMED_SETTINGS
 ExperimentConfig = experiment_config.ExperimentConfig
 validate = experiment_checks.validate
 
@@ -83,12 +84,13 @@ def model_fn_for(
     ValueError: for a bad model or Fed2 setting, before any work starts.
   """
   if methods.parse_method(name) == ['fed2']:
+    settings = hparams.settings_of(fed2.METHOD)
     return fed2.grouped_model_fn(
       fed2.LayerPlan(**task_models.fed2_plan(model_name, input_shape)),
       num_classes,
       input_shape,
-      hparams.fed2_groups,
-      hparams.fed2_decouple_depth,
+      settings.groups,
+      settings.decouple_depth,
       hparams.seed,
     )
   return functools.partial(
@@ -229,6 +231,7 @@ def saved_settings_differences(config: ExperimentConfig) -> list[str]:
     dataclasses.asdict(config),
     defaults=dataclasses.asdict(ExperimentConfig()),
     retired=RETIRED_SETTINGS,
+    upgrade=experiment_config.upgrade_saved_settings,
   )
 
 
@@ -331,6 +334,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       dataclasses.asdict(config),
       defaults=dataclasses.asdict(ExperimentConfig()),
       retired=RETIRED_SETTINGS,
+      upgrade=experiment_config.upgrade_saved_settings,
     )
 
   if saved_settings_differences(config):

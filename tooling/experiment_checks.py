@@ -6,12 +6,9 @@ is allowed.
 import os
 
 from tff_methods import aggregation
-from tff_methods import fedcos
+from tff_methods import method_spec
 from tff_methods import methods
-from tff_methods import moon
 from tff_methods import optimizers
-from tff_methods import scaffold
-from tff_methods import similarity as similarity_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tasks import partition as partition_lib
@@ -123,21 +120,15 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
     f'--server_momentum_form={config.server_momentum_form!r} is unknown; '
     f'choose one of {", ".join(optimizers.MOMENTUM_FORMS)}',
   )
+  # Each method's own settings, by what its module declares they take.
   need(
-    config.fedcos_direction in fedcos.DIRECTIONS,
-    f'--fedcos_direction={config.fedcos_direction!r} is unknown; choose '
-    f'one of {", ".join(fedcos.DIRECTIONS)}',
+    config.mu is None or config.mu >= 0,
+    f'--mu={config.mu} must be >= 0 (a strength)',
   )
-  need(
-    config.moon_first_round in moon.FIRST_ROUNDS,
-    f'--moon_first_round={config.moon_first_round!r} is unknown; choose '
-    f'one of {", ".join(moon.FIRST_ROUNDS)}',
-  )
-  need(
-    config.scaffold_weighting in scaffold.WEIGHTINGS,
-    f'--scaffold_weighting={config.scaffold_weighting!r} is unknown; '
-    f'choose one of {", ".join(scaffold.WEIGHTINGS)}',
-  )
+  given = config.method_settings()
+  for spec in methods.REGISTRY.values():
+    settings = spec.settings(**given[spec.name])
+    errors.extend(p.rstrip('.') for p in method_spec.problems(spec, settings))
   need(
     config.client_weighting in aggregation.CLIENT_WEIGHTINGS,
     f'--client_weighting={config.client_weighting!r} is unknown; choose one '
@@ -167,22 +158,6 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
       '--aggregator=dp averages clients uniformly; it needs '
       '--scaffold_weighting=uniform',
     )
-  for flag in ('mu', 'fedprox_mu', 'fedcos_mu', 'beta'):
-    value = getattr(config, flag)
-    need(
-      value is None or value >= 0, f'--{flag}={value} must be >= 0 (a strength)'
-    )
-  need(
-    config.temperature > 0, f'--temperature={config.temperature} must be > 0'
-  )
-  need(
-    config.cka_layers >= 1, f'--cka_layers={config.cka_layers} must be ' '>= 1'
-  )
-  need(
-    config.similarity in similarity_lib.SIMILARITIES,
-    f'--similarity={config.similarity!r} is unknown; choose one of '
-    f'{", ".join(similarity_lib.SIMILARITIES)}',
-  )
   model_name = config.model_name()
   zoo_model = not tff_task and model_name in task_models.MODEL_NAMES
   need(
@@ -208,14 +183,10 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
       '--method=fed2 supports --model='
       f'{"/".join(task_models.FED2_MODELS)}, not {model_name}',
     )
-    need(
-      config.fed2_groups >= 1,
-      f'--fed2_groups={config.fed2_groups} must be >= 1',
-    )
   if 'fedcka' in parts and zoo_model:
     need(
-      config.cka_layers <= task_models.LAYER_OUTPUTS[model_name],
-      f'--cka_layers={config.cka_layers} is more than --model='
+      config.fedcka_layers <= task_models.LAYER_OUTPUTS[model_name],
+      f'--fedcka_layers={config.fedcka_layers} is more than --model='
       f"{model_name}'s {task_models.LAYER_OUTPUTS[model_name]} layers",
     )
   need(
@@ -274,8 +245,9 @@ def _validate_tff_baseline(
   if 'fedcka' in parts and model_name in task_models_ids:
     layers = tff_baselines.layer_outputs(config.task, model_name)
     need(
-      config.cka_layers <= layers,
-      f'--cka_layers={config.cka_layers} is more than the {layers} layers '
+      config.fedcka_layers <= layers,
+      f'--fedcka_layers={config.fedcka_layers} is more than the {layers} '
+      'layers '
       f"FedCKA can read of TFF's {model_name} model of {config.task}",
     )
   need(

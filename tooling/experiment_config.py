@@ -7,7 +7,8 @@ import dataclasses
 import hashlib
 import os
 import re
-from typing import Any, Optional
+import typing
+from typing import Any, Mapping, Optional
 
 from tff_methods import methods
 from tff_methods_tasks import datasets
@@ -33,6 +34,14 @@ RETIRED_SETTINGS = {
   # Fed2's class-weighted pairing was removed: the paper pairs by examples.
   'fed2_pairing': 'uniform',
 }
+# Settings named otherwise now (a method's own, `--<method>_<setting>`): a
+# run saved under the old name resumes, and the old flag still works.
+RENAMED_SETTINGS = {
+  'beta': 'fedmax_beta',
+  'temperature': 'moon_temperature',
+  'cka_layers': 'fedcka_layers',
+  'similarity': 'fedcka_similarity',
+}
 
 
 def _setting(default: Any, help_text: str) -> Any:
@@ -53,7 +62,7 @@ def _method_setting(name: str, help_text: str) -> Any:
 
 
 @dataclasses.dataclass
-class ExperimentConfig:
+class _SharedSettings:
   """Every setting of one federated training run.
 
   The single source of the settings: each field's default and help (its
@@ -147,43 +156,14 @@ class ExperimentConfig:
   )
   mu: Optional[float] = _method_setting(
     'mu',
-    "The strength of the method's term(s) (default: fedprox 0.01, moon 1, "
-    'fedcka 3, fedcos 0.02).',
-  )
-  fedprox_mu: Optional[float] = _setting(
-    None, "FedProx's mu in a combination (overrides --mu)."
-  )
-  fedcos_mu: Optional[float] = _setting(
-    None, "FedCos's mu in a combination (overrides --mu)."
-  )
-  beta: Optional[float] = _method_setting(
-    'beta',
-    "fedmax: the prior's strength (default 1000, the paper's CIFAR value).",
-  )
-  temperature: float = _method_setting(
-    'temperature', 'moon: the contrastive temperature.'
-  )
-  cka_layers: int = _method_setting(
-    'cka_layers', 'fedcka: M, the first M layers regularized.'
-  )
-  similarity: str = _method_setting(
-    'similarity',
-    'fedcka: linear_cka, kernel_cka, frobenius (||a1 - a2||^2), cosine '
-    '(the inner product), normalized_cosine or normalized_frobenius.',
+    "The strength of every named method's term without a strength of its "
+    'own (--fedprox_mu, --moon_mu, ...); by default each its own.',
   )
   client_state_dir: Optional[str] = _setting(
     None,
     'moon/fedcka/scaffold: where the client state files go (default: '
     '<output_dir>/client_states); given, each run keeps its states in a '
     'directory of its own under it. TFF workers must see it.',
-  )
-  fed2_groups: int = _method_setting(
-    'fed2_groups', 'fed2: G, the number of groups.'
-  )
-  fed2_decouple_depth: Optional[int] = _method_setting(
-    'fed2_decouple_depth',
-    'fed2: how many final layers are grouped (default: 6 for VGG, 4 for '
-    'the FedCKA CNN).',
   )
   server_momentum_form: str = _method_setting(
     'server_momentum_form',
@@ -197,28 +177,6 @@ class ExperimentConfig:
     'default), uniform, or num_tokens (the labels that are not padding: '
     "Reddi et al.'s weighting of the text tasks). --aggregator=dp weighs "
     'clients uniformly.',
-  )
-  scaffold_weighting: str = _method_setting(
-    'scaffold_weighting',
-    'scaffold: the model average, uniform (the paper), num_examples '
-    '(NIID-Bench) or num_tokens.',
-  )
-  scaffold_momentum: bool = _method_setting(
-    'scaffold_momentum',
-    'scaffold: clients use --client_momentum (NIID-Bench, the MOON repo); '
-    'by default plain SGD (the paper).',
-  )
-  moon_first_round: str = _setting(
-    'skip',
-    'moon: a client first taking part after round 1 skips the term (skip, '
-    'the paper) or contrasts against its own initial model '
-    '(initial_model, the MOON repo).',
-  )
-  fedcos_direction: str = _method_setting(
-    'fedcos_direction',
-    "fedcos: d, the global model's last move (global_move, the paper) or "
-    'the mean client update before the server optimizer '
-    '(mean_client_update, the FedCos code).',
   )
   aggregator: str = _method_setting(
     'aggregator',
@@ -353,18 +311,10 @@ class ExperimentConfig:
   def hyperparameters(
     self, num_clients: Optional[int] = None
   ) -> methods.Hyperparameters:
-    strengths = tuple(
-      (name, value)
-      for name, value in (
-        ('fedprox', self.fedprox_mu),
-        ('fedcos', self.fedcos_mu),
-      )
-      if value is not None
-    )
     shared = {
       name: getattr(self, name)
       for name in _METHOD_DEFAULTS
-      if name in _CONFIG_FIELDS
+      if name in _SHARED_FIELDS
     }
     if self.aggregator == 'dp':  # --dp_target_epsilon's noise, if given.
       shared['dp_noise_multiplier'] = dp_runs.noise_multiplier(
@@ -373,12 +323,111 @@ class ExperimentConfig:
     return methods.Hyperparameters(
       **{
         **shared,
-        'strengths': strengths,
+        'method_settings': self.method_settings(),
         'num_clients': num_clients or self.num_clients,
         # Kept with the run, so that it resumes exactly.
         'client_state_dir': self.client_state_directory(),
       }
     )
 
+  def method_settings(self) -> dict[str, dict[str, Any]]:
+    """Each method's own settings given (None: left to `--mu` or the
+    method's default), by method and setting name."""
+    # A method registered after this config's class was made has no
+    # fields here: its defaults.
+    return {
+      spec.name: {
+        field.name: getattr(self, spec.flag(field.name))
+        for field in dataclasses.fields(spec.settings)
+        if getattr(self, spec.flag(field.name), None) is not None
+      }
+      for spec in methods.REGISTRY.values()
+    }
 
-_CONFIG_FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)}
+  def settings_of(self, method: str) -> Any:
+    """Method `method`'s own settings in this run (its module's
+    `Settings`, e.g. `settings_of('fed2').groups`)."""
+    return self.hyperparameters().settings_of(methods.REGISTRY[method])
+
+
+_SHARED_FIELDS = {f.name for f in dataclasses.fields(_SharedSettings)}
+
+
+def method_fields(registry: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+  """The config fields of the methods' own settings, `--<method>_<name>`:
+  each with its declared default and help (a strength named mu defaults to
+  None: `--mu`, else the method's own default)."""
+  fields = []
+  for spec in registry.values():
+    for field in dataclasses.fields(spec.settings):
+      kind = field.type
+      if isinstance(kind, str):  # Postponed annotations.
+        kind = eval(kind, vars(typing))  # pylint: disable=eval-used
+      if typing.get_origin(kind) is typing.Union:  # Optional[X]
+        (kind,) = [a for a in typing.get_args(kind) if a is not type(None)]
+      help_text = f'{spec.name}: {_lowered(field.metadata["help"])}'
+      if field.name == 'mu':
+        default = None
+        help_text += f' (default {field.default:g}, or --mu)'
+      else:
+        default = field.default
+      fields.append(
+        (
+          spec.flag(field.name),
+          Optional[kind],
+          dataclasses.field(default=default, metadata={'help': help_text}),
+        )
+      )
+  return fields
+
+
+def upgrade_saved_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
+  """A saved experiment.json's settings under today's names: renamed ones
+  (`RENAMED_SETTINGS`) under their new names, and a method's setting saved
+  as None (its default) as that default."""
+  upgraded = {RENAMED_SETTINGS.get(k, k): v for k, v in saved.items()}
+  for name, _, field in method_fields(methods.REGISTRY):
+    if upgraded.get(name, field.default) is None and field.default is not None:
+      upgraded[name] = field.default
+  return upgraded
+
+
+def config_class(registry: Mapping[str, Any]) -> type:
+  """The experiment's settings: the shared ones, then the own settings of
+  every method in `registry`."""
+  config = dataclasses.make_dataclass(
+    'ExperimentConfig', method_fields(registry), bases=(_SharedSettings,)
+  )
+  config.__module__ = __name__
+  config.__doc__ = _SharedSettings.__doc__
+  return config
+
+
+def method_settings_table(registry: Mapping[str, Any]) -> str:
+  """The docs' table of the methods' own settings (docs/flags.md), one row
+  per setting, from the methods' declarations."""
+  rows = ['| flag | method | default | meaning |', '|---|---|---|---|']
+  for spec in registry.values():
+    for field in dataclasses.fields(spec.settings):
+      meaning = field.metadata['help'].replace('|', '\\|')
+      if field.metadata.get('choices'):
+        names = ', '.join(f'`{c}`' for c in field.metadata['choices'])
+        meaning += f' One of {names}.'
+      if field.name == 'mu':
+        meaning += ' `--mu` sets it when this flag is not given.'
+      rows.append(
+        f'| `--{spec.flag(field.name)}` | {spec.display_name} | '
+        f'`{field.default}` | {meaning} |'
+      )
+  return '\n'.join(rows) + '\n'
+
+
+def _lowered(text: str) -> str:
+  """'The strength ...' as 'the strength ...' (not 'M: ...')."""
+  if len(text) > 1 and text[0].isupper() and text[1].islower():
+    return text[0].lower() + text[1:]
+  return text
+
+
+# The shared settings, then every registered method's own.
+ExperimentConfig = config_class(methods.REGISTRY)

@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import tempfile
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 # Settings that may change between a run and its resumption.
 RESUMABLE_KEYS = (
@@ -127,20 +127,25 @@ def experiment_config_differences(
   config: Mapping[str, Any],
   defaults: Optional[Mapping[str, Any]] = None,
   retired: Optional[Mapping[str, Any]] = None,
+  upgrade: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None,
 ) -> list[str]:
   """Each setting in which `config` differs from the one saved in `output_dir`.
 
-  A setting the saved config does not record (one that did not exist when
-  it was written) is taken at its value in `defaults`. A saved setting that
-  no longer exists matches if it holds its value in `retired` (the one
-  that did what the code does now). Settings a resumption may change
-  (`RESUMABLE_KEYS`) are not compared. Empty when nothing is saved there.
+  The saved settings are first put in today's terms by `upgrade` (renamed
+  settings under their new names, ...). A setting the saved config does not
+  record (one that did not exist when it was written) is taken at its value
+  in `defaults`. A saved setting that no longer exists matches if it holds
+  its value in `retired` (the one that did what the code does now).
+  Settings a resumption may change (`RESUMABLE_KEYS`) are not compared.
+  Empty when nothing is saved there.
   """
   path = os.path.join(output_dir, CONFIG_FILE)
   if not os.path.exists(path):
     return []
   config = json.loads(json.dumps(dict(config), default=str))
   saved = _read_saved_config(path)
+  if upgrade is not None:
+    saved = dict(upgrade(saved))
   defaults = json.loads(json.dumps(dict(defaults or {}), default=str))
   saved = {**{k: v for k, v in defaults.items() if k in config}, **saved}
   for key, value in (retired or {}).items():
@@ -183,6 +188,7 @@ def check_experiment_config(
   config: Mapping[str, Any],
   defaults: Optional[Mapping[str, Any]] = None,
   retired: Optional[Mapping[str, Any]] = None,
+  upgrade: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None,
 ) -> None:
   """Writes `config` to `output_dir`, or checks it matches the one there.
 
@@ -193,7 +199,7 @@ def check_experiment_config(
   """
   os.makedirs(output_dir, exist_ok=True)
   differences = experiment_config_differences(
-    output_dir, config, defaults, retired
+    output_dir, config, defaults, retired, upgrade
   )
   if differences:
     raise ValueError(

@@ -30,6 +30,7 @@ from tff_methods import methods as methods_lib
 from tff_methods_tooling import comparison
 from tff_methods_tooling import comparison_report
 from tff_methods_tooling import experiment
+from tff_methods_tooling import experiment_config
 
 # The server rules whose learning rate is tuned (plain averaging keeps 1).
 _SERVER_TUNED = ('fedavgm', 'fedadam', 'fedyogi')
@@ -255,7 +256,11 @@ def read_settings(path: str) -> dict[str, dict[str, Any]]:
       'tuning.json ({method: {setting: value}}).'
     )
   settings_by_method = {
-    method: {k: v for k, v in settings.items() if k != 'validation_accuracy'}
+    method: {
+      experiment_config.RENAMED_SETTINGS.get(k, k): v
+      for k, v in settings.items()
+      if k != 'validation_accuracy'
+    }
     for method, settings in chosen.items()
   }
   defaults = {

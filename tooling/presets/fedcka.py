@@ -19,9 +19,9 @@ _FEDCKA_SETTINGS = dict(
   client_learning_rate=0.1,
   client_momentum=0.9,
   weight_decay=1e-5,
-  cka_layers=2,
-  similarity='linear_cka',
-  temperature=0.5,
+  fedcka_layers=2,
+  fedcka_similarity='linear_cka',
+  moon_temperature=0.5,
 )
 _FEDCKA_NOTES = (
   'SCAFFOLD trains with plain SGD here (its control-variate update '
@@ -170,28 +170,28 @@ base.add(
         'frobenius',
         'Squared Frobenius norm',
         'fedcka',
-        {'similarity': 'frobenius'},
+        {'fedcka_similarity': 'frobenius'},
         {'accuracy': 65.54, 'seconds_per_round': 64.73},
       ),
       base.Row(
         'cosine',
         'Vectorized cosine',
         'fedcka',
-        {'similarity': 'cosine'},
+        {'fedcka_similarity': 'cosine'},
         {'accuracy': 66.67, 'seconds_per_round': 65.75},
       ),
       base.Row(
         'kernel_cka',
         'Kernel CKA',
         'fedcka',
-        {'similarity': 'kernel_cka'},
+        {'fedcka_similarity': 'kernel_cka'},
         {'accuracy': 67.93, 'seconds_per_round': 122.41},
       ),
       base.Row(
         'linear_cka',
         'Linear CKA',
         'fedcka',
-        {'similarity': 'linear_cka'},
+        {'fedcka_similarity': 'linear_cka'},
         {'accuracy': 67.86, 'seconds_per_round': 104.17},
       ),
     ),
@@ -232,7 +232,7 @@ base.add(
         f'm{m}',
         f'FedCKA, M = {m}',
         'fedcka',
-        {'cka_layers': m},
+        {'fedcka_layers': m},
         {'accuracy': 67.86} if m == 2 else {},
       )
       for m in range(1, 8)

@@ -16,7 +16,7 @@ _FEDMAX_SETTINGS = dict(
   client_learning_rate=0.1,
   client_momentum=0.1,
   weight_decay=5e-4,
-  beta=1000.0,
+  fedmax_beta=1000.0,
 )
 _FEDMAX_NOTES = (
   'The paper decays the client learning rate by x0.9992 (3000 rounds) or '
