@@ -383,5 +383,21 @@ def test_a_new_methods_settings_are_flags_checks_and_docs():
   assert '| `--pull_mu` | Pull | `0.0` | The pull towards w_g.' in table
 
 
+def test_scaffold_notes_the_client_momentum_it_does_not_use():
+  with_momentum = dict(client_momentum=0.9)
+  (note,) = methods.notes('scaffold', methods.Hyperparameters(**with_momentum))
+  assert 'plain SGD' in note and '0.9' in note
+  assert not methods.notes(
+    'scaffold',
+    methods.Hyperparameters(
+      **with_momentum, method_settings={'scaffold': {'momentum': True}}
+    ),
+  )
+  assert not methods.notes(
+    'scaffold', methods.Hyperparameters(client_momentum=0)
+  )
+  assert not methods.notes('fedprox', methods.Hyperparameters(**with_momentum))
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

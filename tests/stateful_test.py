@@ -20,6 +20,7 @@ from tff_methods import client_states
 from tff_methods import fedavg
 from tff_methods import fedcka
 from tff_methods import local_training
+from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
@@ -157,10 +158,17 @@ def test_moon_client_taking_part_late(setup, first_round):
     mu=1.0,
   )
   ids = setup['client_data'].client_ids
-  if first_round == 'initial_model':
-    moon.write_own_initial_models(
-      process.client_states, ids, setup['model_fn'], seed=3
-    )
+  # MOON's declared hook, as every binary runs it after building.
+  methods.prepare_clients(
+    'moon',
+    process,
+    methods.Hyperparameters(
+      method_settings={'moon': {'first_round': first_round}}
+    ),
+    ids,
+    setup['model_fn'],
+    seed=3,
+  )
   _, outputs = _rounds(process, setup['initial'], [ids[:2], ids[2:4]])
   first, second = [o.metrics['client_work']['train'] for o in outputs]
   assert np.isclose(first['objective'], first['loss'])

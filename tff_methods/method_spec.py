@@ -93,6 +93,11 @@ class MethodSpec:
     build: For a method with a process of its own: builds it (`BuildFn`).
     keeps_client_state: With `build`: whether its clients keep state
       between rounds, so that `next` takes client keys naming the round.
+    prepare_clients: `(settings, process, client_ids, keras_model_fn,
+      seed)`, run once the process is built and before its first round:
+      writes what the clients start from (MOON's own initial models).
+    notes: `(settings, hparams)` -> messages about shared settings the
+      method does not use as given (SCAFFOLD's plain SGD), for the user.
   """
 
   name: str
@@ -102,6 +107,8 @@ class MethodSpec:
   server_optimizer: Optional[str] = None
   build: Optional[BuildFn] = None
   keeps_client_state: bool = False
+  prepare_clients: Optional[Callable[..., None]] = None
+  notes: Optional[Callable[[Any, Any], Sequence[str]]] = None
 
   def __post_init__(self):
     if not self.name or '+' in self.name:

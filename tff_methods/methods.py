@@ -190,6 +190,35 @@ def is_stateful(name: str) -> bool:
   ) or regularizers_lib.needs_client_state(_default_terms(name))
 
 
+def prepare_clients(
+  name: str,
+  process: Any,
+  hparams: Hyperparameters,
+  client_ids: Sequence[str],
+  keras_model_fn: model_lib.KerasModelFn,
+  seed: int,
+) -> None:
+  """Runs each named method's `prepare_clients` on its built `process`
+  (MOON with `first_round='initial_model'` writes each client's own
+  initial model): call it before the first round."""
+  for spec in _specs(name):
+    if spec.prepare_clients is not None:
+      spec.prepare_clients(
+        hparams.settings_of(spec), process, client_ids, keras_model_fn, seed
+      )
+
+
+def notes(name: str, hparams: Hyperparameters) -> list[str]:
+  """What the named methods say of `hparams` that they do not use as given
+  (e.g. SCAFFOLD's plain SGD beside a client momentum)."""
+  return [
+    note
+    for spec in _specs(name)
+    if spec.notes is not None
+    for note in spec.notes(hparams.settings_of(spec), hparams)
+  ]
+
+
 def _server_optimizer(specs, hparams):
   rule = next(
     (spec.server_optimizer for spec in specs if spec.server_optimizer), 'sgd'

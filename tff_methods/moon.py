@@ -216,9 +216,17 @@ class Settings:
   )
 
 
+def _prepare_clients(settings, process, client_ids, keras_model_fn, seed):
+  if settings.first_round == 'initial_model':
+    write_own_initial_models(
+      process.client_states, client_ids, keras_model_fn, seed
+    )
+
+
 METHOD = method_spec.MethodSpec(
   name='moon',
   display_name='MOON',
   settings=Settings,
+  prepare_clients=_prepare_clients,
   term=lambda settings: ModelContrastiveTerm(settings.mu, settings.temperature),
 )

@@ -311,10 +311,21 @@ class Settings:
   )
 
 
+def _notes(settings, hparams):
+  if hparams.client_momentum and not settings.momentum:
+    return [
+      'SCAFFOLD trains clients with plain SGD, as the paper does: the '
+      f'client momentum {hparams.client_momentum} is not used (its '
+      'momentum setting, --scaffold_momentum, uses it, as NIID-Bench does).'
+    ]
+  return []
+
+
 METHOD = method_spec.MethodSpec(
   name='scaffold',
   display_name='SCAFFOLD',
   settings=Settings,
+  notes=_notes,
   build=_build_from_settings,
   keeps_client_state=True,
 )

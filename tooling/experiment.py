@@ -28,7 +28,6 @@ from tff_methods import client_states
 from tff_methods import fed2
 from tff_methods import methods
 from tff_methods import model_lib
-from tff_methods import moon
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tasks import report
@@ -130,17 +129,8 @@ def build_process(config: ExperimentConfig, data: TaskData):
       **model_kwargs,
     )
     batches = config.local_batches()
-  if (
-    config.method == 'scaffold'
-    and config.client_momentum
-    and not config.scaffold_momentum
-  ):
-    logging.warning(
-      'SCAFFOLD trains clients with plain SGD, as the paper '
-      'does: --client_momentum=%s is not used (--scaffold_'
-      'momentum uses it, as NIID-Bench does).',
-      config.client_momentum,
-    )
+  for note in methods.notes(config.method, hparams):
+    logging.warning(note)
   if methods.is_stateful(config.method):
     client_states.claim_directory(
       hparams.client_state_dir, os.path.abspath(config.output_dir)
@@ -154,15 +144,14 @@ def build_process(config: ExperimentConfig, data: TaskData):
     loss_fn=loss_fn,
     tff_model_fn=tff_model_fn,
   )
-  if 'moon' in methods.parse_method(config.method) and (
-    config.moon_first_round == 'initial_model'
-  ):
-    moon.write_own_initial_models(
-      process.client_states,
-      data.client_data.client_ids,
-      keras_model_fn,
-      config.seed,
-    )
+  methods.prepare_clients(
+    config.method,
+    process,
+    hparams,
+    data.client_data.client_ids,
+    keras_model_fn,
+    config.seed,
+  )
   return process, keras_model_fn
 
 
