@@ -26,6 +26,7 @@ from tff_methods import hyperparameters
 from tff_methods import model_lib
 from tff_methods import moon
 from tff_methods import optimizers
+from tff_methods import processes
 from tff_methods import scaffold
 from tff_methods import stateful
 
@@ -221,14 +222,13 @@ def test_moons_builder_trains_as_its_term_at_the_temperature_asked():
   # at t itself, not at the term's default.
   built = _trained(_stateful(moon.build_moon, mu=1.0, temperature=0.1))
   by_hand = _trained(
-    stateful.build_stateful_local_training_process(
+    processes.build_local_training_process(
       MODEL_FN,
       SPEC,
-      CLIENT_DATA,
       SGD,
       None,
       [moon.ModelContrastiveTerm(1.0, temperature=0.1)],
-      None,
+      dataset_computation=CLIENT_DATA,
     )
   )
   np.testing.assert_allclose(built, by_hand, rtol=1e-6, atol=1e-6)

@@ -18,13 +18,12 @@ from tff_methods import fedavg
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
-from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import processes
 from tff_methods import regularizers
 from tff_methods import scaffold
-from tff_methods import stateful
 from tff_methods_binaries import experiment_flags
 from tff_methods_tasks import datasets
 from tff_methods_tooling import device_check
@@ -165,7 +164,7 @@ def _captured(monkeypatch, module, builder):
 def test_components_build_the_shared_loop_with_their_terms_and_rule(
   name, terms, rule, monkeypatch
 ):
-  calls = _captured(monkeypatch, local_training, 'build_local_training_process')
+  calls = _captured(monkeypatch, processes, 'build_local_training_process')
   hparams = methods.Hyperparameters(
     mu=0.5, method_settings={'fedcos': {'mu': 0.05}}
   )
@@ -188,17 +187,16 @@ def test_components_build_the_shared_loop_with_their_terms_and_rule(
 def test_components_with_client_state_build_the_stateful_loop(
   name, terms, monkeypatch
 ):
-  calls = _captured(
-    monkeypatch, stateful, 'build_stateful_local_training_process'
-  )
+  calls = _captured(monkeypatch, processes, 'build_local_training_process')
   assert (
     methods.build_method_for_client_ids(
       name, None, None, None, methods.Hyperparameters()
     )
     == 'built'
   )
-  ((args, _),) = calls
-  assert [type(t).__name__ for t in args[5]] == terms
+  ((args, kwargs),) = calls
+  assert [type(t).__name__ for t in kwargs['regularizers']] == terms
+  assert 'client_state_dir' in kwargs
 
 
 @pytest.mark.parametrize(
@@ -235,7 +233,7 @@ def test_a_modules_own_builder_adds_the_registrys_term(
 ):
   # `fedprox.build_fedprox(mu=...)` (a TFF user's call) and the registry's
   # `fedprox` build the same loop with the same term.
-  calls = _captured(monkeypatch, local_training, 'build_local_training_process')
+  calls = _captured(monkeypatch, processes, 'build_local_training_process')
   methods.build_method(
     name,
     None,

@@ -69,7 +69,7 @@ def test_a_term_declares_a_capability_by_supplying_it():
   assert regularizers.needs_client_state([term])  # Its previous model.
   assert term(None) is None  # Nothing added to the objective.
   with pytest.raises(ValueError, match='reporting reads client reports'):
-    stateful.build_stateful_local_training_process(
+    stateful.build_stateful_client_work(
       None, None, None, None, regularizers=[term]
     )
 

@@ -26,15 +26,13 @@ from tff_methods import fedcka
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
-from tff_methods import local_training
 from tff_methods import moon
+from tff_methods import processes
 from tff_methods import scaffold
-from tff_methods import stateful
 from tff_methods_tooling import experiment
 
 BUILDERS = [
-  (local_training, 'build_local_training_process'),
-  (stateful, 'build_stateful_local_training_process'),
+  (processes, 'build_local_training_process'),
   (fedavg, 'build_tff_fedavg'),
   (scaffold, 'build_scaffold'),
   (fed2, 'build_fed2'),
@@ -168,7 +166,7 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     mu=2.0,
     moon_temperature=0.1,
   )
-  assert name == 'build_stateful_local_training_process'
+  assert name == 'build_local_training_process'
   contrast = _term(kwargs, moon.ModelContrastiveTerm)
   assert (contrast.mu, contrast.temperature) == (2.0, 0.1)
   assert kwargs['client_state_dir'] == str(tmp_path / 'run' / 'client_states')

@@ -18,6 +18,7 @@ from tff_methods import client_keys
 from tff_methods import local_training
 from tff_methods import model_lib
 from tff_methods import optimizers
+from tff_methods import processes
 from tff_methods import scaffold
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -98,7 +99,7 @@ def test_scaffold_reaches_the_global_optimum_and_fedavg_does_not(problem):
   _, scaffold_weights = _train(_build_scaffold(problem), problem, rounds=60)
   fedavg = tff.simulation.compose_dataset_computation_with_learning_process(
     _by_key(problem['client_data']),
-    local_training.build_local_training_process(
+    processes.build_local_training_process(
       _linear_model,
       problem['spec'],
       optimizers.build_client_sgd(LR),

@@ -330,6 +330,63 @@ def compose_computations(
   return init_fn, next_fn
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopClientWork:
+  """A client work of the shared loop, and what its process needs beside it.
+
+  Attributes:
+    process: The client work (`next(state, received, client data)`).
+    recorders: What learns from the round after aggregation, beside the
+      terms' mean-update recorder (SCAFFOLD's reports).
+    make_process: `(initialize, next, (get_hparams, set_hparams))` -> the
+      learning process, for a client work whose process is of its own kind
+      (clients with state files); None for TFF's.
+  """
+
+  process: Any
+  recorders: Sequence[Recorder] = ()
+  make_process: Optional[Callable[..., Any]] = None
+
+
+def compose_loop(
+  setup: LoopSetup, work: LoopClientWork
+) -> tff.learning.templates.LearningProcess:
+  """The learning process of the loop's pieces (`setup`) around `work`:
+  TFF's `compose_learning_process` where it can build it (data sets in,
+  nothing to record), else `compose` with the recorders."""
+  weight_type = work.process.next.type_signature.result.result.member[
+    'update_weight'
+  ]
+  aggregator = setup.factory.create(setup.weights_type.trainable, weight_type)
+  pieces = (
+    setup.initial_model_weights_fn,
+    setup.distributor,
+    work.process,
+    aggregator,
+    setup.finalizer,
+  )
+  recorders = list(work.recorders)
+  if setup.mean_update_recorder is not None:
+    recorders.insert(0, mean_update_recording(setup.mean_update_recorder))
+  if work.make_process is not None:
+    initialize_fn, next_fn = compose_computations(*pieces, recorders)
+    return work.make_process(
+      initialize_fn,
+      next_fn,
+      hparams_computations(
+        initialize_fn.type_signature.result.member,
+        work.process,
+        setup.finalizer,
+      ),
+    )
+  takes_data_sets = isinstance(
+    work.process.next.type_signature.parameter[2].member, tff.SequenceType
+  )
+  if takes_data_sets and not recorders:
+    return tff.learning.templates.compose_learning_process(*pieces)
+  return compose(*pieces, recorders=recorders)
+
+
 class KeyedClientWork(tff.templates.MeasuredProcess):
   """Client work whose client data may be keys, with TFF's hyperparameter
   computations (a `ClientWorkProcess` takes only data sets)."""

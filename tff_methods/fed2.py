@@ -47,6 +47,7 @@ from tff_methods import grouped_layers
 from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
+from tff_methods import processes
 from tff_methods import tff_models
 
 NORMALIZATIONS = ('group', 'none')
@@ -377,7 +378,7 @@ def build_fed2(
       f'num_groups={num_groups}: pass num_groups={model_groups}, or build '
       f'the model with fed2.grouped_model_fn(..., num_groups={num_groups}).'
     )
-  return local_training.build_local_training_process(
+  return processes.build_local_training_process(
     keras_model_fn,
     element_spec,
     client_optimizer_fn,

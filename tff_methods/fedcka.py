@@ -31,6 +31,7 @@ from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
+from tff_methods import processes
 from tff_methods import regularizers
 from tff_methods import similarity as similarity_lib
 from tff_methods import stateful
@@ -144,14 +145,14 @@ def build_fedcka(
       for the client optimizer's own, which `get_hparams`/`set_hparams`
       read and set.
   """
-  return stateful.build_stateful_local_training_process(
+  return processes.build_local_training_process(
     keras_model_fn,
     element_spec,
-    dataset_computation,
     client_optimizer_fn,
     server_optimizer_fn,
     list(base_regularizers) + [CKAContrastiveTerm(mu, num_layers, similarity)],
-    client_state_dir,
+    dataset_computation=dataset_computation,
+    client_state_dir=client_state_dir,
     model_aggregator=model_aggregator,
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,

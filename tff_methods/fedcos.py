@@ -36,6 +36,7 @@ from tff_methods import aggregation
 from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
+from tff_methods import processes
 from tff_methods import regularizers
 
 _EPSILON = 1e-4
@@ -189,7 +190,7 @@ def build_fedcos(
       for the client optimizer's own, which `get_hparams`/`set_hparams`
       read and set.
   """
-  return local_training.build_local_training_process(
+  return processes.build_local_training_process(
     keras_model_fn,
     element_spec,
     client_optimizer_fn,

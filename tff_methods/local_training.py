@@ -1,4 +1,5 @@
-"""The shared local-training client work, and learning processes built on it.
+"""The shared local-training loop: its losses, its client update, and its
+client work for clients without state.
 
 `build_local_training_client_work` is a `tff.learning.templates.
 ClientWorkProcess` in the shape of TFF's `model_delta_client_work`: each
@@ -11,11 +12,9 @@ and returns the update `w_g - w` (TFF's sign convention) weighted by its
 examples (or tokens, or uniformly). A client whose update is not finite
 gets weight 0 and is counted in `num_non_finite_clients`, as TFF does.
 
-`build_local_training_process` composes it with a distributor (TFF's
-broadcast, plus regularizers' server state, such as FedCos's last global
-move), a mean aggregator and TFF's server-optimizer finalizer into a
-`tff.learning.templates.LearningProcess`; with no regularizers and TFF's
-SGD it computes what `tff.learning.algorithms.build_weighted_fed_avg` does.
+`build_client_update_fn` is the client update both client works run (this
+one, and `stateful`'s for clients that keep state); `processes` composes
+either into a learning process.
 """
 
 import collections
@@ -327,8 +326,9 @@ def build_local_training_client_work(
   if regularizers_lib.needs_client_state(regularizers):
     raise ValueError(
       "A regularizer reads the client's previous model or keeps client "
-      'state, which needs per-client state: use tff_methods.stateful.'
-      'build_stateful_local_training_process.'
+      'state, which needs per-client state: use '
+      'tff_methods.stateful.build_stateful_client_work (or '
+      'tff_methods.processes.build_local_training_process, which picks).'
     )
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   if received_type is None:
@@ -393,91 +393,4 @@ def build_local_training_client_work(
     next_fn,
     get_hparams_fn=hparams.get_hparams_fn,
     set_hparams_fn=hparams.set_hparams_fn,
-  )
-
-
-def build_local_training_process(
-  keras_model_fn: model_lib.KerasModelFn,
-  element_spec: Any,
-  client_optimizer: tff.learning.optimizers.Optimizer,
-  server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
-  regularizers: Sequence[regularizers_lib.Regularizer] = (),
-  model_aggregator: Optional[aggregation.ModelAggregator] = None,
-  client_weighting: Optional[aggregation.ClientWeighting] = None,
-  loss_fn: Optional[LossFn] = None,
-  dataset_computation: Optional[tff.Computation] = None,
-  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
-) -> tff.learning.templates.LearningProcess:
-  """A `LearningProcess`: local training with regularizers, then FedOpt.
-
-  Assembled from TFF's templates as `build_weighted_fed_avg` is: broadcast
-  distributor, this module's client work, the model aggregator and TFF's
-  apply-optimizer finalizer.
-
-  Args:
-    keras_model_fn: Builds a Keras model: the contract's (`model_lib`), or
-      one with a single output, taken as the logits.
-    element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
-    server_optimizer: Applied to the averaged update; SGD with learning rate
-      1.0 (plain averaging) by default.
-    regularizers: Terms added to every client's local objective.
-    model_aggregator: A weighted or unweighted aggregation factory
-      (`aggregation.model_aggregation`); `tff.aggregators.MeanFactory()` by
-      default.
-    client_weighting: How client updates are weighted; None for
-      NUM_EXAMPLES (UNIFORM with an unweighted factory).
-    loss_fn: The data term; cross-entropy by default.
-    dataset_computation: A client's key -> its batches
-      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
-      `ClientData`. When given, `next` takes the clients' keys, as after
-      `tff.simulation. compose_dataset_computation_with_learning_process`, but
-      each client makes its batches in its own computation (`ClientBatches`).
-    metrics_aggregator: TFF's metrics aggregator;
-      `tff.learning.metrics.sum_then_finalize` by default.
-    client_learning_rate_fn: Round number (from 0) -> the client learning
-      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`;
-      None for the client optimizer's own (`get_hparams`/`set_hparams`
-      read and set it).
-  """
-  regularizers = tuple(regularizers)
-  setup = composers.set_up_loop(
-    keras_model_fn,
-    element_spec,
-    server_optimizer,
-    regularizers,
-    model_aggregator,
-    client_weighting,
-    loss_fn,
-  )
-  client_work = build_local_training_client_work(
-    setup.keras_model_fn,
-    element_spec,
-    client_optimizer,
-    regularizers,
-    setup.client_weighting,
-    received_type=setup.received_type,
-    loss_fn=setup.loss_fn,
-    dataset_computation=dataset_computation,
-    metrics_aggregator=metrics_aggregator,
-    client_learning_rate_fn=client_learning_rate_fn,
-  )
-  weight_type = client_work.next.type_signature.result.result.member[
-    'update_weight'
-  ]
-  aggregator = setup.factory.create(setup.weights_type.trainable, weight_type)
-  pieces = (
-    setup.initial_model_weights_fn,
-    setup.distributor,
-    client_work,
-    aggregator,
-    setup.finalizer,
-  )
-  recorder = setup.mean_update_recorder
-  if recorder is None and dataset_computation is None:
-    return tff.learning.templates.compose_learning_process(*pieces)
-  return composers.compose(
-    *pieces,
-    recorders=[composers.mean_update_recording(recorder)] if recorder else [],
   )

@@ -11,9 +11,9 @@ method defined elsewhere. One builder builds any of them:
   `fedmax`, `fedcos`, `moon`, `fedcka`), a server rule (`fedavg`,
   `fedavgm`, `fedadam`, `fedyogi`), or both. Their process is the loop
   with every named term, in the order named, and the one server rule named
-  (FedAvg's by default): `local_training.build_local_training_process`, or
-  `stateful.build_stateful_local_training_process` when a term keeps
-  per-client state (reads the previous model, or has a `ClientState`).
+  (FedAvg's by default): `processes.build_local_training_process`, whose
+  clients keep state when a term asks for it (reads the previous model, or
+  has a `ClientState`).
   No combination is special-cased.
 - SCAFFOLD, Fed2 and TFF's own algorithms (`tff_fedavg`, `tff_fedavgm`,
   `tff_fedadam`, `tff_fedyogi`: TFF's `build_weighted_fed_avg` with the
@@ -45,9 +45,9 @@ from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import moon
+from tff_methods import processes
 from tff_methods import regularizers as regularizers_lib
 from tff_methods import scaffold
-from tff_methods import stateful
 
 TffModelFn = Callable[[], tff.learning.models.VariableModel]
 Hyperparameters = hyperparameters.Hyperparameters
@@ -326,24 +326,14 @@ def _build(
     client_weighting=hparams.weighting(),
     loss_fn=loss_fn,
   )
-  if regularizers_lib.needs_client_state(terms):
-    return stateful.build_stateful_local_training_process(
-      keras_model_fn,
-      element_spec,
-      dataset_computation,
-      hparams.client_optimizer(),
-      _server_optimizer(specs, hparams),
-      terms,
-      hparams.client_state_dir,
-      **shared,
-    )
-  return local_training.build_local_training_process(
+  return processes.build_local_training_process(
     keras_model_fn,
     element_spec,
     hparams.client_optimizer(),
     _server_optimizer(specs, hparams),
     regularizers=terms,
     dataset_computation=dataset_computation,
+    client_state_dir=hparams.client_state_dir,
     **shared,
   )
 

@@ -36,6 +36,7 @@ from tff_methods import client_states as client_states_lib
 from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
+from tff_methods import processes
 from tff_methods import reference_outputs
 from tff_methods import regularizers
 from tff_methods import stateful
@@ -181,14 +182,14 @@ def build_moon(
     after the first round has no previous model and no term (the paper's
     reading); `write_own_initial_models` gives the MOON repo's.
   """
-  return stateful.build_stateful_local_training_process(
+  return processes.build_local_training_process(
     keras_model_fn,
     element_spec,
-    dataset_computation,
     client_optimizer_fn,
     server_optimizer_fn,
     list(base_regularizers) + [ModelContrastiveTerm(mu, temperature)],
-    client_state_dir,
+    dataset_computation=dataset_computation,
+    client_state_dir=client_state_dir,
     model_aggregator=model_aggregator,
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,

@@ -40,6 +40,7 @@ from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import optimizers
+from tff_methods import processes
 from tff_methods import regularizers
 from tff_methods import stateful
 
@@ -172,15 +173,15 @@ def build_scaffold(
 ) -> stateful.StatefulClientsLearningProcess:
   """Builds SCAFFOLD (option II) as a stateful-client learning process.
 
-  The shared stateful round (`stateful.build_stateful_local_training_process`)
-  with one term, `ControlVariateCorrection`: `c` lives in the process's
-  distributor state (`state.distributor['scaffold']`), each `c_i` in the
-  client's state files (`client_states.get(id)['scaffold']`). The client
-  optimizer is SGD, given as TFF's builders take it (`client_optimizer_fn`)
-  or by its learning rate (`client_learning_rate`, `client_momentum`,
-  `weight_decay`); eta in the correction and in `c_i`'s update is its
-  learning rate of the round, so a schedule (`client_learning_rate_fn`) or
-  `set_hparams` changes both.
+  The shared loop with clients that keep state
+  (`processes.build_local_training_process`) with one term,
+  `ControlVariateCorrection`: `c` lives in the process's distributor state
+  (`state.distributor['scaffold']`), each `c_i` in the client's state files
+  (`client_states.get(id)['scaffold']`). The client optimizer is SGD, given as
+  TFF's builders take it (`client_optimizer_fn`) or by its learning rate
+  (`client_learning_rate`, `client_momentum`, `weight_decay`); eta in the
+  correction and in `c_i`'s update is its learning rate of the round, so a
+  schedule (`client_learning_rate_fn`) or `set_hparams` changes both.
 
   Args:
     keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
@@ -237,10 +238,10 @@ def build_scaffold(
   correction = ControlVariateCorrection(eta, num_clients)
   if client_weighting is None:
     client_weighting = tff.learning.ClientWeighting.UNIFORM
-  process = stateful.build_stateful_local_training_process(
+  process = processes.build_local_training_process(
     keras_model_fn,
     element_spec,
-    dataset_computation,
+    dataset_computation=dataset_computation,
     client_optimizer=client_optimizer,
     server_optimizer=server_optimizer_fn,
     regularizers=[correction],

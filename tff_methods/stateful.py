@@ -34,7 +34,6 @@ from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
 from tff_methods import local_training
-from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
 
@@ -231,69 +230,51 @@ def initial_client_state(
   return state
 
 
-def build_stateful_local_training_process(
-  keras_model_fn: model_lib.KerasModelFn,
+def build_stateful_client_work(
+  setup: composers.LoopSetup,
   element_spec: Any,
   dataset_computation: tff.Computation,
   client_optimizer: tff.learning.optimizers.Optimizer,
-  server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
-  regularizers: Sequence[regularizers_lib.Regularizer] = (),
+  regularizers: Sequence[regularizers_lib.Regularizer],
   client_state_dir: Optional[str] = None,
-  client_weighting: Optional[aggregation.ClientWeighting] = None,
-  loss_fn: Optional[local_training.LossFn] = None,
-  model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
-) -> StatefulClientsLearningProcess:
-  """Local training whose clients keep state between rounds.
+) -> composers.LoopClientWork:
+  """The shared loop's client work for clients that keep state between
+  rounds, with what its process needs beside it.
 
   What a client keeps is what its regularizers ask for
   (`initial_client_state`): its previous local model (MOON, FedCKA), and
-  state of their own (SCAFFOLD's control variate), read before the
-  client trains and replaced after (`ClientState.update`). The
-  round is the shared local-training loop
-  (`local_training.build_client_update_fn`), the distributor (TFF's
-  broadcast, with the regularizers' server state), a weighted mean and
-  TFF's server-optimizer finalizer, as in
-  `local_training.build_local_training_process`; after aggregation the
-  regularizers' server state learns the mean update and the mean of the
-  clients' reports. A client whose update is not finite keeps its old
-  state and reports nothing.
+  state of their own (SCAFFOLD's control variate), read before the client
+  trains (`local_training.build_client_update_fn`) and replaced after
+  (`ClientState.update`). After aggregation the regularizers' server state
+  learns the mean of the clients' reports (a recorder). A client whose
+  update is not finite keeps its old state and reports nothing. The
+  process is a `StatefulClientsLearningProcess` over the state files.
 
   Args:
-    keras_model_fn: Builds one of the project's multi-output Keras models.
+    setup: The loop's pieces (`composers.set_up_loop`).
     element_spec: The spec of one batch of client data.
-    dataset_computation: A client's `(client_id, round_num)` key -> its batches
-      (`tff_methods_tasks.datasets.round_dataset_computation`), or TFF's
-      client-id form (`key_dataset_computation`).
+    dataset_computation: A client's `(client_id, round_num)` key -> its
+      batches (`tff_methods_tasks.datasets.round_dataset_computation`), or
+      TFF's client-id form (`key_dataset_computation`).
     client_optimizer: The client optimizer.
-    server_optimizer: SGD with learning rate 1 by default.
     regularizers: Terms added to every client's local objective; at least
       one keeps client state (`regularizers.needs_client_state`).
     client_state_dir: Where the clients' state files live (default: a
       temporary directory, removed at exit, which a resumed program can't
       use: `next` refuses to start past round 1 with it).
-    client_weighting: How client updates are weighted; None for
-      NUM_EXAMPLES (UNIFORM with an unweighted factory).
-    loss_fn: The data term; cross-entropy by default.
-    model_aggregator: A weighted or unweighted aggregation factory
-      (`aggregation.model_aggregation`); `tff.aggregators.MeanFactory()`
-      by default.
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning
       rate (`client_hparams`); None for the client optimizer's own.
-
-  Returns:
-    A `tff.learning.templates.LearningProcess` whose `next` takes the
-    clients' keys; its `client_states` are the state files.
   """
   regularizers = tuple(regularizers)
   if not regularizers_lib.needs_client_state(regularizers):
     raise ValueError(
       'No regularizer keeps client state (reads the previous model or '
-      'has a client_state); use local_training.'
-      'build_local_training_process.'
+      'has a client_state); use '
+      'local_training.build_local_training_client_work.'
     )
   for r in regularizers:
     if _reads_reports(r) and r.client_state is None:
@@ -302,18 +283,9 @@ def build_stateful_local_training_process(
         'record_client_reports), so it must keep the client state '
         '(a ClientState) whose update makes them.'
       )
-  setup = composers.set_up_loop(
-    keras_model_fn,
-    element_spec,
-    server_optimizer,
-    regularizers,
-    model_aggregator,
-    client_weighting,
-    loss_fn,
-  )
   keras_model_fn, loss_fn = setup.keras_model_fn, setup.loss_fn
   client_weighting = setup.client_weighting
-  zero_weights, weights_type = setup.zero_weights, setup.weights_type
+  zero_weights = setup.zero_weights
   received_type = setup.received_type
   dataset_computation = client_data.key_dataset_computation(dataset_computation)
   key_type = CLIENT_KEY_TYPE
@@ -436,14 +408,7 @@ def build_stateful_local_training_process(
     hparams.get_hparams_fn,
     hparams.set_hparams_fn,
   )
-  aggregator = setup.factory.create(
-    weights_type.trainable, tff.TensorType(np.float32)
-  )
   recorders = []
-  if setup.mean_update_recorder is not None:
-    recorders.append(
-      composers.mean_update_recording(setup.mean_update_recorder)
-    )
   report_recorder = composers.build_report_recorder(
     setup.distributor,
     reporters,
@@ -459,19 +424,10 @@ def build_stateful_local_training_process(
       )
 
     recorders.append(record_reports)
-  initialize_fn, next_fn = composers.compose_computations(
-    setup.initial_model_weights_fn,
-    setup.distributor,
-    client_work,
-    aggregator,
-    setup.finalizer,
-    recorders,
-  )
-  return build_process(
-    initialize_fn,
-    next_fn,
-    client_states,
-    composers.hparams_computations(
-      initialize_fn.type_signature.result.member, client_work, setup.finalizer
+  return composers.LoopClientWork(
+    process=client_work,
+    recorders=recorders,
+    make_process=lambda initialize_fn, next_fn, hparams_fns: build_process(
+      initialize_fn, next_fn, client_states, hparams_fns
     ),
   )
