@@ -111,23 +111,5 @@ def test_a_process_that_makes_its_clients_batches_refuses_data_sets():
   assert calls == [['a']]  # The refused round never ran.
 
 
-def test_the_distributor_without_server_state_is_tffs_broadcast():
-  weights_type = tff.learning.models.weights_type_from_model(_model_fn)
-  distributor = composers.build_distributor(weights_type, [], [])
-  tffs = tff.learning.templates.build_broadcast_process(weights_type)
-  assert distributor.next.type_signature.is_equivalent_to(
-    tffs.next.type_signature
-  )
-  assert not distributor.initialize.type_signature.result.member  # No state.
-  received = object()
-  assert composers.split_received(received, has_broadcast=False) == (
-    received,
-    None,
-  )
-  assert composers.split_received(
-    dict(model='w', broadcast='b'), has_broadcast=True
-  ) == ('w', 'b')
-
-
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

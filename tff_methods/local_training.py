@@ -29,6 +29,7 @@ from tff_methods import batches_in_memory
 from tff_methods import client_data
 from tff_methods import client_hparams
 from tff_methods import composers
+from tff_methods import distributors
 from tff_methods import model_lib
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
@@ -343,7 +344,7 @@ def build_local_training_client_work(
     received_type, hparams.hparams_type, client_batches.client_data_type
   )
   def client_update_computation(received, optimizer_hparams, client_data):
-    initial_weights, broadcast = composers.split_received(
+    initial_weights, broadcast = distributors.split_received(
       received, has_broadcast
     )
     client_update = build_client_update_fn(

@@ -66,7 +66,7 @@ class LocalStep:
 class ServerState:
   """State a term keeps at the server across rounds, broadcast every round.
 
-  The process's distributor keeps it (`composers.build_distributor`) and
+  The process's distributor keeps it (`distributors.build_distributor`) and
   saves it with the program state. The optional functions say what else it
   learns from the round; a term supplies those it needs.
 

@@ -33,6 +33,7 @@ from tff_methods import client_hparams
 from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
+from tff_methods import distributors
 from tff_methods import local_training
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
@@ -319,7 +320,7 @@ def build_stateful_client_work(
     client_state, read_version = client_states.read_with_version(
       client_id, round_num
     )
-    initial_weights, broadcast = composers.split_received(
+    initial_weights, broadcast = distributors.split_received(
       received, has_broadcast
     )
     client_update = local_training.build_client_update_fn(
@@ -409,7 +410,7 @@ def build_stateful_client_work(
     hparams.set_hparams_fn,
   )
   recorders = []
-  report_recorder = composers.build_report_recorder(
+  report_recorder = distributors.build_report_recorder(
     setup.distributor,
     reporters,
     client_update_computation.type_signature.result[0]['report_sum'],
