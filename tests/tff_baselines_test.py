@@ -1,4 +1,4 @@
-"""Tests for tff_methods_tooling.tff_baselines: TFF's baseline tasks with every
+"""Tests for tff_methods_tasks.tff_baselines: TFF's baseline tasks with every
 method,
 on TFF's synthetic data (offline)."""
 
@@ -15,10 +15,10 @@ import tensorflow_federated as tff
 from tff_methods import client_keys
 from tff_methods import model_lib
 from tff_methods_tasks import array_sources
+from tff_methods_tasks import tff_baseline_models
+from tff_methods_tasks import tff_baselines
 from tff_methods_tooling import experiment
 from tff_methods_tooling import presets
-from tff_methods_tooling import tff_baseline_models
-from tff_methods_tooling import tff_baselines
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 

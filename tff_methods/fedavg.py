@@ -123,7 +123,7 @@ def build_tff_fedavg(
       as its examples (`tff_models.TokensAsExamples`).
     tff_model_fn: A `VariableModel` to train instead of the Keras model's
       logits with cross-entropy: a TFF baseline task's own
-      (`tff_methods_tooling.tff_baselines`), with its loss and metrics.
+      (`tff_methods_tasks.tff_baselines`), with its loss and metrics.
   """
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting

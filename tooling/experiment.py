@@ -31,12 +31,12 @@ from tff_methods import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tasks import report
+from tff_methods_tasks import tff_baselines
 from tff_methods_tooling import dp_runs
 from tff_methods_tooling import evaluation
 from tff_methods_tooling import experiment_checks
 from tff_methods_tooling import experiment_config
 from tff_methods_tooling import run_directory
-from tff_methods_tooling import tff_baselines
 from tff_methods_tooling import training_loop
 
 # The settings, and their checks, in modules of their own.

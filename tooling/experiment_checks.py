@@ -12,9 +12,9 @@ from tff_methods import optimizers
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tasks import partition as partition_lib
+from tff_methods_tasks import tff_baselines
 from tff_methods_tooling import dp_runs
 from tff_methods_tooling import experiment_config
-from tff_methods_tooling import tff_baselines
 
 
 def validate(config: experiment_config.ExperimentConfig) -> None:

@@ -12,8 +12,8 @@ from typing import Any, Mapping, Optional
 
 from tff_methods import methods
 from tff_methods_tasks import datasets
+from tff_methods_tasks import tff_baselines
 from tff_methods_tooling import dp_runs
-from tff_methods_tooling import tff_baselines
 
 DEFAULT_MODELS = {
   'digits': 'fedcka_cnn',
@@ -277,7 +277,7 @@ class _SharedSettings:
 
   def is_tff_baseline(self) -> bool:
     """Whether the task is one of TFF's
-    (`tff_methods_tooling.tff_baselines`)."""
+    (`tff_methods_tasks.tff_baselines`)."""
     return tff_baselines.is_baseline_task(self.task)
 
   def data_description(self) -> str:

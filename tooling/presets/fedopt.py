@@ -5,7 +5,7 @@ Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar and McMahan,
 "Adaptive Federated Optimization", ICLR 2021,
 https://openreview.net/forum?id=LkFG3lB13U5 (arXiv:2003.00295).
 
-One preset per task of `tff_methods_tooling.tff_baselines`. Its rows are the
+One preset per task of `tff_methods_tasks.tff_baselines`. Its rows are the
 paper's optimizers run twice, by the project (`fedavg`, `fedavgm`, `fedadam`,
 `fedyogi`) and by TFF (`tff_fedavg`, ...: `build_weighted_fed_avg` with the same
 server optimizer), each with the paper's tuned learning rates and epsilon; then
@@ -106,7 +106,7 @@ _NOTES = (
   'out-of-vocabulary and end-of-sentence tokens counted (accuracy), '
   'without OOV, and without either.',
   "TFF's shuffle of each client's examples is replaced by a seeded one "
-  "(tff_methods_tooling.tff_baselines); everything else is TFF's "
+  "(tff_methods_tasks.tff_baselines); everything else is TFF's "
   'preprocessing.',
   'The rows the paper does not report (FedProx, MOON, FedCKA, FedCos, '
   "FedMAX, SCAFFOLD) train at FedAvg's learning rates with each method's "

@@ -49,7 +49,7 @@ import tensorflow_federated as tff
 
 from tff_methods import model_lib
 from tff_methods_tasks import datasets
-from tff_methods_tooling import tff_baseline_models
+from tff_methods_tasks import tff_baseline_models
 
 PREFIX = 'tff_baselines/'
 _BASELINES = tff.simulation.baselines

@@ -1,5 +1,5 @@
 """TFF's baseline tasks' models named for the methods
-(`tff_methods_tooling.tff_baselines`).
+(`tff_methods_tasks.tff_baselines`).
 
 TFF's Keras model with its final softmax left out and, named by its
 structure, the outputs the methods read: `layer_k` the blocks nearest the
