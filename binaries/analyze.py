@@ -22,6 +22,7 @@ from tff_methods_tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
+from tff_methods_binaries import expected_errors
 from tff_methods_binaries import experiment_flags
 from tff_methods_binaries import runtime_flags
 from tff_methods_tooling import analysis
@@ -39,21 +40,21 @@ def main(argv):
   process_setup.quiet(FLAGS.verbosity)
   error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   output_dir = FLAGS.output_dir or f'runs/analysis_{FLAGS.method}'
   config = experiment_flags.config_from_flags(output_dir=output_dir)
   if FLAGS.analysis_clients < 2:
-    return experiment_flags.usage_error(
+    return expected_errors.usage_error(
       f'--analysis_clients={FLAGS.analysis_clients} must be >= 2.'
     )
   try:
     analysis.experiment.validate(config)
     run_directory.make_output_dir(output_dir)
   except ValueError as e:
-    return experiment_flags.usage_error(str(e))
+    return expected_errors.usage_error(str(e))
   error = runtime_flags.start()
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   paths = analysis.analyze(config, output_dir, FLAGS.analysis_clients)
   for name, path in paths.items():
     print(f'{name}: {path}')
@@ -62,7 +63,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-analyze` command."""
-  binary_main.run(experiment_flags.one_line_errors(main), __name__)
+  binary_main.run(expected_errors.one_line_errors(main), __name__)
 
 
 if __name__ == '__main__':

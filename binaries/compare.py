@@ -31,6 +31,7 @@ from tff_methods_tooling import process_setup
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 from tff_methods import methods
+from tff_methods_binaries import expected_errors
 from tff_methods_binaries import experiment_flags
 from tff_methods_binaries import runtime_flags
 from tff_methods_tooling import comparison
@@ -79,17 +80,17 @@ def main(argv):
   process_setup.quiet(FLAGS.verbosity)
   error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   try:
     seeds = experiment_flags.numbers('seeds')
   except ValueError as e:
-    return experiment_flags.usage_error(str(e))
+    return expected_errors.usage_error(str(e))
   if FLAGS.last_rounds < 1:
-    return experiment_flags.usage_error(
+    return expected_errors.usage_error(
       f'--last_rounds={FLAGS.last_rounds} must be >= 1.'
     )
   if not 0 < FLAGS.target_accuracy <= 1:
-    return experiment_flags.usage_error(
+    return expected_errors.usage_error(
       f'--target_accuracy={FLAGS.target_accuracy} must be in (0, 1].'
     )
   reported = labels = None
@@ -133,10 +134,10 @@ def main(argv):
       title = base.data_description()
     configs = comparison.plan(base, arms, seeds, output_dir)
   except ValueError as e:
-    return experiment_flags.usage_error(str(e))
+    return expected_errors.usage_error(str(e))
   error = runtime_flags.start_for_runs()
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   try:
     comparison.run_comparison(
       configs,
@@ -179,7 +180,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-compare` command."""
-  binary_main.run(experiment_flags.one_line_errors(main), __name__)
+  binary_main.run(expected_errors.one_line_errors(main), __name__)
 
 
 if __name__ == '__main__':

@@ -8,19 +8,12 @@ first.
 """
 
 import dataclasses
-import functools
-import sys
 import typing
-from typing import Callable, Optional
+from typing import Optional
 
 from absl import flags
 
-from tff_methods import runtime
-from tff_methods import workers
-from tff_methods_binaries import runtime_flags
-from tff_methods_tasks import datasets
 from tff_methods_tooling import commands
-from tff_methods_tooling import comparison
 from tff_methods_tooling import experiment
 from tff_methods_tooling import presets
 
@@ -71,52 +64,6 @@ def define_last_rounds_flag() -> None:
     "rounds' evaluations (an oscillating run is judged by its level, not "
     'by where its last round fell).',
   )
-
-
-# Failures a user can fix, which end in one line rather than a traceback:
-# data that can't be had offline, a computation several workers can't run,
-# a run of a comparison that failed in its own job, a worker that died.
-EXPECTED_ERRORS = (
-  datasets.DataUnavailableError,
-  runtime.NotMergeableError,
-  comparison.RunFailedError,
-  workers.WorkerExitedError,
-  workers.WorkerUnreachableError,
-)
-
-
-def one_line_errors(
-  main: Callable[[list[str]], int],
-) -> Callable[[list[str]], int]:
-  """Wraps a binary's `main`: an expected failure prints one line, exits 1."""
-
-  @functools.wraps(main)
-  def wrapped(argv):
-    try:
-      return main(argv)
-    except EXPECTED_ERRORS as e:
-      message = str(e)
-      if isinstance(e, runtime.NotMergeableError):
-        message += (
-          ' (Drop --tff_workers; --tff_worker_binary runs another '
-          'worker executable locally.)'
-        )
-      elif isinstance(e, workers.WorkerUnreachableError):
-        message = runtime_flags.with_worker_command(e)
-      print(f'{type(e).__name__}: {message}', file=sys.stderr)
-      return 1
-
-  return wrapped
-
-
-def usage_error(message: str) -> int:
-  """Prints a bad-input message and returns the exit status 2.
-
-  For errors found before any TFF computation runs.
-  """
-  runtime.discard_default_context()
-  print(message, file=sys.stderr)
-  return 2
 
 
 def numbers(name: str, kind: type = int) -> list:

@@ -28,6 +28,7 @@ from tff_methods_tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
+from tff_methods_binaries import expected_errors
 from tff_methods_binaries import experiment_flags
 from tff_methods_binaries import runtime_flags
 from tff_methods_tooling import comparison
@@ -45,7 +46,7 @@ def main(argv):
   process_setup.quiet(FLAGS.verbosity)
   error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   try:
     if FLAGS.preset:
       preset = presets.get(FLAGS.preset)
@@ -62,10 +63,10 @@ def main(argv):
       config = experiment_flags.config_from_flags()
     experiment.validate(config)
   except ValueError as e:
-    return experiment_flags.usage_error(str(e))
+    return expected_errors.usage_error(str(e))
   error = runtime_flags.start(experiment.model_parameters(config))
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   try:
     results = experiment.run(config, progress=FLAGS.progress)
   except ValueError as e:
@@ -121,7 +122,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-train` command."""
-  binary_main.run(experiment_flags.one_line_errors(main), __name__)
+  binary_main.run(expected_errors.one_line_errors(main), __name__)
 
 
 if __name__ == '__main__':

@@ -26,6 +26,7 @@ from tff_methods_tooling import process_setup
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 from tff_methods import methods
+from tff_methods_binaries import expected_errors
 from tff_methods_binaries import experiment_flags
 from tff_methods_binaries import runtime_flags
 from tff_methods_tooling import comparison
@@ -68,7 +69,7 @@ def main(argv):
   process_setup.quiet(FLAGS.verbosity)
   error = runtime_flags.prepare_devices()  # Before TensorFlow runs an op.
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   output_dir = FLAGS.output_dir or f'runs/tune_{FLAGS.task}'
   try:
     if FLAGS.last_rounds < 1:
@@ -85,10 +86,10 @@ def main(argv):
     base = experiment_flags.config_from_flags(output_dir=output_dir)
     configs = tuning.plan(base, points, seeds, output_dir)
   except ValueError as e:
-    return experiment_flags.usage_error(str(e))
+    return expected_errors.usage_error(str(e))
   error = runtime_flags.start_for_runs()
   if error:
-    return experiment_flags.usage_error(error)
+    return expected_errors.usage_error(error)
   try:
     comparison.run_comparison(
       configs,
@@ -130,7 +131,7 @@ def main(argv):
 
 def run():
   """The `tff-methods-tune` command."""
-  binary_main.run(experiment_flags.one_line_errors(main), __name__)
+  binary_main.run(expected_errors.one_line_errors(main), __name__)
 
 
 if __name__ == '__main__':

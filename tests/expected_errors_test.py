@@ -1,10 +1,10 @@
-"""Tests for binaries/experiment_flags.py: how the binaries end on failures."""
+"""Tests for binaries/expected_errors.py: how the binaries end on failures."""
 
 import sys
 
 import pytest
 
-from tff_methods_binaries import experiment_flags
+from tff_methods_binaries import expected_errors
 from tff_methods_tasks import datasets
 from tff_methods_tooling import comparison
 
@@ -21,7 +21,7 @@ def test_an_expected_failure_ends_in_one_line(error, capsys):
     del argv
     raise error
 
-  assert experiment_flags.one_line_errors(main)(['train']) == 1
+  assert expected_errors.one_line_errors(main)(['train']) == 1
   err = capsys.readouterr().err
   assert err.count('\n') == 1 and 'Traceback' not in err
   assert err.startswith(type(error).__name__ + ': ')
@@ -33,7 +33,7 @@ def test_an_unexpected_failure_keeps_its_traceback():
     raise KeyError('a bug')
 
   with pytest.raises(KeyError):
-    experiment_flags.one_line_errors(main)(['train'])
+    expected_errors.one_line_errors(main)(['train'])
 
 
 if __name__ == '__main__':
