@@ -111,12 +111,12 @@ def test_client_and_server_optimizer_settings_reach_the_builder(
   )
   assert name == 'build_local_training_process'
   assert not kwargs.get('regularizers')
-  client = kwargs['client_optimizer']
+  client = kwargs['client_optimizer_fn']
   assert _hparams(client) == pytest.approx(
     dict(learning_rate=0.07, momentum=0.5)
   )
   assert client._weight_decay == 0.001
-  assert _hparams(kwargs['server_optimizer']) == pytest.approx(
+  assert _hparams(kwargs['server_optimizer_fn']) == pytest.approx(
     dict(learning_rate=0.3, momentum=0.7)
   )
   _, kwargs = _builds(
@@ -127,7 +127,7 @@ def test_client_and_server_optimizer_settings_reach_the_builder(
     model='mlp',
     server_learning_rate=0.02,
   )
-  assert _hparams(kwargs['server_optimizer'])['learning_rate'] == (
+  assert _hparams(kwargs['server_optimizer_fn'])['learning_rate'] == (
     pytest.approx(0.02)
   )
 

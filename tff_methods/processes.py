@@ -30,8 +30,8 @@ from tff_methods import stateful
 def build_local_training_process(
   keras_model_fn: model_lib.KerasModelFn,
   element_spec: Any,
-  client_optimizer: tff.learning.optimizers.Optimizer,
-  server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
   regularizers: Sequence[regularizers_lib.Regularizer] = (),
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   client_weighting: Optional[aggregation.ClientWeighting] = None,
@@ -47,8 +47,8 @@ def build_local_training_process(
     keras_model_fn: Builds a Keras model: the contract's (`model_lib`), or
       one with a single output, taken as the logits.
     element_spec: The spec of one batch of client data.
-    client_optimizer: The client optimizer.
-    server_optimizer: Applied to the averaged update; SGD with learning rate
+    client_optimizer_fn: The client optimizer (TFF's builders' name).
+    server_optimizer_fn: Applied to the averaged update; SGD with learning rate
       1.0 (plain averaging) by default.
     regularizers: Terms added to every client's local objective.
     model_aggregator: A weighted or unweighted aggregation factory
@@ -91,7 +91,7 @@ def build_local_training_process(
   setup = composers.set_up_loop(
     keras_model_fn,
     element_spec,
-    server_optimizer,
+    server_optimizer_fn,
     regularizers,
     model_aggregator,
     client_weighting,
@@ -102,7 +102,7 @@ def build_local_training_process(
       setup,
       element_spec,
       dataset_computation,
-      client_optimizer,
+      client_optimizer_fn,
       regularizers,
       client_state_dir,
       metrics_aggregator=metrics_aggregator,
@@ -113,7 +113,7 @@ def build_local_training_process(
       local_training.build_local_training_client_work(
         setup.keras_model_fn,
         element_spec,
-        client_optimizer,
+        client_optimizer_fn,
         regularizers,
         setup.client_weighting,
         received_type=setup.received_type,

@@ -235,7 +235,7 @@ def build_stateful_client_work(
   setup: composers.LoopSetup,
   element_spec: Any,
   dataset_computation: tff.Computation,
-  client_optimizer: tff.learning.optimizers.Optimizer,
+  optimizer: tff.learning.optimizers.Optimizer,
   regularizers: Sequence[regularizers_lib.Regularizer],
   client_state_dir: Optional[str] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
@@ -259,7 +259,7 @@ def build_stateful_client_work(
     dataset_computation: A client's `(client_id, round_num)` key -> its
       batches (`tff_methods_tasks.datasets.round_dataset_computation`), or
       TFF's client-id form (`key_dataset_computation`).
-    client_optimizer: The client optimizer.
+    optimizer: The client optimizer (as TFF's client works name it).
     regularizers: Terms added to every client's local objective; at least
       one keeps client state (`regularizers.needs_client_state`).
     client_state_dir: Where the clients' state files live (default: a
@@ -308,9 +308,7 @@ def build_stateful_client_work(
     client_state_dir,
   )
 
-  hparams = client_hparams.ClientHparams(
-    client_optimizer, client_learning_rate_fn
-  )
+  hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)
 
   # The key last, as the benchmark's client profile finds it.
   @tff.tensorflow.computation(received_type, hparams.hparams_type, key_type)
