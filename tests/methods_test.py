@@ -26,6 +26,7 @@ from tff_methods import regularizers
 from tff_methods import scaffold
 from tff_methods_binaries import experiment_flags
 from tff_methods_tasks import datasets
+from tff_methods_tasks import models
 from tff_methods_tooling import device_check
 from tff_methods_tooling import experiment
 from tff_methods_tooling import experiment_config
@@ -395,6 +396,24 @@ def test_scaffold_notes_the_client_momentum_it_does_not_use():
     'scaffold', methods.Hyperparameters(client_momentum=0)
   )
   assert not methods.notes('fedprox', methods.Hyperparameters(**with_momentum))
+
+
+def test_fed2_declares_the_grouped_form_of_the_model_it_trains():
+  plan = lambda: models.fed2_plan('fedcka_cnn', (8, 8, 1))
+  hparams = methods.Hyperparameters(method_settings={'fed2': {'groups': 2}})
+  grouped = methods.model_fn('fed2', hparams, plan, 10, (8, 8, 1))
+  stacked = [
+    tuple(v.shape)
+    for v, group in zip(
+      grouped().trainable_variables, fed2.tensor_groups(grouped)
+    )
+    if group == fed2.STACKED
+  ]
+  assert stacked and {shape[0] for shape in stacked} == {2}  # G = 2.
+  # Every other method trains the model as it is.
+  assert methods.model_fn('fedprox+fedcos', hparams, plan, 10, (8, 8, 1)) is (
+    None
+  )
 
 
 if __name__ == '__main__':

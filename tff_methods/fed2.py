@@ -484,9 +484,21 @@ class Settings:
   )
 
 
+def _grouped_model_fn(settings, hparams, layer_plan, num_classes, input_shape):
+  return grouped_model_fn(
+    LayerPlan(**layer_plan()),
+    num_classes,
+    input_shape,
+    settings.groups,
+    settings.decouple_depth,
+    hparams.seed,
+  )
+
+
 METHOD = method_spec.MethodSpec(
   name='fed2',
   display_name='Fed2',
   settings=Settings,
+  model_fn=_grouped_model_fn,
   build=_build_from_settings,
 )

@@ -98,6 +98,10 @@ class MethodSpec:
       writes what the clients start from (MOON's own initial models).
     notes: `(settings, hparams)` -> messages about shared settings the
       method does not use as given (SCAFFOLD's plain SGD), for the user.
+    model_fn: `(settings, hparams, layer_plan, num_classes, input_shape)` ->
+      the Keras model factory of the form of a model the method trains,
+      for a method that trains its own form (Fed2's grouped model);
+      `layer_plan()` describes the user's model layer by layer.
   """
 
   name: str
@@ -109,6 +113,7 @@ class MethodSpec:
   keeps_client_state: bool = False
   prepare_clients: Optional[Callable[..., None]] = None
   notes: Optional[Callable[[Any, Any], Sequence[str]]] = None
+  model_fn: Optional[Callable[..., Any]] = None
 
   def __post_init__(self):
     if not self.name or '+' in self.name:

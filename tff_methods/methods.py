@@ -208,6 +208,27 @@ def prepare_clients(
       )
 
 
+def model_fn(
+  name: str,
+  hparams: Hyperparameters,
+  layer_plan: Callable[[], Any],
+  num_classes: int,
+  input_shape: Sequence[int],
+) -> Optional[model_lib.KerasModelFn]:
+  """The model factory of the form of a model method `name` trains (Fed2's
+  grouped model, from `layer_plan()`), or None: it trains the model as is."""
+  for spec in _specs(name):
+    if spec.model_fn is not None:
+      return spec.model_fn(
+        hparams.settings_of(spec),
+        hparams,
+        layer_plan,
+        num_classes,
+        input_shape,
+      )
+  return None
+
+
 def notes(name: str, hparams: Hyperparameters) -> list[str]:
   """What the named methods say of `hparams` that they do not use as given
   (e.g. SCAFFOLD's plain SGD beside a client momentum)."""

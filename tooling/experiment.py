@@ -25,7 +25,6 @@ import numpy as np
 
 from tff_methods import client_keys
 from tff_methods import client_states
-from tff_methods import fed2
 from tff_methods import methods
 from tff_methods import model_lib
 from tff_methods_tasks import datasets
@@ -77,21 +76,21 @@ def model_fn_for(
   """The Keras model factory method `name` trains on a task-zoo model.
 
   The zoo's model (`tff_methods_tasks.models`, with `model_kwargs` such as a
-  ResNet's `projection_dim`), or for Fed2 its grouped form.
+  ResNet's `projection_dim`), or the form a method trains of it (its
+  declared `model_fn`: Fed2's grouped model, from the model's layer plan).
 
   Raises:
-    ValueError: for a bad model or Fed2 setting, before any work starts.
+    ValueError: for a bad model or method setting, before any work starts.
   """
-  if methods.parse_method(name) == ['fed2']:
-    settings = hparams.settings_of(fed2.METHOD)
-    return fed2.grouped_model_fn(
-      fed2.LayerPlan(**task_models.fed2_plan(model_name, input_shape)),
-      num_classes,
-      input_shape,
-      settings.groups,
-      settings.decouple_depth,
-      hparams.seed,
-    )
+  own_form = methods.model_fn(
+    name,
+    hparams,
+    lambda: task_models.fed2_plan(model_name, input_shape),
+    num_classes,
+    input_shape,
+  )
+  if own_form is not None:
+    return own_form
   return functools.partial(
     task_models.get_model,
     model_name,
