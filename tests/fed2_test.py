@@ -12,7 +12,6 @@ from tff_methods import fed2
 from tff_methods import model_lib
 from tff_methods import optimizers
 from tff_methods_tasks import models
-from tff_methods_tooling import analysis
 from tff_methods_tooling import experiment
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -136,33 +135,6 @@ def test_a_model_of_other_groups_than_num_groups_is_refused():
     client_optimizer_fn=optimizers.build_client_sgd(0.1),
     num_groups=5,
   )
-
-
-def test_total_variance_by_hand():
-  assert np.isclose(
-    fed2.layer_total_variance(np.array([[1.0, 0.0], [0.0, 1.0]])), 0.5
-  )
-  assert fed2.layer_total_variance(np.ones((4, 3)) / 3) == 0.0
-
-
-def test_class_preference_and_layer_report(tmp_path):
-  model = fed2.grouped_model(
-    _plan('fedcka_cnn', (8, 8, 1)), 10, (8, 8, 1), 5, seed=0
-  )
-  x = np.random.default_rng(0).random((16, 8, 8, 1)).astype(np.float32)
-  preference = fed2.class_preference(model, x, 'layer_1')
-  assert preference.shape == (16, 10)  # 16 filters x 10 classes
-  assert np.allclose(
-    np.abs(preference).sum(1)[np.abs(preference).sum(1) > 0], 1.0
-  )
-  variances = fed2.total_variance_by_layer(model, x)
-  assert list(variances)[:2] == ['layer_1', 'layer_2']
-  assert all(v >= 0 for v in variances.values())
-  csv_path, png_path = analysis.write_total_variance_report(
-    variances, str(tmp_path)
-  )
-  assert open(csv_path).read().startswith('layer,total_variance\nlayer_1,')
-  assert open(png_path, 'rb').read(4) == b'\x89PNG'
 
 
 def test_short_fed2_run_trains_on_digits(tmp_path):

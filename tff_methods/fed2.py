@@ -25,13 +25,12 @@ is fixed and shared, that is coordinate averaging of the grouped model,
 weighted by examples. So TFF's aggregators (robust, DP, compression,
 secure), which average coordinate by coordinate, keep the pairing.
 
-Feature interpretation (`class_preference`, `layer_total_variance`): the
-paper's Eq. 9 class-preference vector of each neuron (activation x gradient
-of each class's confidence, averaged over the data) and Eq. 17 layer total
-variance, which guides the decoupling depth.
+Feature interpretation (`fed2_interpretation`): the paper's Eq. 9
+class-preference vector of each neuron (activation x gradient of each class's
+confidence, averaged over the data) and Eq. 17 layer total variance, which
+guides the decoupling depth.
 """
 
-import collections
 import dataclasses
 import functools
 import math
@@ -389,62 +388,6 @@ def build_fed2(
     metrics_aggregator=metrics_aggregator,
     loss_fn=loss_fn,
     client_learning_rate_fn=client_learning_rate_fn,
-  )
-
-
-def class_preference(
-  model: tf.keras.Model, x: np.ndarray, layer: str, batch_size: int = 256
-) -> np.ndarray:
-  """Eq. 9: each neuron's class-preference vector in `layer`.
-
-  For neuron n (a filter of a conv layer, a unit of a dense one) and class
-  c: the mean over examples of `sum over positions of a_n * d p_c / d a_n`,
-  its activation times the gradient of class c's confidence (softmax
-  probability), then normalized to sum to 1 in absolute value, so that
-  neurons compare by preference, not scale.
-
-  Returns:
-    (neurons, classes) array.
-  """
-  sub = tf.keras.Model(
-    model.input, [model.output[layer], model.output['logits']]
-  )
-  num_classes = int(model.output['logits'].shape[-1])
-  total = None
-  for start in range(0, len(x), batch_size):
-    batch = tf.constant(x[start : start + batch_size])
-    rows = []
-    for c in range(num_classes):
-      with tf.GradientTape() as tape:
-        activation, logits = sub(batch, training=False)
-        confidence = tf.reduce_sum(tf.nn.softmax(logits)[:, c])
-      grad = tape.gradient(confidence, activation)
-      product = activation * grad
-      # Sum over examples and positions: one value per neuron.
-      rows.append(
-        tf.reduce_sum(tf.reshape(product, [-1, product.shape[-1]]), 0)
-      )
-    batch_total = tf.stack(rows, axis=1).numpy()
-    total = batch_total if total is None else total + batch_total
-  preference = total / len(x)
-  scale = np.abs(preference).sum(axis=1, keepdims=True)
-  return preference / np.where(scale > 0, scale, 1.0)
-
-
-def layer_total_variance(preferences: np.ndarray) -> float:
-  """Eq. 17: the mean squared distance of a layer's preference vectors
-  from their mean, `(1/N) sum_n ||p_n - mean(p)||^2`."""
-  centred = preferences - preferences.mean(axis=0, keepdims=True)
-  return float(np.mean(np.sum(centred**2, axis=1)))
-
-
-def total_variance_by_layer(
-  model: tf.keras.Model, x: np.ndarray
-) -> collections.OrderedDict:
-  """Eq. 17 for every `layer_k` of the model, nearest the input first."""
-  return collections.OrderedDict(
-    (layer, layer_total_variance(class_preference(model, x, layer)))
-    for layer in model_lib.layer_names(model)
   )
 
 

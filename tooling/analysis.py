@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_methods import client_keys
-from tff_methods import fed2
+from tff_methods import fed2_interpretation
 from tff_methods import local_training
 from tff_methods import methods
 from tff_methods import model_lib
@@ -280,7 +280,9 @@ def analyze(
       data.class_counts(), output_dir
     )[1]
   model_lib.assign_weights(probe_model, process.get_model_weights(state))
-  variances = fed2.total_variance_by_layer(probe_model, x_test[:64])
+  variances = fed2_interpretation.total_variance_by_layer(
+    probe_model, x_test[:64]
+  )
   paths['total_variance'] = write_total_variance_report(variances, output_dir)[
     1
   ]
