@@ -361,8 +361,6 @@ def method_fields(registry: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
   for spec in registry.values():
     for field in dataclasses.fields(spec.settings):
       kind = field.type
-      if isinstance(kind, str):  # Postponed annotations.
-        kind = eval(kind, vars(typing))  # pylint: disable=eval-used
       if typing.get_origin(kind) is typing.Union:  # Optional[X]
         (kind,) = [a for a in typing.get_args(kind) if a is not type(None)]
       help_text = f'{spec.name}: {_lowered(field.metadata["help"])}'
