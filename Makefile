@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check clean-venv
+.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check pytorch-setup clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
@@ -74,6 +74,14 @@ gpu-setup: $(GPU_STAMP)
 
 gpu-check: $(GPU_STAMP)
 	$(VENV)/bin/python -m binaries.device_check $(GPU_CHECK_FLAGS)
+
+# PyTorch, for the benchmark's reference loops (tff_methods_tooling.
+# pytorch_loop) and their tests: a virtual environment of its own, since
+# current torch does not install beside TensorFlow 2.14 (about 5 GB).
+PYTORCH_VENV := $(VENV)/torch
+pytorch-setup:
+	test -x $(PYTORCH_VENV)/bin/python || $(PYTHON) -m venv $(PYTORCH_VENV)
+	$(PYTORCH_VENV)/bin/pip install --quiet torch numpy
 
 clean-venv:
 	rm -rf $(VENV)

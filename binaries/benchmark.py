@@ -49,9 +49,11 @@ from tff_methods_tooling import benchmark_floors
 from tff_methods_tooling import benchmark_memory
 from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import benchmark_report
+from tff_methods_tooling import benchmark_twins
 from tff_methods_tooling import cross_device
 from tff_methods_tooling import plain_loops
 from tff_methods_tooling import pytorch_loop
+from tff_methods_tooling import pytorch_models
 from tff_methods_tooling import run_directory
 
 FLAGS = flags.FLAGS
@@ -87,7 +89,7 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
     pytorch, _ = pytorch_loop.run_in(
       pytorch_python,
       arrays,
-      pytorch_loop.layer_plan(
+      pytorch_models.layer_plan(
         task_models.get_model('fedcka_cnn', data.num_classes, data.input_shape)
       ),
       *loop_settings,
@@ -112,6 +114,15 @@ def _floor_pass(data, hparams, pytorch_python, pytorch_error) -> dict:
   )
 
 
+def _with_twins(time_pass, time_twins) -> tuple[dict, dict]:
+  """One pass: the methods' timings, then their twins' (if `time_twins`)."""
+  timings = time_pass()
+  if time_twins is None:
+    return timings, {}
+  print('  PyTorch twins', flush=True)
+  return timings, time_twins()
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -126,9 +137,9 @@ def main(argv):
       )
     except in_process.DeviceError as e:
       errors.append(f'--in_process_{e}')
-  pytorch_python = FLAGS.pytorch_python or sys.executable
+  pytorch_python = FLAGS.pytorch_python or pytorch_loop.default_python()
   pytorch_error = None
-  if FLAGS.floor_local_epochs and not errors:
+  if (FLAGS.floor_local_epochs or FLAGS.twins) and not errors:
     pytorch_error = pytorch_loop.torch_import_error(pytorch_python)
     if pytorch_error and FLAGS.pytorch_python:
       errors.append(
@@ -269,7 +280,28 @@ def main(argv):
       FLAGS.seed,
       on_round=lambda m, s: print(f'  {m}: {s:.2f} s', flush=True),
     )
-    timings = benchmark.combine_passes(in_passes(time_pass))
+    twins = (
+      benchmark_twins.twin_methods(model_name, names)
+      if FLAGS.twins and pytorch_error is None
+      else []
+    )
+
+    time_twins = functools.partial(
+      benchmark_twins.time_twins,
+      pytorch_python,
+      model_name,
+      twins,
+      data,
+      hparams,
+      FLAGS.local_epochs,
+      FLAGS.batch_size,
+      FLAGS.repeats,
+      FLAGS.seed,
+    )
+    outcomes = in_passes(
+      functools.partial(_with_twins, time_pass, time_twins if twins else None)
+    )
+    timings = benchmark.combine_passes([project for project, _ in outcomes])
     if in_process_context:
       print(f'== {model_name} in-process', flush=True)
       in_process_timings = benchmark.combine_passes(
@@ -280,6 +312,11 @@ def main(argv):
       local_epochs=FLAGS.local_epochs,
       threads_per_client=threads,
       methods=timings,
+      twins=(
+        benchmark_twins.combine(*zip(*outcomes))
+        if twins
+        else dict(note=benchmark_twins.twin_note(pytorch_error))
+      ),
       in_process=in_process_timings if in_process_context else None,
       peak_mb=benchmark_memory.resident_mb()['total_peak_mb'],
       training_flops_per_example=plain_loops.training_flops_per_example(

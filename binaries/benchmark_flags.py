@@ -103,10 +103,18 @@ flags.DEFINE_list(
 flags.DEFINE_string(
   'pytorch_python',
   None,
-  'Python interpreter that times the PyTorch loop in the '
-  'floor comparison (a virtual environment with torch; '
-  'default: this one). Without torch the PyTorch figure '
-  'is reported as not measured.',
+  'Python interpreter that times the PyTorch loops: the floor '
+  "comparison's and each method's twin (a virtual environment with "
+  "torch, e.g. `make pytorch-setup`'s .venv/torch/bin/python; default: "
+  'that one if it exists, else this one). Without torch the PyTorch '
+  'figures are reported as not measured.',
+)
+flags.DEFINE_bool(
+  'twins',
+  True,
+  "Time each method's PyTorch twin (its reference code's loop, "
+  'tff_methods_tooling.pytorch_methods) on the CNN beside it, in every '
+  'pass.',
 )
 flags.DEFINE_bool(
   'in_process',

@@ -1,29 +1,38 @@
-"""Tests for tff_methods_tooling.pytorch_loop: FedAvg as a plain PyTorch loop
-on the Keras model's layers."""
+"""Tests for tff_methods_tooling.pytorch_loop: every method as a plain PyTorch
+loop on the Keras model's layers (`pytorch_methods`, `pytorch_models`)."""
 
-import os
+import dataclasses
+import functools
 import sys
 
 import numpy as np
 import pytest
 
+from tff_methods import methods
+from tff_methods import model_lib
 from tff_methods_tasks import models as task_models
+from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import plain_loops
 from tff_methods_tooling import pytorch_loop
+from tff_methods_tooling import pytorch_models
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
 
-# An interpreter with torch: this one, or TFF_METHODS_PYTORCH_PYTHON (torch is
-# optional and its current releases do not install beside TensorFlow 2.14).
-PYTORCH_PYTHON = os.environ.get('TFF_METHODS_PYTORCH_PYTHON', sys.executable)
+# An interpreter with torch (optional: its current releases do not install
+# beside TensorFlow 2.14): TFF_METHODS_PYTORCH_PYTHON, `make pytorch-setup`'s
+# .venv/torch, or this one.
+PYTORCH_PYTHON = pytorch_loop.default_python()
 
 
-@pytest.mark.skipif(
+needs_torch = pytest.mark.skipif(
   pytorch_loop.torch_import_error(PYTORCH_PYTHON) is not None,
-  reason='no interpreter with torch (optional; set '
+  reason='no interpreter with torch (optional: make pytorch-setup, or set '
   'TFF_METHODS_PYTORCH_PYTHON)',
 )
+
+
+@needs_torch
 def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   # Same initial weights, one batch per client, two epochs (so momentum
   # carries over a step): the two frameworks must agree.
@@ -34,7 +43,7 @@ def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   plain = plain_loops.PlainTFFedAvg('fedcka_cnn', clients, 10, **settings)
   initial = [np.array(w) for w in plain.global_weights]
   plain.run_round()
-  plan = pytorch_loop.layer_plan(
+  plan = pytorch_models.layer_plan(
     task_models.get_model('fedcka_cnn', 10, clients[0][0].shape[1:])
   )
   seconds, torch_weights = pytorch_loop.run_in(
@@ -54,8 +63,100 @@ def test_pytorch_loop_computes_the_plain_tf_loops_fedavg(tiny_cifar):
   assert moved > 0
 
 
+# Strengths large enough that each term moves the weights visibly in two
+# rounds on the tiny data.
+TWIN_SETTINGS = {
+  'fedprox': {'mu': 1.0},
+  'scaffold': {},
+  'moon': {'mu': 5.0},
+  'fedcka': {'mu': 5.0, 'layers': 3},
+  'fedmax': {'beta': 100.0},
+  'fedcos': {'mu': 1.0},
+}
+
+
+TWIN_ROUNDS = dict(
+  local_epochs=2,
+  batch_size=64,  # One batch per local epoch.
+  learning_rate=0.05,
+  momentum=0.9,
+  repeats=1,  # With the warm-up round: two rounds.
+)
+
+
+def _twin_rounds(data, plan, initial, method, settings=None):
+  _, weights = pytorch_loop.run_in(
+    PYTORCH_PYTHON,
+    plain_loops.client_arrays(data),
+    plan,
+    initial_weights=initial,
+    method=method,
+    method_settings=settings,
+    **TWIN_ROUNDS,
+  )
+  return weights
+
+
+@pytest.fixture(scope='module')
+def fedcka_cnn(tiny_cifar):
+  """The model, its plan and initial weights, and FedAvg's twin's rounds."""
+  model_fn = functools.partial(
+    task_models.get_model, 'fedcka_cnn', 10, tiny_cifar.input_shape
+  )
+  plan = pytorch_models.layer_plan(model_fn())
+  initial = model_lib.initial_weights(model_fn, 0)
+  trainable = [np.array(w) for w in initial.trainable]
+  fedavg = _twin_rounds(tiny_cifar, plan, trainable, 'fedavg')
+  return dict(plan=plan, initial=initial, fedavg=fedavg)
+
+
+@needs_torch
+@pytest.mark.parametrize('name', sorted(TWIN_SETTINGS))
+def test_each_twin_computes_the_projects_rounds(name, tiny_cifar, fedcka_cnn):
+  # Two rounds, every client in both (the second is the first with a
+  # previous model, a control variate or a last move), one batch per local
+  # epoch and two epochs (momentum carries over a step). Over the first
+  # round, every method is FedAvg.
+  hparams = methods.Hyperparameters(
+    client_learning_rate=TWIN_ROUNDS['learning_rate'],
+    client_momentum=TWIN_ROUNDS['momentum'],
+    num_clients=3,
+    method_settings={name: TWIN_SETTINGS[name]},
+  )
+  process, _ = benchmark_processes.benchmark_process(
+    name,
+    'fedcka_cnn',
+    tiny_cifar,
+    hparams,
+    TWIN_ROUNDS['local_epochs'],
+    TWIN_ROUNDS['batch_size'],
+    seed=0,
+  )
+  state = process.set_model_weights(process.initialize(), fedcka_cnn['initial'])
+  client_ids = list(tiny_cifar.client_data.client_ids)
+  for round_num in (1, 2):
+    keys = benchmark_processes.keys(client_ids, round_num)
+    state = process.next(state, keys).state
+  project = process.get_model_weights(state).trainable
+  twin = _twin_rounds(
+    tiny_cifar,
+    fedcka_cnn['plan'],
+    [np.array(w) for w in fedcka_cnn['initial'].trainable],
+    name,
+    dataclasses.asdict(hparams.settings_of(methods.REGISTRY[name])),
+  )
+  for ours, twins in zip(project, twin):
+    np.testing.assert_allclose(twins, ours, rtol=1e-4, atol=2e-5)
+  # The term (or SCAFFOLD's plain SGD and correction) made a difference
+  # that the comparison above would see.
+  apart = max(
+    float(np.abs(a - b).max()) for a, b in zip(twin, fedcka_cnn['fedavg'])
+  )
+  assert apart > 1e-3
+
+
 def test_layer_plan_reads_the_keras_chain():
-  plan = pytorch_loop.layer_plan(
+  plan = pytorch_models.layer_plan(
     task_models.get_model('fedcka_cnn', 10, (32, 32, 3))
   )
   assert plan['input_shape'] == [32, 32, 3]
@@ -73,7 +174,9 @@ def test_layer_plan_reads_the_keras_chain():
   assert (last['units'], last['activation']) == (10, 'linear')
   assert plan['layers'][-2]['units'] == 256
   with pytest.raises(ValueError, match="'resnet18' has"):
-    pytorch_loop.layer_plan(task_models.get_model('resnet18', 10, (32, 32, 3)))
+    pytorch_models.layer_plan(
+      task_models.get_model('resnet18', 10, (32, 32, 3))
+    )
 
 
 if __name__ == '__main__':

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 from tff_methods_tooling import benchmark
 from tff_methods_tooling import benchmark_floors
 from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import benchmark_twins
 from tff_methods_tooling import client_profile
 from tff_methods_tooling import device_check
 from tff_methods_tooling import plain_loops
@@ -191,6 +192,7 @@ def report_markdown(results: dict) -> str:
         f"{'' if target is None else _mark(judged, target)}"
         f" | {paper.get(name, '')} |"
       )
+    lines += benchmark_twins.report_lines(model)
     if model.get('in_process'):
       lines += [''] + device_check.benchmark_lines(
         model['methods'],

@@ -1,17 +1,18 @@
-"""FedAvg as a plain PyTorch loop: the reference code's way.
+"""Every method as a plain PyTorch loop: the reference code's way.
 
 The FedCKA, MOON and NIID-Bench reference implementations train clients
-with a PyTorch loop like this one. `binaries/benchmark` times it beside
-`plain_loops.PlainTFFedAvg` (the same local training in plain TensorFlow) and
-FedAvg through TFF, so the project's speed can be judged against the code
-researchers would otherwise run.
+with a PyTorch loop like this one. `binaries/benchmark` times it, for FedAvg
+and for each method (`pytorch_methods`: its objective and state as its
+reference code has them, state in memory), beside the project's processes
+and `plain_loops.PlainTFFedAvg`, so the project's speed can be judged
+against the code researchers would otherwise run.
 
-It computes what `plain_loops.PlainTFFedAvg` computes for a chain-shaped model
-of `tff_methods_tasks.models` (such as `fedcka_cnn`), built in PyTorch from the
-Keras model's layers (`layer_plan`): every client starts from the global
-weights, takes momentum-SGD steps (m = momentum * m + g; w -= lr * m, which is
-`torch.optim.SGD` with dampening 0) on shuffled in-memory batches, and the new
-global weights are the example-weighted mean of the clients' weights.
+The model is a chain-shaped model of `tff_methods_tasks.models` (such as
+`fedcka_cnn`), built in PyTorch from the Keras model's layers
+(`pytorch_models`): every client starts from the global weights, takes
+momentum-SGD steps (m = momentum * m + g; w -= lr * m, `torch.optim.SGD`
+with dampening 0) on shuffled in-memory batches, and the new global weights
+are the mean of the clients' weights, as the method averages them.
 
 PyTorch is optional and not in requirements.txt: its Linux wheels pull
 several GB of CUDA libraries, and current releases need newer packages
@@ -22,10 +23,11 @@ JSON and the final weights in another .npz); this module imports only
 numpy at its top.
 
   python -m tff_methods_tooling.pytorch_loop --clients=clients.npz \
-      --model_plan=plan.json
+      --model_plan=plan.json --method=fedprox --method_settings='{"mu": 0.01}'
 """
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -36,9 +38,29 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+try:
+  from tff_methods_tooling import pytorch_methods
+  from tff_methods_tooling import pytorch_models
+except ImportError:  # Run as a file by an interpreter without the project:
+  # the siblings are on its path (this file's directory).
+  pytorch_methods = importlib.import_module('pytorch_methods')
+  pytorch_models = importlib.import_module('pytorch_models')
+
 # The loop runs as this file, in the other interpreter: it imports nothing of
-# the project, so it runs from a repository or an installed package alike.
+# the project but its sibling `pytorch_methods` (from this file's directory
+# there), so it runs from a repository or an installed package alike.
 _THIS_FILE = os.path.abspath(__file__)
+
+
+def default_python() -> str:
+  """The interpreter that runs the loops unless one is named:
+  $TFF_METHODS_PYTORCH_PYTHON, else `make pytorch-setup`'s .venv/torch in
+  the working directory, else this one."""
+  named = os.environ.get('TFF_METHODS_PYTORCH_PYTHON')
+  if named:
+    return named
+  made = os.path.join('.venv', 'torch', 'bin', 'python')
+  return os.path.abspath(made) if os.path.exists(made) else sys.executable
 
 
 def torch_import_error(python: str) -> Optional[str]:
@@ -58,166 +80,19 @@ def torch_import_error(python: str) -> Optional[str]:
   return f'{python} cannot import torch: {lines[-1] if lines else "?"}'
 
 
-# Keras layers the PyTorch loop can build, by class name.
-_PLAN_LAYERS = ('Conv2D', 'MaxPooling2D', 'Flatten', 'Dense')
+class PyTorchFederation:
+  """A method of `pytorch_methods` over a `layer_plan` model, its clients
+  trained by a plain PyTorch loop: FedAvg's by default.
 
-
-def layer_plan(keras_model) -> dict:
-  """A chain-shaped Keras model as data the PyTorch interpreter can build.
-
-  The architecture stays defined once, in `tff_methods_tasks.models`: this reads
-  the layers on the path from the input to `logits` (Conv2D, MaxPooling2D,
-  Flatten, Dense; side outputs such as `layer_k` or `z` are on that path or
-  ignored) and `_torch_model` builds the same network in PyTorch. Needs no
-  TensorFlow import of its own: it reads the model's layers and configs.
-
-  Raises:
-    ValueError: for a model that is not such a chain (e.g. a ResNet).
-  """
-  layers = []
-  previous = keras_model.layers[0]
-  for layer in keras_model.layers[1:]:
-    kind = type(layer).__name__
-    if kind not in _PLAN_LAYERS or layer.input is not previous.output:
-      raise ValueError(
-        f'The PyTorch loop builds chains of {", ".join(_PLAN_LAYERS)}; '
-        f'{keras_model.name!r} has {kind} {layer.name!r}'
-        + (' off the chain' if kind in _PLAN_LAYERS else '')
-        + '.'
-      )
-    previous = layer
-    config = layer.get_config()
-    entry = dict(
-      kind=kind,
-      padding=config.get('padding'),
-      activation=config.get('activation'),
-    )
-    if kind == 'Conv2D':
-      if tuple(config['strides']) != (1, 1) or tuple(
-        config['dilation_rate']
-      ) != (1, 1):
-        raise ValueError(
-          f'{layer.name}: the PyTorch loop builds stride-1, '
-          'undilated convolutions only.'
-        )
-      entry.update(
-        filters=config['filters'], kernel_size=list(config['kernel_size'])
-      )
-    elif kind == 'MaxPooling2D':
-      entry.update(
-        pool_size=list(config['pool_size']), strides=list(config['strides'])
-      )
-    elif kind == 'Dense':
-      entry.update(units=config['units'])
-    layers.append(entry)
-  return dict(
-    name=keras_model.name,
-    input_shape=list(keras_model.input_shape[1:]),
-    layers=layers,
-  )
-
-
-def _torch_model(plan: dict):
-  """The network of `layer_plan` in PyTorch (NCHW inputs); its parameters
-  are in Keras' weight order."""
-  import torch
-  from torch import nn
-
-  activations = {None: None, 'linear': None, 'relu': torch.relu}
-  height, width, channels = plan['input_shape']
-  shape = [channels, height, width]
-  modules, steps = nn.ModuleList(), []
-  for layer in plan['layers']:
-    kind = layer['kind']
-    if kind == 'Conv2D':
-      module = nn.Conv2d(
-        shape[0],
-        layer['filters'],
-        layer['kernel_size'],
-        padding=layer['padding'],
-      )
-    elif kind == 'MaxPooling2D':
-      if layer['padding'] == 'same' and layer['pool_size'] != layer['strides']:
-        raise ValueError(
-          'The PyTorch loop builds "same" pooling only with '
-          'the pool size as stride (ceil mode).'
-        )
-      module = nn.MaxPool2d(
-        layer['pool_size'],
-        layer['strides'],
-        ceil_mode=layer['padding'] == 'same',
-      )
-    elif kind == 'Flatten':
-      module = nn.Flatten()
-    else:
-      module = nn.Linear(shape[0], layer['units'])
-    if layer['activation'] not in activations:
-      raise ValueError(
-        f'The PyTorch loop has no {layer["activation"]!r} ' 'activation.'
-      )
-    modules.append(module)
-    # Flatten in Keras' (H, W, C) order, so its weights load as they are.
-    steps.append(
-      _step(
-        module,
-        activations[layer['activation']],
-        channels_last=kind == 'Flatten',
-      )
-    )
-    with torch.no_grad():
-      shape = list(steps[-1](torch.zeros([1] + shape)).shape[1:])
-
-  class KerasChain(nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.layers = modules
-
-    def forward(self, x):
-      return _run(steps, x)
-
-  return KerasChain()
-
-
-def _step(module, activation, channels_last=False):
-  """`module` as one step: its input permuted to NHWC first if
-  `channels_last`, its output through `activation` if any."""
-
-  def step(x):
-    x = module(x.permute(0, 2, 3, 1) if channels_last else x)
-    return x if activation is None else activation(x)
-
-  return step
-
-
-def _run(steps, x):
-  for step in steps:
-    x = step(x)
-  return x
-
-
-# Conv kernels: Keras' HWIO <-> PyTorch's OIHW; dense kernels are transposed.
-_KERAS_TO_TORCH_CONV = (3, 2, 0, 1)
-_TORCH_TO_KERAS_CONV = (2, 3, 1, 0)
-
-
-def _relayout(
-  weights: Sequence[np.ndarray], conv_axes: Sequence[int]
-) -> list[np.ndarray]:
-  """Kernels moved between Keras' and PyTorch's layouts; biases as they are."""
-  return [
-    np.ascontiguousarray(
-      w.transpose(conv_axes) if w.ndim == 4 else w.T if w.ndim == 2 else w
-    )
-    for w in weights
-  ]
-
-
-class PyTorchFedAvg:
-  """FedAvg of a `layer_plan` model, clients trained by a plain PyTorch loop.
-
-  Clients are `(x, y)` numpy arrays, x in (N, H, W, C) as in TensorFlow;
-  `global_weights` are in Keras' order and layout, so the result can be
-  compared with `plain_loops.PlainTFFedAvg` and TFF's FedAvg.
+  Clients are `(x, y)` numpy arrays, x in (N, H, W, C) as in TensorFlow; all
+  take part in every round. `global_weights` are in Keras' order and layout,
+  so the result can be compared with `plain_loops.PlainTFFedAvg` and the
+  project's processes. Every client starts from the global weights and
+  takes momentum-SGD steps (m = momentum * m + g; w -= lr * m, which is
+  `torch.optim.SGD` with dampening 0; its momentum starts at 0) on
+  shuffled in-memory batches; the new global weights are the
+  example-weighted mean of the clients' weights (the plain mean where the
+  method averages uniformly, as SCAFFOLD by default).
   """
 
   def __init__(
@@ -230,15 +105,24 @@ class PyTorchFedAvg:
     momentum: float,
     seed: int = 0,
     initial_weights: Optional[Sequence[np.ndarray]] = None,
+    method: str = 'fedavg',
+    method_settings: Optional[dict] = None,
   ):
     import torch
 
     self._torch = torch
     torch.manual_seed(seed)
-    self._model = _torch_model(model_plan)
+    self._method = pytorch_methods.twin(
+      method, method_settings, len(clients), learning_rate
+    )
+    self._model = pytorch_models.torch_model(model_plan)
+    self._global_model = pytorch_models.torch_model(model_plan)
+    self._global_model.requires_grad_(False)
     self._params = list(self._model.parameters())
     self._optimizer = torch.optim.SGD(
-      self._params, lr=learning_rate, momentum=momentum
+      self._params,
+      lr=learning_rate,
+      momentum=momentum if self._method.momentum else 0.0,
     )
     # NCHW tensors made once: the loop reads batches from memory.
     self._clients = [
@@ -252,35 +136,59 @@ class PyTorchFedAvg:
     self._batch_size = batch_size
     self._rng = np.random.default_rng(seed)
     if initial_weights is not None:
-      self._global = _relayout(initial_weights, _KERAS_TO_TORCH_CONV)
+      self._global = pytorch_models.relayout(
+        initial_weights, pytorch_models.KERAS_TO_TORCH_CONV
+      )
     else:
       self._global = [p.detach().numpy().copy() for p in self._params]
 
   @property
   def global_weights(self) -> list[np.ndarray]:
-    return _relayout(self._global, _TORCH_TO_KERAS_CONV)
+    return pytorch_models.relayout(
+      self._global, pytorch_models.TORCH_TO_KERAS_CONV
+    )
 
   def run_round(self) -> None:
     torch = self._torch
+    method = self._method
     loss_fn = torch.nn.functional.cross_entropy
+    reads = ('logits',) + tuple(method.reads)
+    with torch.no_grad():
+      for p, w in zip(self._global_model.parameters(), self._global):
+        p.copy_(torch.from_numpy(w))
+    method.start_round(list(self._global_model.parameters()))
     total = 0
     weighted = [np.zeros_like(w) for w in self._global]
-    for x, y in self._clients:
+    for client, (x, y) in enumerate(self._clients):
       with torch.no_grad():
         for p, w in zip(self._params, self._global):
           p.copy_(torch.from_numpy(w))
       self._optimizer.state.clear()  # Each client's momentum starts at 0.
+      method.start_client(client, self._model, self._global_model)
+      steps = 0
       for _ in range(self._local_epochs):
         order = torch.from_numpy(self._rng.permutation(len(y)))
         for i in range(0, len(y), self._batch_size):
           batch = order[i : i + self._batch_size]
           self._optimizer.zero_grad(set_to_none=True)
-          loss_fn(self._model(x[batch]), y[batch]).backward()
+          outputs = self._model.outputs(x[batch], reads)
+          loss = method.loss(
+            loss_fn(outputs['logits'], y[batch]),
+            outputs,
+            x[batch],
+            self._params,
+          )
+          loss.backward()
           self._optimizer.step()
+          method.after_step(self._params)
+          steps += 1
+      method.end_client(client, self._params, steps)
+      weight = 1 if method.uniform else len(y)
       for acc, p in zip(weighted, self._params):
-        acc += len(y) * p.detach().numpy()
-      total += len(y)
+        acc += weight * p.detach().numpy()
+      total += weight
     self._global = [w / total for w in weighted]
+    method.end_round([torch.from_numpy(w) for w in self._global])
 
 
 def time_rounds(run_round: Callable[[], None], repeats: int) -> list[float]:
@@ -305,8 +213,10 @@ def run_in(
   repeats: int = 3,
   seed: int = 0,
   initial_weights: Optional[Sequence[np.ndarray]] = None,
+  method: str = 'fedavg',
+  method_settings: Optional[dict] = None,
 ) -> tuple[list[float], list[np.ndarray]]:
-  """`PyTorchFedAvg` timed by the interpreter `python` (one with torch).
+  """`PyTorchFederation` timed by the interpreter `python` (one with torch).
 
   Args:
     python: Path of a Python interpreter that imports torch and numpy.
@@ -320,6 +230,9 @@ def run_in(
     seed: Fixes the initialization (if no `initial_weights`) and shuffling.
     initial_weights: Global weights to start from, in Keras' order and
       layout.
+    method: The method (`pytorch_methods.TWINS`), FedAvg by default.
+    method_settings: Its settings, as `dataclasses.asdict` gives the
+      project's (`{'mu': 0.01}` for FedProx).
 
   Returns:
     The seconds of each timed round, and the global weights after the last
@@ -352,6 +265,8 @@ def run_in(
       f'--repeats={repeats}',
       f'--seed={seed}',
       f'--weights_out={weights_out}',
+      f'--method={method}',
+      f'--method_settings={json.dumps(method_settings or {})}',
     ]
     if initial_weights is not None:
       _save_weights(weights_in, initial_weights)
@@ -405,10 +320,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument(
     '--weights_out', help='Where the final global weights go (.npz).'
   )
+  parser.add_argument(
+    '--method',
+    default='fedavg',
+    choices=sorted(pytorch_methods.TWINS),
+    help='The method whose reference loop runs.',
+  )
+  parser.add_argument(
+    '--method_settings',
+    default='{}',
+    type=json.loads,
+    help='Its settings as JSON, e.g. {"mu": 0.01}.',
+  )
   args = parser.parse_args(argv)
   with open(args.model_plan) as f:
     model_plan = json.load(f)
-  loop = PyTorchFedAvg(
+  loop = PyTorchFederation(
     _load_clients(args.clients),
     model_plan,
     args.local_epochs,
@@ -419,6 +346,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     initial_weights=(
       _load_weights(args.initial_weights) if args.initial_weights else None
     ),
+    method=args.method,
+    method_settings=args.method_settings,
   )
   seconds = time_rounds(loop.run_round, args.repeats)
   if args.weights_out:

@@ -1,0 +1,158 @@
+"""Each method against its reference loop: the benchmark's PyTorch twins.
+
+A method's twin (`pytorch_methods`) trains the same network on the same
+clients with the same settings as the reference code does, its state in
+memory. `time_twins` times every twin of a pass's methods; `combine`
+puts the passes together with the project's times of the same passes, as
+the ratio of the project's seconds per round to the twin's (below 1: the
+project is faster), each pass's ratio taken within the pass, since a
+machine's load moves both.
+"""
+
+import dataclasses
+import functools
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from tff_methods import methods as methods_lib
+from tff_methods import model_lib
+from tff_methods_tasks import datasets
+from tff_methods_tasks import models as task_models
+from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import plain_loops
+from tff_methods_tooling import pytorch_loop
+from tff_methods_tooling import pytorch_methods
+from tff_methods_tooling import pytorch_models
+
+
+def twin_methods(model_name: str, method_names: Sequence[str]) -> list[str]:
+  """The methods of `method_names` that have a twin on `model_name`: none
+  on a model that is not a chain the PyTorch loop builds (a ResNet)."""
+  try:
+    pytorch_models.layer_plan(
+      task_models.get_model(model_name, 10, (32, 32, 3))
+    )
+  except ValueError:
+    return []
+  return [m for m in method_names if m in pytorch_methods.TWINS]
+
+
+def time_twins(
+  python: str,
+  model_name: str,
+  method_names: Sequence[str],
+  data: datasets.FederatedData,
+  hparams: methods_lib.Hyperparameters,
+  local_epochs: int,
+  batch_size: int,
+  repeats: int,
+  seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+  """Seconds per round of each method's twin on `data` (every client in
+  every round), from the initial weights the project's processes start
+  from, after one untimed round; by method: `seconds` and `median`."""
+  model_fn = functools.partial(
+    task_models.get_model,
+    model_name,
+    data.num_classes,
+    data.input_shape,
+    **benchmark_processes.model_kwargs(model_name),
+  )
+  plan = pytorch_models.layer_plan(model_fn())
+  initial = [
+    np.array(w) for w in model_lib.initial_weights(model_fn, seed).trainable
+  ]
+  clients = plain_loops.client_arrays(data)
+  timings = {}
+  for name in method_names:
+    settings = hparams.settings_of(methods_lib.REGISTRY[name])
+    seconds, _ = pytorch_loop.run_in(
+      python,
+      clients,
+      plan,
+      local_epochs,
+      batch_size,
+      hparams.client_learning_rate,
+      hparams.client_momentum,
+      repeats=repeats,
+      seed=seed,
+      initial_weights=initial,
+      method=name,
+      method_settings=dataclasses.asdict(settings),
+    )
+    timings[name] = dict(
+      seconds=seconds, median=benchmark_processes.median(seconds)
+    )
+  return timings
+
+
+def combine(
+  project_passes: Sequence[dict[str, dict[str, Any]]],
+  twin_passes: Sequence[dict[str, dict[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+  """The passes' twins beside the project's methods (`time_methods`' results
+  of the same passes), by method: the twin's `median` seconds (over the
+  passes' medians), `ratio` (the median over the passes of the project's
+  median over the twin's) and `pass_ratios`."""
+  combined = {}
+  for name in twin_passes[0]:
+    ratios = [
+      project[name]['median'] / twins[name]['median']
+      for project, twins in zip(project_passes, twin_passes)
+    ]
+    combined[name] = dict(
+      seconds=[s for twins in twin_passes for s in twins[name]['seconds']],
+      median=benchmark_processes.median(
+        [twins[name]['median'] for twins in twin_passes]
+      ),
+      ratio=benchmark_processes.median(ratios),
+      pass_ratios=ratios,
+    )
+  return combined
+
+
+def target(name: str, examples_per_client: int) -> float:
+  """The ratio to its twin a method should stay under: 1 (faster than the
+  reference code); FedAvg 0.7 at small clients (20 examples or fewer),
+  where TFF's fixed cost per client is what is left to beat."""
+  return 0.7 if name == 'fedavg' and examples_per_client <= 20 else 1.0
+
+
+def twin_note(error: Optional[str]) -> str:
+  """What the report says when no twin was timed."""
+  return f'not measured: {error or "no method has a twin on this model"}'
+
+
+def report_lines(model: dict) -> list[str]:
+  """The benchmark report's table of a model's methods against their twins
+  (`model`: one of the results' models)."""
+  twins = model.get('twins')
+  if not twins:
+    return []
+  if 'note' in twins:
+    return ['', f"Each method against its PyTorch twin: {twins['note']}."]
+  lines = [
+    '',
+    "Each method against its PyTorch twin (its reference code's loop on "
+    'the same network, batches and settings, state in memory; '
+    '`tff_methods_tooling.pytorch_methods`), seconds per round; the ratio '
+    "is the project's time over the twin's, each pass's taken within the "
+    'pass:',
+    '',
+    '| method | project s/round | twin s/round | ratio | target | met |',
+    '|---|---|---|---|---|---|',
+  ]
+  for name, twin in twins.items():
+    ours = model['methods'][name]['median']
+    limit = target(name, model['examples_per_client'])
+    ratios = twin['pass_ratios']
+    spread = (
+      f' ({min(ratios):.2f}-{max(ratios):.2f})' if len(ratios) > 1 else ''
+    )
+    met = 'yes' if twin['ratio'] < limit else '**no**'
+    lines.append(
+      f"| {name} | {ours:.2f} | {twin['median']:.2f} | "
+      f"{twin['ratio']:.2f}{spread} | < {limit} | {met} |"
+    )
+  return lines
