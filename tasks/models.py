@@ -62,6 +62,14 @@ PROJECTION_BUILT_IN = ('fedcka_cnn',)
 TAKES_PROJECTION_DIM = ('resnet18', 'resnet50')
 
 
+def output_names(name: str, projection_dim: int = 0) -> tuple[str, ...]:
+  """The named outputs of `get_model(name, ..., projection_dim=...)`: what
+  the methods can read of it (`model_lib`'s contract)."""
+  layers = tuple(f'layer_{k}' for k in range(1, LAYER_OUTPUTS[name] + 1))
+  head = ('z',) if has_projection_head(name, projection_dim) else ()
+  return ('logits', 'features') + head + layers
+
+
 def has_projection_head(name: str, projection_dim: int = 0) -> bool:
   """Whether `get_model(name, ..., projection_dim=...)` outputs MOON's `z`."""
   return name in PROJECTION_BUILT_IN or (

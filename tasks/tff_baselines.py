@@ -424,6 +424,13 @@ def layer_outputs(name: str, model: Optional[str] = None) -> int:
   return task_spec.layer_outputs[model or task_spec.models[0]]
 
 
+def output_names(name: str, model: Optional[str] = None) -> tuple[str, ...]:
+  """The named outputs of the task's model as the project names them
+  (`tff_baseline_models`): `z` is its `features`."""
+  layers = range(1, layer_outputs(name, model) + 1)
+  return ('logits', 'features', 'z') + tuple(f'layer_{k}' for k in layers)
+
+
 def models(name: str) -> Sequence[str]:
   """The task's TFF model ids, its default first."""
   return spec(name).models

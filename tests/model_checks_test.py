@@ -6,8 +6,11 @@ import warnings
 import pytest
 import tensorflow as tf
 
+from tff_methods import fedcka
+from tff_methods import fedmax
 from tff_methods import model_checks
 from tff_methods import model_lib
+from tff_methods import moon
 from tff_methods import regularizers as regularizers_lib
 
 
@@ -41,6 +44,27 @@ def test_a_regularizer_reading_an_output_the_model_lacks_is_refused():
     model_checks.checked_model_fn(_plain_model, [_ReadsZ()])
   with pytest.raises(TypeError, match='Pass a function that builds'):
     model_checks.checked_model_fn(_plain_model(), [])
+
+
+def test_needed_outputs_are_the_terms_declared_and_the_deepest_layer_leads():
+  terms = [
+    fedcka.CKAContrastiveTerm(1.0, num_layers=3),
+    moon.ModelContrastiveTerm(1.0),
+    fedmax.ActivationEntropyTerm(1.0),
+  ]
+  needed = model_checks.needed_outputs(terms)
+  assert needed == {
+    'layer_1': ['FedCKA'],
+    'layer_2': ['FedCKA'],
+    'layer_3': ['FedCKA'],
+    'z': ['MOON'],
+    'features': ['FedMAX'],
+  }
+  has = ('logits', 'features', 'layer_1', 'layer_2')
+  # Of the missing ones, the deepest layer: it says how many are read.
+  assert model_checks.missing_output(needed, has) == 'layer_3'
+  assert model_checks.missing_output(needed, has + ('layer_3',)) == 'z'
+  assert model_checks.missing_output(needed, has + ('layer_3', 'z')) is None
 
 
 def test_the_input_shape_is_the_models_batched_x():

@@ -39,6 +39,9 @@ def test_every_model_exposes_named_outputs_and_matches_tffs_view(name):
   assert ('z' in model.output) == models.has_projection_head(
     name, kwargs.get('projection_dim', 0)
   )
+  assert set(model.output) == set(
+    models.output_names(name, kwargs.get('projection_dim', 0))
+  )
   # Raises if any trainable layer were off the path to the logits.
   wrapped = model_lib.logits_only(model)
   dtype = np.int32 if name.startswith('shakespeare') else np.float32

@@ -378,12 +378,34 @@ def test_a_given_state_directory_gives_the_default_ones_weights(tmp_path):
   assert os.listdir(tmp_path / 'states')
 
 
+def test_what_a_method_needs_of_a_zoo_model_comes_from_its_declarations(
+  tmp_path,
+):
+  # Fed2 declares a form of its own (model_fn): only models with a layer
+  # plan. FedMAX's term reads `features`, which every zoo model has.
+  config = experiment.ExperimentConfig(
+    method='fed2', model='lenet', output_dir=str(tmp_path / 'x')
+  )
+  with pytest.raises(
+    ValueError,
+    match='--method=fed2 trains its own form of the model, made from its '
+    'layer plan: --model=lenet has none',
+  ):
+    experiment.validate(config)
+  experiment.validate(dataclasses.replace(config, model='fedcka_cnn'))
+  experiment.validate(dataclasses.replace(config, method='fedmax'))
+
+
 def test_moon_without_a_projection_head_is_refused(tmp_path):
   config = experiment.ExperimentConfig(
     method='moon', model='mlp', output_dir=str(tmp_path / 'x')
   )
+  # What MOON's term declares it reads, against the zoo's outputs of mlp.
   with pytest.raises(
-    ValueError, match='--method=moon needs a model with a ' 'projection head'
+    ValueError,
+    match="--method=moon: MOON reads the model's 'z' output \\(a projection "
+    "head's output\\), which --model=mlp does not have: use fedcka_cnn, or "
+    'resnet18/resnet50 with --projection_dim > 0',
   ):
     experiment.validate(config)
   experiment.validate(
@@ -399,7 +421,8 @@ def test_moon_without_a_projection_head_is_refused(tmp_path):
     )
   with pytest.raises(
     ValueError,
-    match='--fedcka_layers=8 is more than ' "--model=fedcka_cnn's 7 layers",
+    match='--method=fedcka: FedCKA reads the first 8 layers of the model, '
+    'more than the 7 --model=fedcka_cnn has',
   ):
     experiment.validate(
       dataclasses.replace(

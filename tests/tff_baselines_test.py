@@ -252,10 +252,15 @@ def test_tuning_holds_out_whole_training_clients(tmp_path):
 @pytest.mark.parametrize(
   'settings, message',
   [
-    (dict(method='fed2'), "does not apply to TFF's cnn_dropout model"),
+    (
+      dict(method='fed2'),
+      'trains its own form of the model, made from its layer plan: '
+      "TFF's cnn_dropout model of tff_baselines/emnist_character has none",
+    ),
     (
       dict(method='fedcka', fedcka_layers=4),
-      '--fedcka_layers=4 is more than the 3',
+      'FedCKA reads the first 4 layers of the model, more than the 3 '
+      "TFF's cnn_dropout model",
     ),
     (dict(model='resnet18'), "--model='resnet18' is not a model of"),
     (dict(local_steps=5), "--local_steps=5: TFF's preprocessing"),

@@ -208,6 +208,12 @@ def prepare_clients(
       )
 
 
+def trains_own_form(name: str) -> bool:
+  """Whether method `name` trains a form of its own of the model (declares
+  `model_fn`), which it makes from the model's layer plan."""
+  return any(spec.model_fn is not None for spec in _specs(name))
+
+
 def model_fn(
   name: str,
   hparams: Hyperparameters,

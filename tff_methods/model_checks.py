@@ -36,6 +36,38 @@ def _meaning(name: str) -> tuple[str, str]:
   return meaning, f"{argument}='<layer name>'"
 
 
+def needed_outputs(
+  regularizers: Sequence[regularizers_lib.Regularizer],
+) -> dict[str, list[str]]:
+  """Each output the regularizers read of the model (or of the global and
+  previous models) -> the methods that read it."""
+  needed = collections.defaultdict(list)
+  for r in regularizers:
+    for name in (
+      tuple(r.outputs) + tuple(r.global_outputs) + tuple(r.previous_outputs)
+    ):
+      if r.display_name not in needed[name]:
+        needed[name].append(r.display_name)
+  return dict(needed)
+
+
+def missing_output(
+  needed: Mapping[str, Sequence[str]], has: Sequence[str]
+) -> Optional[str]:
+  """The first output of `needed` not in `has`, or None; of several
+  `layer_k`, the deepest, which names how many layers are read."""
+  missing = sorted(n for n in needed if n not in has)
+  layers = [n for n in missing if n.startswith('layer_')]
+  if layers:
+    return max(layers, key=lambda n: int(n.split('_')[1]))
+  return missing[0] if missing else None
+
+
+def describe_output(name: str) -> str:
+  """What a named output is, for messages."""
+  return _meaning(name)[0]
+
+
 def check_outputs(
   keras_model_fn: KerasModelFn, needed: Mapping[str, Sequence[str]]
 ) -> None:
@@ -111,12 +143,6 @@ def checked_model_fn(
       'lambda: tff_methods.model_lib.named_outputs(make_model(), ...).'
     )
   keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
-  needed = collections.defaultdict(list)
-  for r in regularizers:
-    for name in (
-      tuple(r.outputs) + tuple(r.global_outputs) + tuple(r.previous_outputs)
-    ):
-      needed[name].append(r.display_name)
-  check_outputs(keras_model_fn, needed)
+  check_outputs(keras_model_fn, needed_outputs(regularizers))
   warn_of_unaveraged_variables(keras_model_fn)
   return keras_model_fn

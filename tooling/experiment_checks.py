@@ -4,10 +4,12 @@ is allowed.
 """
 
 import os
+from typing import Sequence
 
 from tff_methods import aggregation
 from tff_methods import method_spec
 from tff_methods import methods
+from tff_methods import model_checks
 from tff_methods import optimizers
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
@@ -169,25 +171,15 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
     f'--projection_dim={config.projection_dim} must be >= 0, and is for '
     f'--model={"/".join(task_models.TAKES_PROJECTION_DIM)} only',
   )
-  if 'moon' in parts and zoo_model:
-    need(
-      task_models.has_projection_head(model_name, config.projection_dim),
-      f'--method=moon needs a model with a projection head (z): '
-      f'{", ".join(task_models.PROJECTION_BUILT_IN)}, or '
-      f'{"/".join(task_models.TAKES_PROJECTION_DIM)} with '
-      f'--projection_dim > 0, not --model={model_name}',
-    )
-  if 'fed2' in parts and not tff_task:
-    need(
-      model_name in task_models.FED2_MODELS,
-      '--method=fed2 supports --model='
-      f'{"/".join(task_models.FED2_MODELS)}, not {model_name}',
-    )
-  if 'fedcka' in parts and zoo_model:
-    need(
-      config.fedcka_layers <= task_models.LAYER_OUTPUTS[model_name],
-      f'--fedcka_layers={config.fedcka_layers} is more than --model='
-      f"{model_name}'s {task_models.LAYER_OUTPUTS[model_name]} layers",
+  if zoo_model:
+    described = f'--model={model_name}'
+    errors.extend(
+      _model_problems(
+        config,
+        task_models.output_names(model_name, config.projection_dim),
+        described,
+        has_layer_plan=model_name in task_models.FED2_MODELS,
+      )
     )
   need(
     config.rounds_per_eval >= 1,
@@ -236,20 +228,14 @@ def _validate_tff_baseline(
     f'--model={config.model!r} is not a model of {config.task}; TFF builds '
     f'{", ".join(task_models_ids)}',
   )
-  need(
-    'fed2' not in parts,
-    f'--method=fed2 groups the layers of the project\'s CNNs and VGGs '
-    f'(--model={"/".join(task_models.FED2_MODELS)}); it does not apply to '
-    f"TFF's {model_name} model of {config.task}",
-  )
-  if 'fedcka' in parts and model_name in task_models_ids:
-    layers = tff_baselines.layer_outputs(config.task, model_name)
-    need(
-      config.fedcka_layers <= layers,
-      f'--fedcka_layers={config.fedcka_layers} is more than the {layers} '
-      'layers '
-      f"FedCKA can read of TFF's {model_name} model of {config.task}",
-    )
+  if parts and model_name in task_models_ids:
+    for problem in _model_problems(
+      config,
+      tff_baselines.output_names(config.task, model_name),
+      f"TFF's {model_name} model of {config.task}",
+      has_layer_plan=False,
+    ):
+      need(False, problem)
   need(
     config.local_steps is None,
     f"--local_steps={config.local_steps}: TFF's preprocessing of "
@@ -264,3 +250,54 @@ def _validate_tff_baseline(
     config.max_elements is None or config.max_elements >= 1,
     f'--max_elements={config.max_elements} must be >= 1',
   )
+
+
+def _model_problems(
+  config: experiment_config.ExperimentConfig,
+  outputs: Sequence[str],
+  described: str,
+  has_layer_plan: bool,
+) -> list[str]:
+  """What the method needs of the model that the model (`described`, with
+  named `outputs`) lacks: an output its terms read (as each term declares
+  them), or a layer plan for a method that trains its own form of it."""
+  problems = []
+  if methods.trains_own_form(config.method) and not has_layer_plan:
+    problems.append(
+      f'--method={config.method} trains its own form of the model, made '
+      f'from its layer plan: {described} has none (models with one: '
+      f'{"/".join(task_models.FED2_MODELS)})'
+    )
+  try:
+    terms = methods.local_terms(config.method, config.hyperparameters())
+  except ValueError:
+    return problems  # A bad method or setting, named by its own check.
+  needed = model_checks.needed_outputs(terms)
+  missing = model_checks.missing_output(needed, outputs)
+  if missing is not None:
+    readers = ', '.join(needed[missing])
+    what = model_checks.describe_output(missing)
+    if missing.startswith('layer_'):
+      has = sum(1 for name in outputs if name.startswith('layer_'))
+      problems.append(
+        f'--method={config.method}: {readers} reads the first '
+        f'{missing.split("_")[1]} layers of the model, more than the {has} '
+        f'{described} has'
+      )
+    else:
+      hint = _OUTPUT_HINTS.get(missing, '')
+      problems.append(
+        f"--method={config.method}: {readers} reads the model's "
+        f'{missing!r} output ({what}), which {described} does not '
+        f'have{hint}'
+      )
+  return problems
+
+
+# Where the task zoo has an output a method may read.
+_OUTPUT_HINTS = {
+  'z': (
+    f': use {", ".join(task_models.PROJECTION_BUILT_IN)}, or '
+    f'{"/".join(task_models.TAKES_PROJECTION_DIM)} with --projection_dim > 0'
+  ),
+}
