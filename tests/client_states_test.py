@@ -209,8 +209,13 @@ def test_pruning_under_train_model_keeps_the_directory_bounded(tmp_path):
   assert max(max(v) for v in versions.values()) == 6
 
 
-def test_a_client_reads_its_newest_version_written_before_the_round(tmp_path):
-  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+@pytest.mark.parametrize('in_memory', [False, True])
+def test_a_client_reads_its_newest_version_written_before_the_round(
+  tmp_path, in_memory
+):
+  files = client_states.ClientStateFiles(
+    INITIAL, str(tmp_path / 'states'), in_memory=in_memory
+  )
   files.put('a', _state(1.0), round_num=1)
   files.put('a', _state(3.0), round_num=3)
   files.put('b', _state(2.0), round_num=2)
@@ -233,8 +238,13 @@ def test_a_client_reads_its_newest_version_written_before_the_round(tmp_path):
   assert 'a' in files and 'new' not in files
 
 
-def test_written_versions_are_discarded_and_pruned_by_round(tmp_path):
-  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+@pytest.mark.parametrize('in_memory', [False, True])
+def test_written_versions_are_discarded_and_pruned_by_round(
+  tmp_path, in_memory
+):
+  files = client_states.ClientStateFiles(
+    INITIAL, str(tmp_path / 'states'), in_memory=in_memory
+  )
   for r in (1, 2, 4, 5):
     files.put('a', _state(float(r)), round_num=r)
   files.discard(['a'], 5)  # a rejected round
@@ -246,20 +256,68 @@ def test_written_versions_are_discarded_and_pruned_by_round(tmp_path):
   assert files.versions('a') == [4]
 
 
-def test_own_initial_state_is_read_from_the_second_round_on(tmp_path):
-  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+@pytest.mark.parametrize('in_memory', [False, True])
+def test_own_initial_state_is_read_from_the_second_round_on(
+  tmp_path, in_memory
+):
+  files = client_states.ClientStateFiles(
+    INITIAL, str(tmp_path / 'states'), in_memory=in_memory
+  )
   files.put('a', _state(7.0), client_states.OWN_INITIAL_VERSION)
   read = lambda r: files.read(tf.constant('a'), tf.constant(r, tf.int64))
   assert read(1)['flag'].numpy() == 0
   assert read(2)['w'][0].numpy()[0] == 7.0
 
 
-def test_clients_never_share_a_directory(tmp_path):
-  files = client_states.ClientStateFiles(INITIAL, str(tmp_path / 'states'))
+@pytest.mark.parametrize('in_memory', [False, True])
+def test_clients_never_share_a_directory(tmp_path, in_memory):
+  files = client_states.ClientStateFiles(
+    INITIAL, str(tmp_path / 'states'), in_memory=in_memory
+  )
   files.put('a/b', _state(1.0), 1)
   files.put('a_b', _state(2.0), 1)
   assert files.get('a/b')['w'][0][0] == 1.0
   assert files.get('a_b')['w'][0][0] == 2.0
+
+
+def test_states_in_memory_reach_the_disk_with_each_checkpoint(tmp_path):
+  directory = tmp_path / 'states'
+  files = client_states.ClientStateFiles(
+    INITIAL, str(directory), in_memory=True
+  )
+  files.put('a', _state(1.0), round_num=1)
+  write = lambda r, v: files.write(
+    tf.constant('a'), tf.constant(r, tf.int64), _state(v)
+  )
+  write(2, 2.0)  # As a client computation writes it.
+  # Nothing on disk yet: the rounds read and write memory.
+  assert not client_states.has_client_states(str(directory))
+  files.write_to_disk()
+  [client_dir] = [d for d in os.listdir(directory) if d != 'initial.state']
+  assert sorted(os.listdir(directory / client_dir)) == ['1.state', '2.state']
+  # A round run again after a rejection rewrites its version on disk too.
+  files.discard(['a'], 2)
+  assert os.listdir(directory / client_dir) == ['1.state']
+  write(2, 5.0)
+  write(3, 3.0)
+  files.write_to_disk()
+  assert sorted(os.listdir(directory / client_dir)) == [
+    '1.state',
+    '2.state',
+    '3.state',
+  ]
+  files.prune(['a'], checkpoint_round=2)  # Memory and disk alike.
+  assert files.versions('a') == [2, 3]
+  assert sorted(os.listdir(directory / client_dir)) == ['2.state', '3.state']
+  # A new store (a resumed run) starts from the disk, not from memory.
+  write(4, 4.0)
+  resumed = client_states.ClientStateFiles(
+    INITIAL, str(directory), in_memory=True
+  )
+  assert resumed.versions('a') == [2, 3]
+  assert resumed.get('a', before_round=3)['w'][0][0] == 5.0
+  read = resumed.read(tf.constant('a'), tf.constant(9, tf.int64))
+  assert read['w'][1].numpy()[0, 0] == 3.0
 
 
 def test_files_reject_states_of_another_shape():

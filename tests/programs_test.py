@@ -17,6 +17,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import client_keys
+from tff_methods import client_states
 from tff_methods import in_process
 from tff_methods import methods
 from tff_methods import model_lib
@@ -58,6 +60,12 @@ def _train_model(
   state_manager = tff.program.FileProgramStateManager(
     os.path.join(root, 'program_state')
   )
+  if hasattr(process, 'client_states'):
+    # Writes the clients' states with each checkpoint (from memory, for a
+    # process built in-process), and prunes what no checkpoint needs.
+    state_manager = client_states.PruningProgramStateManager(
+      state_manager, process.client_states
+    )
   model_output = tff.program.MemoryReleaseManager()
   metrics = tff.program.MemoryReleaseManager()
   initial = process.set_model_weights(
@@ -164,32 +172,60 @@ def test_train_model_in_process_resumes_and_equals_the_worker(
   cache_dir, tmp_path
 ):
   # In this process (no worker behind it): SCAFFOLD, whose clients keep
-  # state in files and whose server keeps c.
+  # state and whose server keeps c. Built under the in-process context,
+  # its clients' states stay in memory and reach the disk with each
+  # checkpoint; a new process (a resumed program) reads them from there.
   context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
-  runs = {}
-  for name in ('worker', 'whole', 'resumed'):
+
+  def build(name, in_process_context):
     config = _config('scaffold', str(tmp_path / name), cache_dir)
     data = experiment.load_data(config)
-    runs[name] = (data,) + experiment.build_process(config, data)
-  data, process, keras_model_fn = runs['worker']
+    if in_process_context is None:
+      return (data,) + experiment.build_process(config, data)
+    with tff.framework.get_context_stack().install(in_process_context):
+      return (data,) + experiment.build_process(config, data)
+
+  data, process, keras_model_fn = build('worker', None)
+  assert not process.client_states.in_memory
   on_worker, _ = _train_model(
     process, data, str(tmp_path / 'worker'), ROUNDS, keras_model_fn
   )
-  data, process, keras_model_fn = runs['whole']
+  data, process, keras_model_fn = build('whole', context)
+  assert process.client_states.in_memory
   whole, metrics = _train_model(
     process, data, str(tmp_path / 'whole'), ROUNDS, keras_model_fn, context
   )
   assert sorted(metrics.values()) == list(range(1, ROUNDS + 1))
   np.testing.assert_allclose(whole, on_worker, rtol=1e-5, atol=1e-6)
 
-  data, process, keras_model_fn = runs['resumed']
   root = str(tmp_path / 'resumed')
+  data, process, keras_model_fn = build('resumed', context)
   _train_model(process, data, root, 1, keras_model_fn, context)
+  on_disk = process.client_states.directory
+  assert client_states.has_client_states(on_disk)
+  data, process, keras_model_fn = build('resumed', context)
   resumed, _ = _train_model(
     process, data, root, ROUNDS, keras_model_fn, context
   )
   np.testing.assert_array_equal(resumed, whole)
   assert context.on_fallback == []
+
+
+def test_an_in_process_run_resumed_without_its_states_on_disk_is_refused(
+  cache_dir, tmp_path
+):
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  config = _config('scaffold', str(tmp_path / 'run'), cache_dir)
+  data = experiment.load_data(config)
+  with tff.framework.get_context_stack().install(context):
+    process, _ = experiment.build_process(config, data)
+  ids = data.client_data.client_ids[:2]
+  with pytest.raises(
+    ValueError, match='were never written to .*' 'PruningProgramStateManager'
+  ):
+    process.next(
+      process.initialize(), [client_keys.client_key(c, 3) for c in ids]
+    )
 
 
 if __name__ == '__main__':

@@ -15,6 +15,14 @@ read the first time and overwrites what it wrote. Python's part is
 housekeeping between rounds: `discard` the versions of a rejected round,
 `prune` versions no checkpoint needs (`PruningProgramStateManager` does it
 under TFF's program logic), and `claim_directory` for a run.
+
+In memory (`in_memory=True`, for the in-process execution context, whose
+sessions run in this process): the same files live in TensorFlow's RAM
+file system (`ram://<directory>/...`), so a round reads and writes no disk.
+`write_to_disk` copies them to the directory before each checkpoint is
+saved, and a new store starts from what the directory holds, so a run
+resumes exactly. A TFF worker is another process, whose RAM file system
+Python can't see: its processes keep their files on disk.
 """
 
 import asyncio
@@ -24,6 +32,7 @@ import re
 import shutil
 import tempfile
 from typing import Any, Optional, Sequence
+import uuid
 import weakref
 
 import numpy as np
@@ -70,16 +79,34 @@ class ClientStateFiles:
       nested structure of arrays); also the template for stored states.
     directory: Where the files live. By default a temporary directory,
       removed at exit (a run in another process can't resume from it).
+    in_memory: Keep the files in this process's memory, and in `directory`
+      only from `write_to_disk` on (for computations that run in this
+      process: `tff_methods.in_process`).
   """
 
-  def __init__(self, initial_state: Any, directory: Optional[str] = None):
+  def __init__(
+    self,
+    initial_state: Any,
+    directory: Optional[str] = None,
+    in_memory: bool = False,
+  ):
     self._initial = tf.nest.map_structure(np.asarray, initial_state)
     self.temporary = directory is None
     if directory is None:
       directory = tempfile.mkdtemp(prefix='tff_methods_client_states_')
       atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    self._directory = os.path.abspath(directory)
-    os.makedirs(self._directory, exist_ok=True)
+    self._disk_directory = os.path.abspath(directory)
+    os.makedirs(self._disk_directory, exist_ok=True)
+    self.in_memory = in_memory
+    # Where the clients read and write: the directory, or a copy in RAM of
+    # this store's own (removed with it).
+    self._directory = self._disk_directory
+    # Versions up to this round are on disk as they are in memory.
+    self._on_disk_through = -1
+    if in_memory:
+      self._directory = f'{_RAM}{uuid.uuid4().hex}{self._disk_directory}'
+      weakref.finalize(self, _remove_tree, self._directory)
+      self._load_from_disk()
     # The directory as a literal in `tf.io.matching_files`' patterns: a
     # `[`, `*` or `?` in it would otherwise match other paths, or none.
     self._pattern_directory = _escape_glob(self._directory)
@@ -93,7 +120,8 @@ class ClientStateFiles:
 
   @property
   def directory(self) -> str:
-    return self._directory
+    """The directory on disk (in memory: what `write_to_disk` writes)."""
+    return self._disk_directory
 
   # -- In TensorFlow, in the client computation.
 
@@ -194,10 +222,9 @@ class ClientStateFiles:
         else self._file(client_id, version)
       )
       try:
-        with open(path, 'rb') as f:
-          parse_state(tf.constant(f.read()), self._initial)
+        parse_state(tf.constant(_read_bytes(path)), self._initial)
       except (OSError, tf.errors.OpError, ValueError):
-        bad.append(path)
+        bad.append(self._on_disk(path))
     return bad
 
   def expected_read_version(self, client_id: str, round_num: int) -> int:
@@ -237,15 +264,7 @@ class ClientStateFiles:
 
   def versions(self, client_id: str) -> list[int]:
     """The rounds the client's stored versions were written in, sorted."""
-    try:
-      names = os.listdir(self.client_dir(client_id))
-    except FileNotFoundError:
-      return []
-    return sorted(
-      int(n[: -len('.state')])
-      for n in names
-      if n.endswith('.state') and n[: -len('.state')].isdigit()
-    )
+    return _versions(self.client_dir(client_id))
 
   def __contains__(self, client_id: str) -> bool:
     return bool(self.versions(client_id))
@@ -254,10 +273,54 @@ class ClientStateFiles:
     return os.path.join(self.client_dir(client_id), f'{version}.state')
 
   def _write_file(self, path: str, state: Any) -> None:
-    tmp = f'{path}.tmp'
-    with open(tmp, 'wb') as f:
-      f.write(serialize_state(state).numpy())
-    os.replace(tmp, path)
+    _write_bytes(path, serialize_state(state).numpy())
+
+  def _on_disk(self, path: str) -> str:
+    """A store path as the path of its file on disk."""
+    if self.in_memory and path.startswith(self._directory):
+      return self._disk_directory + path[len(self._directory) :]
+    return path
+
+  # -- In memory: the copy on disk.
+
+  def _load_from_disk(self) -> None:
+    """The store starts as the directory on disk is (a resumed run)."""
+    tf.io.gfile.makedirs(self._directory)
+    for name in _client_dirs(self._disk_directory):
+      disk_dir = os.path.join(self._disk_directory, name)
+      tf.io.gfile.makedirs(f'{self._directory}/{name}')
+      for version in _versions(disk_dir):
+        file_name = f'{version}.state'
+        _write_bytes(
+          f'{self._directory}/{name}/{file_name}',
+          _read_bytes(os.path.join(disk_dir, file_name)),
+        )
+        self._on_disk_through = max(self._on_disk_through, version)
+
+  def write_to_disk(self) -> None:
+    """Makes the directory on disk hold the versions the store in memory
+    holds: call it before a checkpoint is saved, so that every checkpoint
+    finds its clients' states there. A no-op for a store on disk."""
+    if not self.in_memory:
+      return
+    newest = self._on_disk_through
+    for name in _client_dirs(self._directory):
+      disk_dir = os.path.join(self._disk_directory, name)
+      os.makedirs(disk_dir, exist_ok=True)
+      on_disk = set(_versions(disk_dir))
+      in_memory = _versions(f'{self._directory}/{name}')
+      for version in in_memory:
+        # Written since the last copy, or (a round run again) anew.
+        if version > self._on_disk_through or version not in on_disk:
+          file_name = f'{version}.state'
+          _write_bytes(
+            os.path.join(disk_dir, file_name),
+            _read_bytes(f'{self._directory}/{name}/{file_name}'),
+          )
+        newest = max(newest, version)
+      for version in on_disk.difference(in_memory):  # Pruned or discarded.
+        _remove(os.path.join(disk_dir, f'{version}.state'))
+    self._on_disk_through = newest
 
   def get(self, client_id: str, before_round: Optional[int] = None):
     """The newest version written before `before_round` (default: any)."""
@@ -269,8 +332,7 @@ class ClientStateFiles:
     path = (
       self._file(client_id, versions[-1]) if versions else self._initial_file
     )
-    with open(path, 'rb') as f:
-      state = parse_state(tf.constant(f.read()), self._initial)
+    state = parse_state(tf.constant(_read_bytes(path)), self._initial)
     return tf.nest.map_structure(lambda t: t.numpy(), state)
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
@@ -289,13 +351,14 @@ class ClientStateFiles:
           f'where the files hold {t.shape}.'
         )
     flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
-    os.makedirs(self.client_dir(client_id), exist_ok=True)
+    tf.io.gfile.makedirs(self.client_dir(client_id))
     self._write_file(self._file(client_id, round_num), flat)
 
   def discard(self, client_ids: Sequence[str], round_num: int) -> None:
     """Removes the versions the clients wrote in `round_num` (rejected)."""
     for client_id in client_ids:
       _remove(self._file(client_id, round_num))
+      _remove(self._on_disk(self._file(client_id, round_num)))
 
   def prune(self, client_ids: Sequence[str], checkpoint_round: int) -> None:
     """Keeps what a resumption from `checkpoint_round` or later can read.
@@ -304,31 +367,51 @@ class ClientStateFiles:
     newest one written up to it (and its own initial state).
     """
     for client_id in client_ids:
-      _prune_directory(self.client_dir(client_id), checkpoint_round)
+      client_dir = self.client_dir(client_id)
+      _prune_directory(client_dir, checkpoint_round)
+      if self.in_memory:
+        _prune_directory(self._on_disk(client_dir), checkpoint_round)
 
   def prune_all(self, checkpoint_round: int) -> None:
     """`prune` for every client that has a directory here."""
-    for name in os.listdir(self._directory):
-      path = os.path.join(self._directory, name)
-      if os.path.isdir(path):
-        _prune_directory(path, checkpoint_round)
+    roots = [self._directory]
+    if self.in_memory:
+      roots.append(self._disk_directory)
+    for root in roots:
+      for name in _client_dirs(root):
+        _prune_directory(f'{root}/{name}', checkpoint_round)
+
+
+def _versions(client_dir: str) -> list[int]:
+  """The versions in a client's directory (on disk or in RAM), sorted."""
+  try:
+    names = tf.io.gfile.listdir(client_dir)
+  except tf.errors.NotFoundError:
+    return []
+  # (RAM's listing may add other names, which are no versions.)
+  return sorted(
+    int(n[: -len('.state')])
+    for n in names
+    if n.endswith('.state') and n[: -len('.state')].isdigit()
+  )
+
+
+def _client_dirs(root: str) -> list[str]:
+  """The names of the client directories under `root`."""
+  try:
+    names = tf.io.gfile.listdir(root)
+  except tf.errors.NotFoundError:
+    return []
+  return [n.rstrip('/') for n in names if tf.io.gfile.isdir(f'{root}/{n}')]
 
 
 def _prune_directory(client_dir: str, checkpoint_round: int) -> None:
   """Removes a client's versions older than its newest up to
   `checkpoint_round` (keeping its own initial state)."""
-  try:
-    names = os.listdir(client_dir)
-  except FileNotFoundError:
-    return
-  versions = sorted(
-    int(n[: -len('.state')])
-    for n in names
-    if n.endswith('.state') and n[: -len('.state')].isdigit()
-  )
+  versions = _versions(client_dir)
   older = [v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round]
   for version in older[:-1]:
-    _remove(os.path.join(client_dir, f'{version}.state'))
+    _remove(f'{client_dir}/{version}.state')
 
 
 def summed_counts(state_counts):
@@ -385,6 +468,8 @@ class PruningProgramStateManager(tff.program.ProgramStateManager):
     loop = asyncio.get_running_loop()
     lock = self._save_locks.setdefault(loop, asyncio.Lock())
     async with lock:
+      # The clients' states first: a saved checkpoint finds its own.
+      self._client_states.write_to_disk()
       await self._manager.save(program_state, version)
       self._client_states.prune_all(version)
 
@@ -454,8 +539,32 @@ def _escape_glob(path: str) -> str:
   return re.sub(r'([\[\]*?\\])', r'\\\1', path)
 
 
+# TensorFlow's RAM file system: in memory, a store's files live under it.
+_RAM = 'ram://'
+
+
 def _remove(path: str) -> None:
   try:
-    os.remove(path)
-  except FileNotFoundError:
+    tf.io.gfile.remove(path)
+  except tf.errors.NotFoundError:
     pass
+
+
+def _remove_tree(path: str) -> None:
+  try:
+    tf.io.gfile.rmtree(path)
+  except tf.errors.NotFoundError:
+    pass
+
+
+def _read_bytes(path: str) -> bytes:
+  with tf.io.gfile.GFile(path, 'rb') as f:
+    return f.read()
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+  """Writes `path` whole: a reader finds the old file or the new one."""
+  tmp = f'{path}.tmp'
+  with tf.io.gfile.GFile(tmp, 'wb') as f:
+    f.write(data)
+  tf.io.gfile.rename(tmp, path, overwrite=True)

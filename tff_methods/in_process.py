@@ -393,6 +393,19 @@ def create_in_process_execution_context(
   return InProcessExecutionContext(devices, fallback_fn or None)
 
 
+def is_current() -> bool:
+  """Whether TFF's current context is an in-process one: computations built
+  now run their TensorFlow in this process (`stateful` then keeps the
+  clients' states in this process's memory)."""
+  from tensorflow_federated.python.core.impl.context_stack import (
+    context_stack_impl,
+  )
+
+  return isinstance(
+    context_stack_impl.context_stack.current, InProcessExecutionContext
+  )
+
+
 def set_in_process_execution_context(
   devices: Optional[Sequence[str]] = None,
   *,

@@ -5,7 +5,9 @@ MOON and FedCKA need each client's previous local model (the layers they
 read of it, `reference_outputs.kept_previous_weights`), and SCAFFOLD its
 control variate.
 Here each client's state lives in files that the client's
-own TensorFlow reads and writes (`client_states.ClientStateFiles`), and the
+own TensorFlow reads and writes (`client_states.ClientStateFiles`; in
+memory for a process built under the in-process execution context, which
+runs it in this process, and on disk with each checkpoint), and the
 processes are ordinary `LearningProcess`es whose clients are keys,
 `[client_id, round_num]` (`client_key`):
 
@@ -34,6 +36,7 @@ from tff_methods import client_keys
 from tff_methods import client_states as client_states_lib
 from tff_methods import composers
 from tff_methods import distributors
+from tff_methods import in_process
 from tff_methods import local_training
 from tff_methods import reference_outputs
 from tff_methods import regularizers as regularizers_lib
@@ -118,6 +121,20 @@ class StatefulClientsLearningProcess(composers.ClientIdsLearningProcess):
         'models, SCAFFOLD with zero control variates). Pass '
         'client_state_dir=<a directory kept with the program state> to '
         'the builder.'
+      )
+    if (
+      self._last_round is None
+      and self.client_states.in_memory
+      and max(rounds) > 1
+      and not client_states_lib.has_client_states(self.client_states.directory)
+    ):
+      raise ValueError(
+        f'This process starts at round {max(rounds)}, but the states its '
+        'clients kept in memory (it was built to run in-process) were never '
+        f'written to {self.client_states.directory}, so a resumed run has '
+        'lost them. A program that saves checkpoints passes '
+        'client_states.PruningProgramStateManager(its manager, '
+        'process.client_states), which writes them with each checkpoint.'
       )
     if self._population is not None:
       num_clients, setting = self._population
@@ -306,6 +323,9 @@ def build_stateful_client_work(
   client_states = client_states_lib.ClientStateFiles(
     initial_client_state(regularizers, zero_weights, kept_previous),
     client_state_dir,
+    # Built to run in this process: the states stay in its memory, and
+    # reach the directory with each checkpoint.
+    in_memory=in_process.is_current(),
   )
 
   hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)

@@ -113,14 +113,16 @@ def check_methods(
     runs = {}
     fallen_back = len(context.on_fallback)
     for path, ctx in (('worker', worker_context), ('in_process', context)):
-      # A process each for the stateful ones (their clients' state files
-      # apart); one serves both paths otherwise.
+      # A process each for the stateful ones, built in their path's context
+      # (in-process, their clients' states stay in memory); one serves
+      # both paths otherwise.
       if path == 'worker' or methods.is_stateful(method):
         config = _config(
           method, os.path.join(work_dir, method, path), cache_dir, num_clients
         )
         data = experiment.load_data(config)
-        process, keras_model_fn = experiment.build_process(config, data)
+        with tff.framework.get_context_stack().install(ctx):
+          process, keras_model_fn = experiment.build_process(config, data)
         initial = model_lib.initial_weights(keras_model_fn, seed=0)
       runs[path] = run_rounds(
         process,

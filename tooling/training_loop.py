@@ -341,6 +341,9 @@ def run_training(
   trained_since_save, trained_before_save = set(), set()
 
   def save(round_num):
+    if client_states is not None:
+      # The clients' states first: a saved checkpoint finds its own.
+      client_states.write_to_disk()
     _await(
       state_manager.save(
         collections.OrderedDict(
