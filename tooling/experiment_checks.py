@@ -261,17 +261,18 @@ def _model_problems(
   """What the method needs of the model that the model (`described`, with
   named `outputs`) lacks: an output its terms read (as each term declares
   them), or a layer plan for a method that trains its own form of it."""
+  try:
+    own_form = methods.trains_own_form(config.method)
+    terms = methods.local_terms(config.method, config.hyperparameters())
+  except ValueError:
+    return []  # A bad method or setting, named by its own check.
   problems = []
-  if methods.trains_own_form(config.method) and not has_layer_plan:
+  if own_form and not has_layer_plan:
     problems.append(
       f'--method={config.method} trains its own form of the model, made '
       f'from its layer plan: {described} has none (models with one: '
       f'{"/".join(task_models.FED2_MODELS)})'
     )
-  try:
-    terms = methods.local_terms(config.method, config.hyperparameters())
-  except ValueError:
-    return problems  # A bad method or setting, named by its own check.
   needed = model_checks.needed_outputs(terms)
   missing = model_checks.missing_output(needed, outputs)
   if missing is not None:
