@@ -18,7 +18,8 @@ under TFF's program logic), and `claim_directory` for a run.
 
 In memory (`in_memory=True`, for the in-process execution context, whose
 sessions run in this process): the same files live in TensorFlow's RAM
-file system (`ram://<directory>/...`), so a round reads and writes no disk.
+file system (`ram://<store id><directory>/...`), so a round reads and
+writes no disk.
 `write_to_disk` copies them to the directory before each checkpoint is
 saved, and a new store starts from what the directory holds, so a run
 resumes exactly. A TFF worker is another process, whose RAM file system
