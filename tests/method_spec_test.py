@@ -1,5 +1,6 @@
 """Tests for tff_methods.method_spec: what a method's module declares."""
 
+import dataclasses
 import sys
 
 import pytest
@@ -32,6 +33,33 @@ def test_a_method_with_a_process_of_its_own_stands_alone():
       display_name='Kept',
       server_optimizer='sgd',
       keeps_client_state=True,
+    )
+
+
+def test_a_weighting_setting_names_one_of_its_own_processes_settings():
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    weighting: str = method_spec.setting('uniform', 'How clients weigh.')
+
+  spec = method_spec.MethodSpec(
+    name='own',
+    display_name='Own',
+    settings=Settings,
+    build=print,
+    weighting_setting='weighting',
+  )
+  assert spec.flag(spec.weighting_setting) == 'own_weighting'
+  with pytest.raises(ValueError, match='weighting_setting names one of'):
+    method_spec.MethodSpec(
+      name='own', display_name='Own', build=print, weighting_setting='w'
+    )
+  with pytest.raises(ValueError, match='for a method with a build function'):
+    method_spec.MethodSpec(
+      name='rule',
+      display_name='Rule',
+      settings=Settings,
+      server_optimizer='sgd',
+      weighting_setting='weighting',
     )
 
 

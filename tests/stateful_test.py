@@ -396,6 +396,38 @@ def test_what_a_method_needs_of_a_zoo_model_comes_from_its_declarations(
   experiment.validate(dataclasses.replace(config, method='fedmax'))
 
 
+def test_a_methods_own_weighting_is_checked_as_the_shared_one(tmp_path):
+  # SCAFFOLD declares its weighting setting (weighting_setting): DP's
+  # uniform mean and num_tokens' text tasks apply to it as to
+  # --client_weighting.
+  config = experiment.ExperimentConfig(
+    method='scaffold', model='mlp', output_dir=str(tmp_path / 'x')
+  )
+  with pytest.raises(
+    ValueError,
+    match='--aggregator=dp averages clients uniformly; it needs '
+    '--scaffold_weighting=uniform',
+  ):
+    experiment.validate(
+      dataclasses.replace(
+        config, aggregator='dp', scaffold_weighting='num_examples'
+      )
+    )
+  with pytest.raises(
+    ValueError, match='--scaffold_weighting=num_tokens is for the text tasks'
+  ):
+    experiment.validate(
+      dataclasses.replace(config, scaffold_weighting='num_tokens')
+    )
+  experiment.validate(dataclasses.replace(config, aggregator='dp'))
+  # Another method's run leaves SCAFFOLD's setting alone.
+  experiment.validate(
+    dataclasses.replace(
+      config, method='fedavg', aggregator='dp', scaffold_weighting='num_tokens'
+    )
+  )
+
+
 def test_moon_without_a_projection_head_is_refused(tmp_path):
   config = experiment.ExperimentConfig(
     method='moon', model='mlp', output_dir=str(tmp_path / 'x')

@@ -102,6 +102,10 @@ class MethodSpec:
       the Keras model factory of the form of a model the method trains,
       for a method that trains its own form (Fed2's grouped model);
       `layer_plan()` describes the user's model layer by layer.
+    weighting_setting: With `build`: the name of its setting that chooses
+      how its process weighs clients in the model average (SCAFFOLD's
+      `weighting`), which the run's checks read as they read the shared
+      `--client_weighting`.
   """
 
   name: str
@@ -114,6 +118,7 @@ class MethodSpec:
   prepare_clients: Optional[Callable[..., None]] = None
   notes: Optional[Callable[[Any, Any], Sequence[str]]] = None
   model_fn: Optional[Callable[..., Any]] = None
+  weighting_setting: Optional[str] = None
 
   def __post_init__(self):
     if not self.name or '+' in self.name:
@@ -139,6 +144,15 @@ class MethodSpec:
         f'Method {self.name!r}: settings must be a dataclass whose fields '
         'are made with method_spec.setting(default, help), got '
         f'{self.settings!r}.'
+      )
+    if self.weighting_setting is not None and (
+      self.build is None
+      or self.weighting_setting
+      not in {f.name for f in dataclasses.fields(self.settings)}
+    ):
+      raise ValueError(
+        f'Method {self.name!r}: weighting_setting names one of its settings, '
+        f'for a method with a build function; got {self.weighting_setting!r}.'
       )
     if self.keeps_client_state and self.build is None:
       raise ValueError(

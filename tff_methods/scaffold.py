@@ -329,4 +329,5 @@ METHOD = method_spec.MethodSpec(
   notes=_notes,
   build=_build_from_settings,
   keeps_client_state=True,
+  weighting_setting='weighting',
 )

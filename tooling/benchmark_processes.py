@@ -34,9 +34,13 @@ TFF_FEDAVG = 'tff_fedavg'
 def applicable_methods(
   model_name: str, names: Sequence[str] = BENCHMARK_METHODS
 ) -> list[str]:
-  """The methods that run on `model_name` (Fed2 needs a groupable model)."""
+  """The methods that run on `model_name`: a method that trains its own
+  form of the model (Fed2) needs one with a layer plan."""
   return [
-    m for m in names if m != 'fed2' or model_name in task_models.FED2_MODELS
+    m
+    for m in names
+    if not methods_lib.trains_own_form(m)
+    or model_name in task_models.FED2_MODELS
   ]
 
 

@@ -142,23 +142,34 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
     f'--client_weighting={config.client_weighting} with --aggregator=dp: DP '
     'weighs clients uniformly; give --client_weighting=uniform',
   )
-  need(
-    'num_tokens' not in (config.client_weighting, config.scaffold_weighting)
-    or config.task in tff_baselines.TEXT_TASK_NAMES,
-    f'num_tokens weighting is for the text tasks '
-    f'({", ".join(tff_baselines.TEXT_TASK_NAMES)}), not --task={config.task}',
-  )
+  # A method with a process of its own may weigh clients by a setting of
+  # its own (SCAFFOLD's), which is checked as --client_weighting is.
+  own_weightings = [
+    (f'--{spec.flag(spec.weighting_setting)}', value)
+    for spec in (methods.REGISTRY[p] for p in parts)
+    if spec.weighting_setting is not None
+    for value in [
+      getattr(spec.settings(**given[spec.name]), spec.weighting_setting)
+    ]
+  ]
+  for flag, value in [('--client_weighting', config.client_weighting)] + (
+    own_weightings
+  ):
+    need(
+      value != 'num_tokens' or config.task in tff_baselines.TEXT_TASK_NAMES,
+      f'{flag}=num_tokens is for the text tasks '
+      f'({", ".join(tff_baselines.TEXT_TASK_NAMES)}), not --task={config.task}',
+    )
   need(
     config.aggregator in aggregation.AGGREGATORS,
     f'--aggregator={config.aggregator!r} is unknown; choose one of '
     f'{", ".join(aggregation.AGGREGATORS)}',
   )
   errors.extend(dp_runs.check(config, None if tff_task else config.num_clients))
-  if config.aggregator == 'dp' and parts == ['scaffold']:
+  for flag, value in own_weightings:
     need(
-      config.scaffold_weighting == 'uniform',
-      '--aggregator=dp averages clients uniformly; it needs '
-      '--scaffold_weighting=uniform',
+      config.aggregator != 'dp' or value == 'uniform',
+      f'--aggregator=dp averages clients uniformly; it needs {flag}=uniform',
     )
   model_name = config.model_name()
   zoo_model = not tff_task and model_name in task_models.MODEL_NAMES
