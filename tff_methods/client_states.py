@@ -29,7 +29,6 @@ Python can't see: its processes keep their files on disk.
 import asyncio
 import atexit
 import os
-import re
 import shutil
 import tempfile
 from typing import Any, Optional, Sequence
@@ -40,25 +39,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-
-def serialize_state(state: Any) -> tf.Tensor:
-  """A nested structure of tensors as one string tensor (graph or eager)."""
-  return tf.io.serialize_tensor(
-    tf.stack([tf.io.serialize_tensor(t) for t in tf.nest.flatten(state)])
-  )
-
-
-def parse_state(serialized: tf.Tensor, template: Any) -> Any:
-  """The inverse of `serialize_state`; `template` gives dtypes and shapes."""
-  parts = tf.io.parse_tensor(serialized, tf.string)
-  flat = [
-    tf.ensure_shape(
-      tf.io.parse_tensor(parts[i], tf.as_dtype(a.dtype)), np.shape(a)
-    )
-    for i, a in enumerate(tf.nest.flatten(template))
-  ]
-  return tf.nest.pack_sequence_as(template, flat)
-
+from tff_methods import state_files
 
 # A client's own initial state (MOON's `initial_model`): version 0, read
 # from the second round on.
@@ -105,12 +86,14 @@ class ClientStateFiles:
     # Versions up to this round are on disk as they are in memory.
     self._on_disk_through = -1
     if in_memory:
-      self._directory = f'{_RAM}{uuid.uuid4().hex}{self._disk_directory}'
-      weakref.finalize(self, _remove_tree, self._directory)
+      self._directory = (
+        f'{state_files.RAM}{uuid.uuid4().hex}{self._disk_directory}'
+      )
+      weakref.finalize(self, state_files.remove_tree, self._directory)
       self._load_from_disk()
     # The directory as a literal in `tf.io.matching_files`' patterns: a
     # `[`, `*` or `?` in it would otherwise match other paths, or none.
-    self._pattern_directory = _escape_glob(self._directory)
+    self._pattern_directory = state_files.escape_glob(self._directory)
     self._initial_file = os.path.join(self._directory, 'initial.state')
     self._client_dirs: dict[str, str] = {}
     self._write_file(self._initial_file, self._initial)
@@ -207,7 +190,9 @@ class ClientStateFiles:
         tf.strings.regex_replace(path, r'^.*/([0-9]+)\.state$', r'\1'), tf.int64
       ),
     )
-    return parse_state(tf.io.read_file(path), self._initial), version
+    return state_files.parse_state(
+      tf.io.read_file(path), self._initial
+    ), version
 
   def unreadable_files(
     self, client_ids: Sequence[str], round_num: int
@@ -223,7 +208,9 @@ class ClientStateFiles:
         else self._file(client_id, version)
       )
       try:
-        parse_state(tf.constant(_read_bytes(path)), self._initial)
+        state_files.parse_state(
+          tf.constant(state_files.read_bytes(path)), self._initial
+        )
       except (OSError, tf.errors.OpError, ValueError):
         bad.append(self._on_disk(path))
     return bad
@@ -247,7 +234,7 @@ class ClientStateFiles:
       1 once written: return it from the computation, so that the write
       runs before the round ends.
     """
-    serialized = serialize_state(state)
+    serialized = state_files.serialize_state(state)
     with tf.control_dependencies(
       [tf.io.write_file(self.write_path(client_id, round_num), serialized)]
     ):
@@ -265,7 +252,7 @@ class ClientStateFiles:
 
   def versions(self, client_id: str) -> list[int]:
     """The rounds the client's stored versions were written in, sorted."""
-    return _versions(self.client_dir(client_id))
+    return state_files.versions(self.client_dir(client_id))
 
   def __contains__(self, client_id: str) -> bool:
     return bool(self.versions(client_id))
@@ -274,7 +261,7 @@ class ClientStateFiles:
     return os.path.join(self.client_dir(client_id), f'{version}.state')
 
   def _write_file(self, path: str, state: Any) -> None:
-    _write_bytes(path, serialize_state(state).numpy())
+    state_files.write_bytes(path, state_files.serialize_state(state).numpy())
 
   def _on_disk(self, path: str) -> str:
     """A store path as the path of its file on disk."""
@@ -287,14 +274,14 @@ class ClientStateFiles:
   def _load_from_disk(self) -> None:
     """The store starts as the directory on disk is (a resumed run)."""
     tf.io.gfile.makedirs(self._directory)
-    for name in _client_dirs(self._disk_directory):
+    for name in state_files.client_dirs(self._disk_directory):
       disk_dir = os.path.join(self._disk_directory, name)
       tf.io.gfile.makedirs(f'{self._directory}/{name}')
-      for version in _versions(disk_dir):
+      for version in state_files.versions(disk_dir):
         file_name = f'{version}.state'
-        _write_bytes(
+        state_files.write_bytes(
           f'{self._directory}/{name}/{file_name}',
-          _read_bytes(os.path.join(disk_dir, file_name)),
+          state_files.read_bytes(os.path.join(disk_dir, file_name)),
         )
         self._on_disk_through = max(self._on_disk_through, version)
 
@@ -305,22 +292,22 @@ class ClientStateFiles:
     if not self.in_memory:
       return
     newest = self._on_disk_through
-    for name in _client_dirs(self._directory):
+    for name in state_files.client_dirs(self._directory):
       disk_dir = os.path.join(self._disk_directory, name)
       os.makedirs(disk_dir, exist_ok=True)
-      on_disk = set(_versions(disk_dir))
-      in_memory = _versions(f'{self._directory}/{name}')
+      on_disk = set(state_files.versions(disk_dir))
+      in_memory = state_files.versions(f'{self._directory}/{name}')
       for version in in_memory:
         # Written since the last copy, or (a round run again) anew.
         if version > self._on_disk_through or version not in on_disk:
           file_name = f'{version}.state'
-          _write_bytes(
+          state_files.write_bytes(
             os.path.join(disk_dir, file_name),
-            _read_bytes(f'{self._directory}/{name}/{file_name}'),
+            state_files.read_bytes(f'{self._directory}/{name}/{file_name}'),
           )
         newest = max(newest, version)
       for version in on_disk.difference(in_memory):  # Pruned or discarded.
-        _remove(os.path.join(disk_dir, f'{version}.state'))
+        state_files.remove(os.path.join(disk_dir, f'{version}.state'))
     self._on_disk_through = newest
 
   def get(self, client_id: str, before_round: Optional[int] = None):
@@ -333,7 +320,9 @@ class ClientStateFiles:
     path = (
       self._file(client_id, versions[-1]) if versions else self._initial_file
     )
-    state = parse_state(tf.constant(_read_bytes(path)), self._initial)
+    state = state_files.parse_state(
+      tf.constant(state_files.read_bytes(path)), self._initial
+    )
     return tf.nest.map_structure(lambda t: t.numpy(), state)
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
@@ -358,8 +347,8 @@ class ClientStateFiles:
   def discard(self, client_ids: Sequence[str], round_num: int) -> None:
     """Removes the versions the clients wrote in `round_num` (rejected)."""
     for client_id in client_ids:
-      _remove(self._file(client_id, round_num))
-      _remove(self._on_disk(self._file(client_id, round_num)))
+      state_files.remove(self._file(client_id, round_num))
+      state_files.remove(self._on_disk(self._file(client_id, round_num)))
 
   def prune(self, client_ids: Sequence[str], checkpoint_round: int) -> None:
     """Keeps what a resumption from `checkpoint_round` or later can read.
@@ -369,9 +358,13 @@ class ClientStateFiles:
     """
     for client_id in client_ids:
       client_dir = self.client_dir(client_id)
-      _prune_directory(client_dir, checkpoint_round)
+      state_files.prune_directory(
+        client_dir, checkpoint_round, OWN_INITIAL_VERSION
+      )
       if self.in_memory:
-        _prune_directory(self._on_disk(client_dir), checkpoint_round)
+        state_files.prune_directory(
+          self._on_disk(client_dir), checkpoint_round, OWN_INITIAL_VERSION
+        )
 
   def prune_all(self, checkpoint_round: int) -> None:
     """`prune` for every client that has a directory here."""
@@ -379,40 +372,10 @@ class ClientStateFiles:
     if self.in_memory:
       roots.append(self._disk_directory)
     for root in roots:
-      for name in _client_dirs(root):
-        _prune_directory(f'{root}/{name}', checkpoint_round)
-
-
-def _versions(client_dir: str) -> list[int]:
-  """The versions in a client's directory (on disk or in RAM), sorted."""
-  try:
-    names = tf.io.gfile.listdir(client_dir)
-  except tf.errors.NotFoundError:
-    return []
-  # (RAM's listing may add other names, which are no versions.)
-  return sorted(
-    int(n[: -len('.state')])
-    for n in names
-    if n.endswith('.state') and n[: -len('.state')].isdigit()
-  )
-
-
-def _client_dirs(root: str) -> list[str]:
-  """The names of the client directories under `root`."""
-  try:
-    names = tf.io.gfile.listdir(root)
-  except tf.errors.NotFoundError:
-    return []
-  return [n.rstrip('/') for n in names if tf.io.gfile.isdir(f'{root}/{n}')]
-
-
-def _prune_directory(client_dir: str, checkpoint_round: int) -> None:
-  """Removes a client's versions older than its newest up to
-  `checkpoint_round` (keeping its own initial state)."""
-  versions = _versions(client_dir)
-  older = [v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round]
-  for version in older[:-1]:
-    _remove(f'{client_dir}/{version}.state')
+      for name in state_files.client_dirs(root):
+        state_files.prune_directory(
+          f'{root}/{name}', checkpoint_round, OWN_INITIAL_VERSION
+        )
 
 
 def summed_counts(state_counts):
@@ -533,39 +496,3 @@ def claim_directory(directory: str, owner: str) -> None:
 # follows, so distinct ids never share a directory).
 _UNSAFE = r'[^A-Za-z0-9_-]'
 _BUCKETS = 2**62
-
-
-def _escape_glob(path: str) -> str:
-  """`path` with glob's special characters escaped (`\\[`, `\\*`, ...)."""
-  return re.sub(r'([\[\]*?\\])', r'\\\1', path)
-
-
-# TensorFlow's RAM file system: in memory, a store's files live under it.
-_RAM = 'ram://'
-
-
-def _remove(path: str) -> None:
-  try:
-    tf.io.gfile.remove(path)
-  except tf.errors.NotFoundError:
-    pass
-
-
-def _remove_tree(path: str) -> None:
-  try:
-    tf.io.gfile.rmtree(path)
-  except tf.errors.NotFoundError:
-    pass
-
-
-def _read_bytes(path: str) -> bytes:
-  with tf.io.gfile.GFile(path, 'rb') as f:
-    return f.read()
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-  """Writes `path` whole: a reader finds the old file or the new one."""
-  tmp = f'{path}.tmp'
-  with tf.io.gfile.GFile(tmp, 'wb') as f:
-    f.write(data)
-  tf.io.gfile.rename(tmp, path, overwrite=True)

@@ -1,0 +1,65 @@
+"""Tests for tff_methods.state_files: a state as one file, and the store's
+file operations alike on disk and in TensorFlow's RAM file system."""
+
+import sys
+import uuid
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_methods import state_files
+
+
+def test_a_state_parses_back_to_its_arrays():
+  state = dict(flag=np.int32(3), w=[np.arange(4.0), np.ones((2, 3), np.int64)])
+  parsed = state_files.parse_state(state_files.serialize_state(state), state)
+  assert parsed['flag'].numpy() == 3
+  np.testing.assert_array_equal(parsed['w'][0].numpy(), np.arange(4.0))
+  assert parsed['w'][1].dtype == tf.int64 and parsed['w'][1].shape == (2, 3)
+  # A template of another shape is refused, not reshaped.
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    state_files.parse_state(
+      state_files.serialize_state(state),
+      dict(state, flag=np.zeros(2, np.int32)),
+    )
+
+
+@pytest.fixture(params=['disk', 'ram'])
+def root(request, tmp_path):
+  if request.param == 'disk':
+    return str(tmp_path / 'states')
+  return f'{state_files.RAM}{uuid.uuid4().hex}{tmp_path}/states'
+
+
+def test_versions_client_dirs_and_pruning_on_disk_and_in_memory(root):
+  for client, versions in (('a.1', (0, 1, 2, 4)), ('a.12', (3,))):
+    tf.io.gfile.makedirs(f'{root}/{client}')
+    for v in versions:
+      state_files.write_bytes(f'{root}/{client}/{v}.state', b'x')
+  state_files.write_bytes(f'{root}/initial.state', b'i')
+  # In RAM, listing `a.1` also names a stray `2` (from `a.12`): only
+  # versions count.
+  assert state_files.versions(f'{root}/a.1') == [0, 1, 2, 4]
+  assert state_files.versions(f'{root}/a.12') == [3]
+  assert state_files.versions(f'{root}/none') == []
+  assert sorted(state_files.client_dirs(root)) == ['a.1', 'a.12']
+  # Keeps what a resumption from round 3 reads (2), and later ones (4), and
+  # the client's own initial state (0).
+  state_files.prune_directory(f'{root}/a.1', 3, own_initial_version=0)
+  assert state_files.versions(f'{root}/a.1') == [0, 2, 4]
+  state_files.write_bytes(f'{root}/a.1/4.state', b'new')  # Replaced whole.
+  assert state_files.read_bytes(f'{root}/a.1/4.state') == b'new'
+  state_files.remove(f'{root}/a.1/4.state')
+  state_files.remove(f'{root}/a.1/4.state')  # Gone already: no error.
+  assert state_files.versions(f'{root}/a.1') == [0, 2]
+  state_files.remove_tree(root)
+  assert state_files.client_dirs(root) == []
+
+
+def test_glob_characters_are_escaped():
+  assert state_files.escape_glob('/runs[a]/x*?') == '/runs\\[a\\]/x\\*\\?'
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
