@@ -144,14 +144,16 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
   )
   # A method with a process of its own may weigh clients by a setting of
   # its own (SCAFFOLD's), which is checked as --client_weighting is.
-  own_weightings = [
-    (f'--{spec.flag(spec.weighting_setting)}', value)
-    for spec in (methods.REGISTRY[p] for p in parts)
-    if spec.weighting_setting is not None
-    for value in [
-      getattr(spec.settings(**given[spec.name]), spec.weighting_setting)
-    ]
-  ]
+  own_weightings = []
+  for spec in (methods.REGISTRY[p] for p in parts):
+    if spec.weighting_setting is not None:
+      settings = spec.settings(**given[spec.name])
+      own_weightings.append(
+        (
+          f'--{spec.flag(spec.weighting_setting)}',
+          getattr(settings, spec.weighting_setting),
+        )
+      )
   for flag, value in [('--client_weighting', config.client_weighting)] + (
     own_weightings
   ):

@@ -28,13 +28,11 @@ settings as `dataclasses.asdict` gives them), so a twin's round can be
 compared with the project's process.
 
 This module is run by an interpreter with torch and without the project
-(`pytorch_loop` imports it as a file there): it imports only numpy at its
-top, and torch where it runs.
+(`pytorch_loop` imports it as a file there): it imports nothing but the standard
+library at its top, and torch where it runs.
 """
 
 from typing import Any, Optional, Sequence
-
-import numpy as np
 
 
 class FedAvg:
@@ -291,7 +289,3 @@ def twin(
       f'No PyTorch twin of {name!r}; there are: {", ".join(TWINS)}.'
     )
   return TWINS[name](dict(settings or {}), num_clients, learning_rate)
-
-
-def numpy_weights(params: Sequence[Any]) -> list[np.ndarray]:
-  return [p.detach().numpy().copy() for p in params]
