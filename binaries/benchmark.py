@@ -331,6 +331,7 @@ def main(argv):
     for method, extra_seconds in (
       ('fedcka', benchmark_floors.fedcka_extra_seconds),
       ('moon', benchmark_floors.moon_extra_seconds),
+      ('scaffold', benchmark_floors.scaffold_extra_seconds),
     ):
       if method in names:
         results['models'][model_name][f'{method}_extra'] = extra_seconds(

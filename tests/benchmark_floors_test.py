@@ -1,5 +1,5 @@
-"""Tests for tff_methods_tooling.benchmark_floors: the least time MOON's and
-FedCKA's extra work can take beside FedAvg's."""
+"""Tests for tff_methods_tooling.benchmark_floors: the least time MOON's,
+FedCKA's and SCAFFOLD's extra work can take beside FedAvg's."""
 
 import sys
 
@@ -129,6 +129,58 @@ def test_moon_extra_work_is_timed_on_the_models_shapes():
     figures['extra_seconds'],
     figures['reference_passes_seconds'] + figures['contrastive_seconds'],
   )
+
+
+def test_scaffold_extra_work_is_timed_on_the_models_shapes():
+  figures = benchmark_floors.scaffold_extra_seconds(
+    'fedcka_cnn',
+    10,
+    (32, 32, 3),
+    examples_per_client=6,
+    batch_size=4,
+    local_epochs=2,
+    repeats=1,
+  )
+  assert figures['correction_seconds'] > 0
+  assert figures['control_update_seconds'] > 0
+  assert np.isclose(
+    figures['extra_seconds'],
+    figures['correction_seconds'] + figures['control_update_seconds'],
+  )
+
+
+def test_scaffolds_floor_is_printed_beside_its_own_target():
+  # 100 clients in a 0.4 s FedAvg round: 4 ms each; SCAFFOLD adds 0.2 +
+  # 0.4 ms: 1 + 0.6 / 4 = 1.15 at best. It ran at 1.3.
+  results = dict(
+    settings=dict(num_clients=100, repeats=3, batch_size=20),
+    models={
+      'fedcka_cnn': dict(
+        examples_per_client=20,
+        local_epochs=1,
+        peak_mb=900.0,
+        methods={
+          'fedavg': dict(median=0.4, ratio=1.0),
+          'scaffold': dict(median=0.52, ratio=1.3),
+        },
+        scaffold_extra=dict(
+          correction_seconds=0.0002,
+          control_update_seconds=0.0004,
+          extra_seconds=0.0006,
+        ),
+      )
+    },
+  )
+  text = benchmark_report.report_markdown(results)
+  assert (
+    "SCAFFOLD's floor: what it computes beyond FedAvg, timed alone, per "
+    "client: the weights' correction at each step 0.2 ms and the control "
+    "variate's update and the sum of its change 0.4 ms, against FedAvg's "
+    '4 ms per client: SCAFFOLD cannot go below 1.15 of FedAvg here. It '
+    'ran at 1.30: 0.15 above its floor.'
+  ) in text
+  # Judged on its own target (1.1), not on its floor + 0.07 (1.22).
+  assert '| scaffold | 0.52 | 1.30 |  | <= 1.1 | **no** |' in text
 
 
 if __name__ == '__main__':

@@ -50,10 +50,26 @@ def test_the_report_judges_each_method_against_its_twin():
       [{'fedavg': _timing(1.0), 'scaffold': _timing(1.0)}],
     ),
   )
-  lines = benchmark_twins.report_lines(model)
+  lines = benchmark_twins.report_lines(model, 100)
   # FedAvg at 0.8 misses 0.7 at 20 examples; SCAFFOLD at 0.9 beats 1.
   assert '| fedavg | 0.80 | 1.00 | 0.80 | < 0.7 | **no** |' in lines
   assert '| scaffold | 0.90 | 1.00 | 0.90 | < 1.0 | yes |' in lines
+  # The miss says what it measured: 100 clients, 8 ms each, where 0.7 of
+  # the twin's 1 s allows 0.7 s.
+  assert lines[-1] == (
+    'fedavg misses its target: 0.80 s a round (8.0 ms a client) against '
+    "the twin's 1.00 s, where the target allows 0.70 s."
+  )
+  assert not any(line.startswith('scaffold misses') for line in lines)
+  # With the machine's matmul rate, the floor of the round's arithmetic:
+  # 10 MFLOP x 20 examples x 100 clients at 100 GFLOP/s = 0.2 s; the
+  # target leaves (0.7 - 0.2) / 100 = 5 ms a client beyond it.
+  model.update(local_epochs=1, training_flops_per_example=1e7)
+  assert benchmark_twins.report_lines(model, 100, 1e11)[-1].endswith(
+    "The round's training arithmetic at this machine's matmul rate takes "
+    '0.20 s (the floor of any loop), so the target leaves 5.0 ms a client '
+    'for everything else (calls, data, set-up); the project took 6.0 ms.'
+  )
   results = dict(
     settings=dict(num_clients=100, repeats=1, batch_size=20),
     models={'fedcka_cnn': dict(model, local_epochs=1, peak_mb=900.0)},
@@ -65,7 +81,7 @@ def test_the_report_judges_each_method_against_its_twin():
 
 def test_without_twins_the_report_says_why():
   model = dict(twins=dict(note=benchmark_twins.twin_note('no torch here')))
-  assert benchmark_twins.report_lines(model) == [
+  assert benchmark_twins.report_lines(model, 10) == [
     '',
     'Each method against its PyTorch twin: not measured: no torch here.',
   ]

@@ -3,16 +3,15 @@ Table 4 ratios, as Markdown (`report_markdown`)."""
 
 from typing import Optional, Sequence
 
-# Targets of issue 8: ratio of seconds per round to FedAvg's.
 from tff_methods_tooling import benchmark
 from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_in_process
 from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import benchmark_twins
 from tff_methods_tooling import client_profile
-from tff_methods_tooling import device_check
 from tff_methods_tooling import plain_loops
 
-# Targets of issue 8: ratio of seconds per round to FedAvg's.
+# Ratio of seconds per round to FedAvg's.
 TARGET_RATIO = {
   'fedcka_cnn': {
     'fedcka': 1.2,
@@ -48,10 +47,6 @@ TARGET_TFF_OVER_FLOOR = 1.2
 
 
 TARGET_MEMORY_GROWTH = 0.10
-
-
-# MOON's and FedCKA's ratio to FedAvg at most this far above their floors.
-TARGET_ABOVE_FLOOR = 0.07
 
 
 # What TFF adds per client beyond the plain loop's arithmetic.
@@ -176,77 +171,38 @@ def report_markdown(results: dict) -> str:
       judged = _judged_ratio(timing)
       extra = model.get(f'{name}_extra')
       cell = '' if target is None else f'<= {target}'
-      if extra:
+      if extra and name in benchmark_floors.JUDGED_ON_FLOOR:
         # With its floor measured, a method is judged against the floor.
         target = (
           benchmark_floors.floor_ratio(
             extra['extra_seconds'], fedavg, num_clients
           )
-          + TARGET_ABOVE_FLOOR
+          + benchmark_floors.TARGET_ABOVE_FLOOR
         )
         judged = timing['ratio']
-        cell = f'<= {target:.2f} (floor + {TARGET_ABOVE_FLOOR})'
+        cell = (
+          f'<= {target:.2f} (floor + {benchmark_floors.TARGET_ABOVE_FLOOR})'
+        )
       lines.append(
         f"| {name} | {timing['median']:.2f} | {_ratio_cell(timing)} | "
         f"{_format(timing.get('ratio_to_tff_fedavg'))} | {cell} | "
         f"{'' if target is None else _mark(judged, target)}"
         f" | {paper.get(name, '')} |"
       )
-    lines += benchmark_twins.report_lines(model)
-    if model.get('in_process'):
-      lines += [''] + device_check.benchmark_lines(
-        model['methods'],
-        model['in_process'],
-        results['settings'].get('in_process_devices', ''),
-      )
-    for method, label, per_step_key, per_step_label in (
-      (
-        'fedcka',
-        'FedCKA',
-        'grams_seconds',
-        "the Gram products on each batch's rows of the reference tables",
-      ),
-      (
-        'moon',
-        'MOON',
-        'contrastive_seconds',
-        "the contrastive terms on each batch's rows of the reference tables",
-      ),
-    ):
+    for method in benchmark_floors.FLOOR_PARTS:
       extra = model.get(f'{method}_extra')
-      if not extra:
-        continue
-      lowest = benchmark_floors.floor_ratio(
-        extra['extra_seconds'], fedavg, num_clients
-      )
-      passes_ms = 1000 * extra['reference_passes_seconds']
-      step_ms = 1000 * extra[per_step_key]
-      fedavg_ms = 1000 * fedavg / num_clients
-      measured = model['methods'].get(method)
-      above = ''
-      if measured:
-        gap = measured['ratio'] - lowest
-        # Below the floor only by the rounds' noise (the floor is a least
-        # time, the ratio a median).
-        where = (
-          f'{gap:.2f} above its floor'
-          if gap >= 0
-          else f'{-gap:.2f} below its floor, within the noise'
-        )
-        above = (
-          f" It ran at {measured['ratio']:.2f}: {where} (target <= "
-          f'{TARGET_ABOVE_FLOOR} above: '
-          f'{_mark(gap, TARGET_ABOVE_FLOOR)}).'
-        )
-      lines += [
-        '',
-        f"{label}'s floor: what it computes beyond FedAvg, "
-        "timed alone, per client: the global and previous models' "
-        f'reference passes {passes_ms:.0f} ms and {per_step_label} '
-        f"{step_ms:.0f} ms, against FedAvg's {fedavg_ms:.0f} ms per "
-        f'client: {label} cannot go below {lowest:.2f} of FedAvg '
-        f'here.{above}',
-      ]
+      if extra:
+        measured = model['methods'].get(method)
+        lines += [
+          '',
+          benchmark_floors.floor_note(
+            method,
+            extra,
+            fedavg,
+            num_clients,
+            measured['ratio'] if measured else None,
+          ),
+        ]
     lines += [
       '',
       "FedAvg is the project's `fedavg`, the local-training "
@@ -256,9 +212,16 @@ def report_markdown(results: dict) -> str:
       "TFF's `build_weighted_fed_avg`, which "
       'computes the same weights. A target is met when both ratios '
       "are within it; MOON's and FedCKA's, when their floors are "
-      f'measured, are their floors + {TARGET_ABOVE_FLOOR}, judged on '
+      f'measured, are their floors + {benchmark_floors.TARGET_ABOVE_FLOOR}, '
+      'judged on '
       'the ratio to FedAvg.',
     ]
+    lines += benchmark_twins.report_lines(
+      model, num_clients, results.get('matmul_flops_per_second')
+    )
+    lines += benchmark_in_process.report_lines(
+      model, num_clients, results['settings'].get('in_process_devices', '')
+    )
     lines += [
       '',
       f"Clients per second (FedAvg): "

@@ -124,9 +124,59 @@ def twin_note(error: Optional[str]) -> str:
   return f'not measured: {error or "no method has a twin on this model"}'
 
 
-def report_lines(model: dict) -> list[str]:
+def arithmetic_seconds(
+  model: dict, num_clients: int, matmul_flops_per_second: Optional[float]
+) -> Optional[float]:
+  """The least time a round's training can take in any loop: its
+  arithmetic (the model's FLOPs an example, over the round's examples) at
+  the machine's matmul rate; None where either was not measured."""
+  per_example = model.get('training_flops_per_example')
+  if not per_example or not matmul_flops_per_second:
+    return None
+  work = (
+    per_example
+    * model['examples_per_client']
+    * model['local_epochs']
+    * num_clients
+  )
+  return work / matmul_flops_per_second
+
+
+def miss_note(
+  name: str,
+  model: dict,
+  num_clients: int,
+  matmul_flops_per_second: Optional[float],
+) -> str:
+  """What a method missing its twin's target measured, against the floor
+  of the round's arithmetic."""
+  ours = model['methods'][name]['median']
+  twin = model['twins'][name]['median']
+  allowed = target(name, model['examples_per_client']) * twin
+  note = (
+    f'{name} misses its target: {ours:.2f} s a round '
+    f'({1000 * ours / num_clients:.1f} ms a client) against the '
+    f"twin's {twin:.2f} s, where the target allows {allowed:.2f} s."
+  )
+  floor = arithmetic_seconds(model, num_clients, matmul_flops_per_second)
+  if floor is not None:
+    note += (
+      " The round's training arithmetic at this machine's matmul rate "
+      f'takes {floor:.2f} s (the floor of any loop), so the target leaves '
+      f'{1000 * (allowed - floor) / num_clients:.1f} ms a client for '
+      'everything else (calls, data, set-up); the project took '
+      f'{1000 * (ours - floor) / num_clients:.1f} ms.'
+    )
+  return note
+
+
+def report_lines(
+  model: dict,
+  num_clients: int,
+  matmul_flops_per_second: Optional[float] = None,
+) -> list[str]:
   """The benchmark report's table of a model's methods against their twins
-  (`model`: one of the results' models)."""
+  (`model`: one of the results' models), and what each miss measured."""
   twins = model.get('twins')
   if not twins:
     return []
@@ -143,6 +193,7 @@ def report_lines(model: dict) -> list[str]:
     '| method | project s/round | twin s/round | ratio | target | met |',
     '|---|---|---|---|---|---|',
   ]
+  missed = []
   for name, twin in twins.items():
     ours = model['methods'][name]['median']
     limit = target(name, model['examples_per_client'])
@@ -150,9 +201,14 @@ def report_lines(model: dict) -> list[str]:
     spread = (
       f' ({min(ratios):.2f}-{max(ratios):.2f})' if len(ratios) > 1 else ''
     )
-    met = 'yes' if twin['ratio'] < limit else '**no**'
+    met = twin['ratio'] < limit
+    if not met:
+      missed.append(name)
     lines.append(
       f"| {name} | {ours:.2f} | {twin['median']:.2f} | "
-      f"{twin['ratio']:.2f}{spread} | < {limit} | {met} |"
+      f"{twin['ratio']:.2f}{spread} | < {limit} | "
+      f"{'yes' if met else '**no**'} |"
     )
+  for name in missed:
+    lines += ['', miss_note(name, model, num_clients, matmul_flops_per_second)]
   return lines

@@ -192,25 +192,6 @@ def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
   return '\n'.join(lines)
 
 
-def benchmark_lines(worker: dict, ours: dict, devices: str) -> list[str]:
-  """The benchmark's in-process table for one model: each method's
-  seconds per round on the worker and in-process (medians of the passes)."""
-  lines = [
-    f'In this process, on {devices} (`tff_methods.in_process`), the same '
-    'rounds as the table above:',
-    '',
-    '| method | worker s/round | in-process s/round | in-process / worker |',
-    '|---|---|---|---|',
-  ]
-  for name, timing in ours.items():
-    on_worker = worker[name]['median']
-    lines.append(
-      f"| {name} | {on_worker:.2f} | {timing['median']:.2f} | "
-      f"{timing['median'] / on_worker:.2f} |"
-    )
-  return lines + ['']
-
-
 def worker_context():
   """The worker every row is compared with."""
   return runtime.create_local_execution_context(max_concurrent_clients=2)
