@@ -174,8 +174,8 @@ def test_scaffolds_floor_is_printed_beside_its_own_target():
   text = benchmark_report.report_markdown(results)
   assert (
     "SCAFFOLD's floor: what it computes beyond FedAvg, timed alone, per "
-    "client: the weights' correction at each step 0.2 ms and the control "
-    "variate's update and the sum of its change 0.4 ms, against FedAvg's "
+    "client: the weights' corrections over the round's steps 0.2 ms and the "
+    "control variate's update and its sum 0.4 ms, against FedAvg's "
     '4 ms per client: SCAFFOLD cannot go below 1.15 of FedAvg here. It '
     'ran at 1.30: 0.15 above its floor.'
   ) in text

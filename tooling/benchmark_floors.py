@@ -356,11 +356,17 @@ def scaffold_extra_seconds(
       for w in model.trainable_weights
     ]
 
-  weights, global_weights, control, client_control, total = (
+  # `update` is the client's model change, which FedAvg computes too.
+  weights, update, control, client_control, total = (
     like_weights() for _ in range(5)
   )
   eta = tf.constant(0.1)
   num_steps = local_epochs * -(-examples_per_client // batch_size)
+
+  def one_value_each(tensors):
+    # A value of each result keeps it computed, without a pass over it
+    # that SCAFFOLD does not make (a reduction would be one).
+    return tf.add_n([tf.reshape(t, [-1])[0] for t in tensors])
 
   @tf.function
   def corrections():
@@ -370,17 +376,15 @@ def scaffold_extra_seconds(
       moved = [
         w - eta * (c - ci) for w, c, ci in zip(moved, control, client_control)
       ]
-    return tf.add_n([tf.reduce_sum(w) for w in moved])
+    return one_value_each(moved)
 
   @tf.function
   def control_update():
     sums = []
-    for ci, c, wg, w, t in zip(
-      client_control, control, global_weights, weights, total
-    ):
-      new = ci - c + (wg - w) / (num_steps * eta)
-      sums.append(tf.reduce_sum(t + (new - ci)))
-    return tf.add_n(sums)
+    for ci, c, u, t in zip(client_control, control, update, total):
+      new = ci - c + u / (num_steps * eta)
+      sums.append(t + (new - ci))
+    return one_value_each(sums)
 
   return _least_shares(
     {
@@ -406,46 +410,34 @@ def floor_ratio(
   """A method's lowest possible ratio to FedAvg: 1 + extra / FedAvg's share.
 
   A round of `num_clients` clients is FedAvg's training of each; the
-  method's round adds at least `extra_seconds` per client
-  (`fedcka_extra_seconds`, `moon_extra_seconds`).
+  method's round adds at least `extra_seconds` per client (`*_extra_seconds`).
   """
   return 1.0 + extra_seconds * num_clients / fedavg_round_seconds
 
 
 # Each floor's parts, as the report names them: (what, its figure's key).
-_REFERENCE_PASSES = (
-  "the global and previous models' reference passes",
-  'reference_passes_seconds',
-)
+_PASSES = "the global and previous models' reference passes"
+_ROWS = "on each batch's rows of the reference tables"
 FLOOR_PARTS = {
   'fedcka': (
     'FedCKA',
     [
-      _REFERENCE_PASSES,
-      (
-        "the Gram products on each batch's rows of the reference tables",
-        'grams_seconds',
-      ),
+      (_PASSES, 'reference_passes_seconds'),
+      (f'the Gram products {_ROWS}', 'grams_seconds'),
     ],
   ),
   'moon': (
     'MOON',
     [
-      _REFERENCE_PASSES,
-      (
-        "the contrastive terms on each batch's rows of the reference tables",
-        'contrastive_seconds',
-      ),
+      (_PASSES, 'reference_passes_seconds'),
+      (f'the contrastive terms {_ROWS}', 'contrastive_seconds'),
     ],
   ),
   'scaffold': (
     'SCAFFOLD',
     [
-      ("the weights' correction at each step", 'correction_seconds'),
-      (
-        "the control variate's update and the sum of its change",
-        'control_update_seconds',
-      ),
+      ("the weights' corrections over the round's steps", 'correction_seconds'),
+      ("the control variate's update and its sum", 'control_update_seconds'),
     ],
   ),
 }
