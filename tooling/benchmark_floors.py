@@ -415,6 +415,16 @@ def floor_ratio(
   return 1.0 + extra_seconds * num_clients / fedavg_round_seconds
 
 
+def floor_target(
+  extra: dict, fedavg_round_seconds: float, num_clients: int
+) -> float:
+  """A `JUDGED_ON_FLOOR` method's target: its floor + `TARGET_ABOVE_FLOOR`."""
+  return (
+    floor_ratio(extra['extra_seconds'], fedavg_round_seconds, num_clients)
+    + TARGET_ABOVE_FLOOR
+  )
+
+
 # Each floor's parts, as the report names them: (what, its figure's key).
 _PASSES = "the global and previous models' reference passes"
 _ROWS = "on each batch's rows of the reference tables"

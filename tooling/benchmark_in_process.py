@@ -6,6 +6,7 @@ targets there, where their client states stay in memory."""
 from typing import Optional
 
 from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_processes
 
 # The in-process targets apply at this many examples a client or fewer:
 # there a round is mostly per-client costs, the state's among them.
@@ -24,21 +25,10 @@ def target(name: str, model: dict, num_clients: int) -> Optional[float]:
     return TARGET_RATIO[name]
   extra = model.get(f'{name}_extra')
   if name in benchmark_floors.JUDGED_ON_FLOOR and extra:
-    return (
-      benchmark_floors.floor_ratio(
-        extra['extra_seconds'],
-        model['in_process']['fedavg']['median'],
-        num_clients,
-      )
-      + benchmark_floors.TARGET_ABOVE_FLOOR
+    return benchmark_floors.floor_target(
+      extra, model['in_process']['fedavg']['median'], num_clients
     )
   return None
-
-
-def _ratio_cell(timing: dict) -> str:
-  ratios = timing.get('pass_ratios', [])
-  spread = f' ({min(ratios):.2f}-{max(ratios):.2f})' if len(ratios) > 1 else ''
-  return f"{timing['ratio']:.2f}{spread}"
 
 
 def report_lines(model: dict, num_clients: int, devices: str) -> list[str]:
@@ -71,9 +61,12 @@ def report_lines(model: dict, num_clients: int, devices: str) -> list[str]:
       met = 'yes' if timing['ratio'] <= limit else '**no**'
       if model.get(f'{name}_extra'):
         floors.append(name)
+    ratio = benchmark_processes.ratio_with_range(
+      timing['ratio'], timing.get('pass_ratios', [])
+    )
     lines.append(
       f"| {name} | {on_worker:.2f} | {timing['median']:.2f} | "
-      f"{timing['median'] / on_worker:.2f} | {_ratio_cell(timing)} | "
+      f"{timing['median'] / on_worker:.2f} | {ratio} | "
       f'{cell} | {met} |'
     )
   for name in floors:

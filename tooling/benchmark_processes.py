@@ -10,9 +10,6 @@ from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import experiment
 
-# Targets of issue 8: ratio of seconds per round to FedAvg's.
-
-
 BENCHMARK_METHODS = (
   'fedavg',
   'tff_fedavg',
@@ -61,6 +58,16 @@ PROJECTION_MODELS = tuple(
 
 def median(values):
   return float(statistics.median(values))
+
+
+def ratio_with_range(
+  ratio: float, pass_ratios: Sequence[float], unit: str = ''
+) -> str:
+  """A ratio as the reports print it, with its range over the passes
+  when several ran."""
+  if len(pass_ratios) < 2:
+    return f'{ratio:.2f}{unit}'
+  return f'{ratio:.2f}{unit} ({min(pass_ratios):.2f}-{max(pass_ratios):.2f})'
 
 
 def benchmark_process(

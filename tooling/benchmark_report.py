@@ -1,7 +1,7 @@
 """The benchmark's figures beside their targets and the FedCKA paper's
 Table 4 ratios, as Markdown (`report_markdown`)."""
 
-from typing import Optional, Sequence
+from typing import Optional
 
 from tff_methods_tooling import benchmark
 from tff_methods_tooling import benchmark_floors
@@ -61,13 +61,6 @@ def _mark(value: float, target: float) -> str:
   return 'yes' if value <= target else '**no**'
 
 
-def _with_range(ratio: float, pass_ratios: Sequence[float], unit: str = ''):
-  """A ratio, with its range over the passes when several ran."""
-  if len(pass_ratios) < 2:
-    return f'{ratio:.2f}{unit}'
-  return f'{ratio:.2f}{unit} ({min(pass_ratios):.2f}-{max(pass_ratios):.2f})'
-
-
 def _floor_pass_ratios(floor: dict, name: str) -> list[float]:
   """A `FLOOR_RATIOS` ratio in each pass of the floor comparison."""
   return floor.get('ratios', {}).get(name, {}).get('pass_ratios', [])
@@ -75,7 +68,7 @@ def _floor_pass_ratios(floor: dict, name: str) -> list[float]:
 
 def _comparison_ratio_cell(floor: dict, name: str, unit: str = '') -> str:
   """A floor ratio, with its range over the passes when several ran."""
-  return _with_range(
+  return benchmark_processes.ratio_with_range(
     benchmark.comparison_ratio(floor, name),
     _floor_pass_ratios(floor, name),
     unit,
@@ -84,7 +77,9 @@ def _comparison_ratio_cell(floor: dict, name: str, unit: str = '') -> str:
 
 def _ratio_cell(timing: dict) -> str:
   """The ratio to FedAvg, with its range over the passes when several ran."""
-  return _with_range(timing['ratio'], timing.get('pass_ratios', []))
+  return benchmark_processes.ratio_with_range(
+    timing['ratio'], timing.get('pass_ratios', [])
+  )
 
 
 def _flops_lines(results: dict, model: dict) -> list[str]:
@@ -173,12 +168,7 @@ def report_markdown(results: dict) -> str:
       cell = '' if target is None else f'<= {target}'
       if extra and name in benchmark_floors.JUDGED_ON_FLOOR:
         # With its floor measured, a method is judged against the floor.
-        target = (
-          benchmark_floors.floor_ratio(
-            extra['extra_seconds'], fedavg, num_clients
-          )
-          + benchmark_floors.TARGET_ABOVE_FLOOR
-        )
+        target = benchmark_floors.floor_target(extra, fedavg, num_clients)
         judged = timing['ratio']
         cell = (
           f'<= {target:.2f} (floor + {benchmark_floors.TARGET_ABOVE_FLOOR})'
