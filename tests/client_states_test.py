@@ -280,6 +280,20 @@ def test_clients_never_share_a_directory(tmp_path, in_memory):
   assert files.get('a_b')['w'][0][0] == 2.0
 
 
+@pytest.mark.parametrize('in_memory', [False, True])
+def test_a_version_written_again_replaces_the_first(tmp_path, in_memory):
+  # A round run again (retried) writes its version again: the next round
+  # reads the second write, whole.
+  files = client_states.ClientStateFiles(
+    INITIAL, str(tmp_path / 'states'), in_memory=in_memory
+  )
+  for v in (2.0, 5.0):
+    files.write(tf.constant('a'), tf.constant(2, tf.int64), _state(v))
+  read = files.read(tf.constant('a'), tf.constant(3, tf.int64))
+  assert read['w'][0].numpy()[0] == 5.0
+  assert files.get('a')['w'][0][0] == 5.0
+
+
 def test_states_in_memory_reach_the_disk_with_each_checkpoint(tmp_path):
   directory = tmp_path / 'states'
   files = client_states.ClientStateFiles(

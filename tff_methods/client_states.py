@@ -16,14 +16,14 @@ housekeeping between rounds: `discard` the versions of a rejected round,
 `prune` versions no checkpoint needs (`PruningProgramStateManager` does it
 under TFF's program logic), and `claim_directory` for a run.
 
-In memory (`in_memory=True`, for the in-process execution context, whose
-sessions run in this process): the same files live in TensorFlow's RAM
-file system (`ram://<store id><directory>/...`), so a round reads and
-writes no disk.
+In memory (`in_memory=True`, for the in-process execution context): the
+rounds read and write a working copy of the same files in the machine's
+shared memory (`state_files.working_directory`; the temporary directory
+where shared memory has no room), so a round writes no disk.
 `write_to_disk` copies them to the directory before each checkpoint is
 saved, and a new store starts from what the directory holds, so a run
-resumes exactly. A TFF worker is another process, whose RAM file system
-Python can't see: its processes keep their files on disk.
+resumes exactly. Processes built for a TFF worker (possibly on another
+host) keep their files in the directory.
 """
 
 import asyncio
@@ -32,7 +32,6 @@ import os
 import shutil
 import tempfile
 from typing import Any, Optional, Sequence
-import uuid
 import weakref
 
 import numpy as np
@@ -61,9 +60,10 @@ class ClientStateFiles:
       nested structure of arrays); also the template for stored states.
     directory: Where the files live. By default a temporary directory,
       removed at exit (a run in another process can't resume from it).
-    in_memory: Keep the files in this process's memory, and in `directory`
-      only from `write_to_disk` on (for computations that run in this
-      process: `tff_methods.in_process`).
+    in_memory: Read and write a working copy in memory
+      (`state_files.working_directory`), and `directory` only from
+      `write_to_disk` on (for computations that run in this process:
+      `tff_methods.in_process`).
   """
 
   def __init__(
@@ -80,14 +80,14 @@ class ClientStateFiles:
     self._disk_directory = os.path.abspath(directory)
     os.makedirs(self._disk_directory, exist_ok=True)
     self.in_memory = in_memory
-    # Where the clients read and write: the directory, or a copy in RAM of
-    # this store's own (removed with it).
+    # Where the clients read and write: the directory, or a working copy in
+    # memory of this store's own (removed with it).
     self._directory = self._disk_directory
     # Versions up to this round are on disk as they are in memory.
     self._on_disk_through = -1
     if in_memory:
-      self._directory = (
-        f'{state_files.RAM}{uuid.uuid4().hex}{self._disk_directory}'
+      self._directory = state_files.working_directory(
+        sum(a.nbytes for a in tf.nest.flatten(self._initial))
       )
       weakref.finalize(self, state_files.remove_tree, self._directory)
       self._load_from_disk()

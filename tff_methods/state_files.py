@@ -1,19 +1,73 @@
-"""A client's state as one file, and the file operations on a store's
-directory, on disk or in TensorFlow's RAM file system (`ram://`), for
-`client_states`.
+"""A client's state as one file, the file operations on a store's
+directory, and where a store kept in memory lives, for `client_states`.
 
-Everything here goes through TensorFlow's file systems (`tf.io.gfile`), so
-the same code serves a store on disk and one in memory.
+The file operations go through TensorFlow's file systems (`tf.io.gfile`),
+as the clients' own reads and writes do.
 """
 
+import os
 import re
-from typing import Any
+import shutil
+import tempfile
+from typing import Any, Optional
+import uuid
 
 import numpy as np
 import tensorflow as tf
 
-# TensorFlow's RAM file system: a store in memory lives under it.
-RAM = 'ram://'
+# Where a store kept in memory lives: the machine's shared memory (a tmpfs),
+# when it has room for this many versions of a client's state; else the
+# local temporary directory (whose recent writes the OS keeps in memory).
+# Not TensorFlow's `ram://` file system: it searches every file it holds for
+# each lookup, under one lock for all threads, and a write to an existing
+# file appends to it (a round run again would corrupt the state).
+SHARED_MEMORY = '/dev/shm'
+ROOM_IN_VERSIONS = 1000
+# A store's directory there: `<prefix><pid>.<unique>`, so that a process
+# that did not end cleanly leaves nothing behind for long (`working_directory`).
+_WORKING_PREFIX = 'tff_methods_states.'
+
+
+def working_directory(
+  state_bytes: int, shared_memory: Optional[str] = SHARED_MEMORY
+) -> str:
+  """A new directory for a store kept in memory, for a state of
+  `state_bytes`: in `shared_memory` when it has room for `ROOM_IN_VERSIONS`
+  versions, else in the temporary directory. Directories left there by
+  processes that have ended are removed first."""
+  root = tempfile.gettempdir()
+  try:
+    stats = os.statvfs(shared_memory)
+    room = stats.f_bavail * stats.f_frsize
+    if room >= ROOM_IN_VERSIONS * state_bytes and os.access(
+      shared_memory, os.W_OK
+    ):
+      root = shared_memory
+  except (OSError, TypeError):  # No such file system (or None).
+    pass
+  remove_orphans(root)
+  name = f'{_WORKING_PREFIX}{os.getpid()}.{uuid.uuid4().hex}'
+  path = os.path.join(root, name)
+  os.makedirs(path)
+  return path
+
+
+def remove_orphans(root: str) -> None:
+  """Removes the store directories in `root` of processes that have ended."""
+  try:
+    names = os.listdir(root)
+  except OSError:
+    return
+  for name in names:
+    pid = name[len(_WORKING_PREFIX) :].split('.')[0]
+    if not name.startswith(_WORKING_PREFIX) or not pid.isdigit():
+      continue
+    try:
+      os.kill(int(pid), 0)
+    except ProcessLookupError:
+      shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    except OSError:  # Alive, another user's.
+      pass
 
 
 def serialize_state(state: Any) -> tf.Tensor:
@@ -36,12 +90,12 @@ def parse_state(serialized: tf.Tensor, template: Any) -> Any:
 
 
 def versions(client_dir: str) -> list[int]:
-  """The versions in a client's directory (on disk or in RAM), sorted."""
+  """The versions in a client's directory, sorted."""
   try:
     names = tf.io.gfile.listdir(client_dir)
   except tf.errors.NotFoundError:
     return []
-  # (RAM's listing may add other names, which are no versions.)
+  # (A write's temporary file is no version.)
   return sorted(
     int(n[: -len('.state')])
     for n in names
@@ -85,10 +139,8 @@ def remove(path: str) -> None:
 
 
 def remove_tree(path: str) -> None:
-  try:
-    tf.io.gfile.rmtree(path)
-  except tf.errors.NotFoundError:
-    pass
+  # shutil, not tf.io.gfile: this also runs as the interpreter exits.
+  shutil.rmtree(path, ignore_errors=True)
 
 
 def read_bytes(path: str) -> bytes:
