@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_methods_tasks import client_files
 from tff_methods_tasks import datasets
 
 
@@ -85,6 +86,40 @@ def test_a_clients_dataset_has_no_tf_data_function(tmp_path):
   )
   assert not graph.library.function
   assert not any('Map' in node.op for node in graph.node)
+
+
+def test_records_are_cut_as_tensorflows_reader_reads_them(tmp_path):
+  data, _ = _written_clients(tmp_path, (4, 4, 2), ())
+  client_data = data.client_data
+  record_bytes = client_data._record_bytes  # pylint: disable=protected-access
+  for cid in client_data.client_ids:
+    path = client_data.path(cid)
+    # As bytes (numpy's byte strings would drop trailing zeros).
+    assert client_files.read_records(path, record_bytes).numpy().tolist() == [
+      r.numpy() for r in tf.data.TFRecordDataset(path)
+    ]
+  empty = str(tmp_path / 'empty.tfrecord')
+  open(empty, 'wb').close()
+  assert client_files.read_records(empty, record_bytes).shape == (0,)
+
+
+def test_a_file_not_of_equal_records_fails_naming_it(tmp_path):
+  data, _ = _written_clients(tmp_path, (4, 4, 2), ())
+  client_data = data.client_data
+  path = client_data.path(client_data.client_ids[1])
+  record_bytes = client_data._record_bytes  # pylint: disable=protected-access
+  with open(path, 'rb') as f:
+    whole = f.read()
+  truncated = str(tmp_path / 'truncated.tfrecord')
+  with open(truncated, 'wb') as f:
+    f.write(whole[:-1])
+  other = str(tmp_path / 'other.tfrecord')
+  with tf.io.TFRecordWriter(other) as writer:
+    writer.write(b'x' * (record_bytes - 16))
+    writer.write(b'x' * (record_bytes + 16))  # The same size in all.
+  for bad in (truncated, other):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=bad):
+      client_files.read_records(bad, record_bytes)
 
 
 if __name__ == '__main__':

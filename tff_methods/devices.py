@@ -20,7 +20,7 @@ HOST = '/device:CPU:0'
 HOST_OP = re.compile(
   r'Dataset|Iterator|ReadFile|WriteFile|MatchingFiles|ParseExample|DecodeRaw|'
   r'StatelessShuffle|^String|^StaticRegex|^AsString$|^ParseTensor$|'
-  r'^SerializeTensor$'
+  r'^SerializeTensor$|^Substr$'
 )
 
 
