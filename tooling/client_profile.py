@@ -18,10 +18,9 @@ client's on one thread; the worker runs several clients at once
 (`workers.threads_per_client`), and this process feeds and fetches the
 client's values as arrays, which the worker does not, so a whole client's
 time here is not the worker's: compare ops. An op that works on threads of
-its own is charged its whole wall time, which overlaps the ops run beside
-it: `DatasetToSingleElement` (the client's input pipeline) runs while the
-client reads and parses its state, so a method with state shows a longer
-one.
+its own (a data set's, `DatasetToSingleElement`, for client data that are
+not the project's files) is charged its whole wall time, which overlaps
+the ops run beside it.
 """
 
 import collections
