@@ -59,8 +59,10 @@ def remove_orphans(root: str) -> None:
   except OSError:
     return
   for name in names:
+    if not name.startswith(_WORKING_PREFIX):
+      continue
     pid = name[len(_WORKING_PREFIX) :].split('.')[0]
-    if not name.startswith(_WORKING_PREFIX) or not pid.isdigit():
+    if not pid.isdigit():
       continue
     try:
       os.kill(int(pid), 0)
