@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Optional
+from typing import Any
 import uuid
 
 import numpy as np
@@ -29,7 +29,7 @@ _WORKING_PREFIX = 'tff_methods_states.'
 
 
 def working_directory(
-  state_bytes: int, shared_memory: Optional[str] = SHARED_MEMORY
+  state_bytes: int, shared_memory: str = SHARED_MEMORY
 ) -> str:
   """A new directory for a store kept in memory, for a state of
   `state_bytes`: in `shared_memory` when it has room for `ROOM_IN_VERSIONS`
@@ -43,7 +43,7 @@ def working_directory(
       shared_memory, os.W_OK
     ):
       root = shared_memory
-  except (OSError, TypeError):  # No such file system (or None).
+  except OSError:  # No such file system.
     pass
   remove_orphans(root)
   name = f'{_WORKING_PREFIX}{os.getpid()}.{uuid.uuid4().hex}'

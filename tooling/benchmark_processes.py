@@ -70,6 +70,11 @@ def ratio_with_range(
   return f'{ratio:.2f}{unit} ({min(pass_ratios):.2f}-{max(pass_ratios):.2f})'
 
 
+def ratio_cell(timing: dict) -> str:
+  """A timing's `ratio` with its range over its `pass_ratios`."""
+  return ratio_with_range(timing['ratio'], timing.get('pass_ratios', []))
+
+
 def benchmark_process(
   name, model_name, data, hparams, local_epochs, batch_size, seed
 ):

@@ -75,13 +75,6 @@ def _comparison_ratio_cell(floor: dict, name: str, unit: str = '') -> str:
   )
 
 
-def _ratio_cell(timing: dict) -> str:
-  """The ratio to FedAvg, with its range over the passes when several ran."""
-  return benchmark_processes.ratio_with_range(
-    timing['ratio'], timing.get('pass_ratios', [])
-  )
-
-
 def _flops_lines(results: dict, model: dict) -> list[str]:
   """Each method's training arithmetic per second, against the machine's."""
   machine = results.get('matmul_flops_per_second')
@@ -174,7 +167,8 @@ def report_markdown(results: dict) -> str:
           f'<= {target:.2f} (floor + {benchmark_floors.TARGET_ABOVE_FLOOR})'
         )
       lines.append(
-        f"| {name} | {timing['median']:.2f} | {_ratio_cell(timing)} | "
+        f"| {name} | {timing['median']:.2f} | "
+        f'{benchmark_processes.ratio_cell(timing)} | '
         f"{_format(timing.get('ratio_to_tff_fedavg'))} | {cell} | "
         f"{'' if target is None else _mark(judged, target)}"
         f" | {paper.get(name, '')} |"
