@@ -28,6 +28,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_methods import aggregation
 from tff_methods import client_keys
 from tff_methods import fed2
 from tff_methods import fedavg
@@ -270,7 +271,7 @@ def test_the_adaptive_clips_knobs_reach_tffs_dp_query():
   factory = config.hyperparameters(20).model_aggregator()
   value_type = tff.TensorType(np.float32, [3])
   state = factory.create(value_type).initialize()
-  query = state['inner_agg'].query_state.numerator_state
+  query = state.query_state.numerator_state
   quantile = query.quantile_estimator_state
   assert quantile.target_quantile == pytest.approx(0.8)
   assert quantile.below_estimate_state.numerator_state.stddev == (
@@ -281,14 +282,40 @@ def test_the_adaptive_clips_knobs_reach_tffs_dp_query():
     privacy.value_noise_multiplier(0.3, 10, 0.7)
   )
   # Set to TFF's own defaults (0.05 x 10 clients, 0.5), the knobs build
-  # what TFF's dp_aggregator builds: the same zeroing around the same query.
+  # the query TFF's dp_aggregator builds, behind a fixed zeroing of
+  # non-finite norms instead of TFF's noise-free adaptive one.
   at_tff_defaults = dataclasses.replace(
     config, dp_clipped_count_stddev=0.5, dp_target_quantile=0.5
   )
   ours = at_tff_defaults.hyperparameters(20).model_aggregator()
+  assert isinstance(ours, aggregation.ZeroingNonFiniteNorms)
   assert str(ours.create(value_type).initialize()) == str(
-    tff.learning.dp_aggregator(0.3, 10).create(value_type).initialize()
+    tff.learning.dp_aggregator(0.3, 10, zeroing=False)
+    .create(value_type)
+    .initialize()
   )
+
+
+@pytest.mark.parametrize('clip', [None, 1.0])
+def test_a_dp_round_zeroes_an_update_whose_norm_overflows(clip):
+  # Entries of 2e19 are finite; their squares are not. Unzeroed, the clip
+  # scales the update by clip / inf: NaN, and the round is void. (TFF's
+  # own zeroing_factory, at any finite norm, lets it through in the
+  # worker.)
+  factory = aggregation.build_model_aggregator(
+    'dp', noise_multiplier=0.0, clients_per_round=3, clip=clip
+  )
+  process = factory.create(tff.TensorType(np.float32, [2]))
+  values = [
+    np.array([0.3, 0.4], np.float32),
+    np.array([2e19, 2e19], np.float32),
+    np.array([0.0, 0.1], np.float32),
+  ]
+  output = process.next(process.initialize(), values)
+  assert np.all(np.isfinite(output.result))
+  # Without noise: the other two clients' clipped sum over the 3 expected.
+  if clip is not None:
+    np.testing.assert_allclose(output.result, [0.1, 0.5 / 3], rtol=1e-5)
 
 
 @pytest.mark.parametrize('method', AGGREGATION_PATHS)

@@ -125,5 +125,29 @@ def test_a_diverged_client_reports_nothing():
   assert sums['num_non_finite_clients'].numpy() == 1.0
 
 
+def test_a_client_whose_update_norm_overflows_reports_nothing():
+  # Every entry finite (about 1e20, below float32's 3.4e38), the l2 norm
+  # not: a DP clip would scale it to NaN, so it is dropped as diverged.
+  update_fn = local_training.build_client_update_fn(
+    _linear_model_fn,
+    optimizers.build_client_sgd(1.0),
+    [],
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+    loss_fn=lambda labels, outputs: 1e20 * tf.reduce_mean(outputs['logits']),
+  )
+  start = model_lib.initial_weights(_linear_model_fn, seed=1)
+  one_step = _batches(1)
+  result, sums, final = update_fn(start, one_step)
+  moved = [
+    np.asarray(w) - np.asarray(f)
+    for w, f in zip(start.trainable, final.trainable)
+  ]
+  assert all(np.all(np.isfinite(m)) for m in moved)
+  assert max(np.abs(m).max() for m in moved) > 1e19
+  assert result.update_weight.numpy() == 0.0
+  assert all(not np.any(u) for u in result.update)
+  assert sums['num_non_finite_clients'].numpy() == 1.0
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

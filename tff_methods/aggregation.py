@@ -26,7 +26,6 @@ the binaries' `--aggregator` flag.
 
 import collections
 import dataclasses
-import math
 from typing import Any, Callable, Optional, Union
 
 import tensorflow as tf
@@ -219,8 +218,10 @@ def build_model_aggregator(
     noise_multiplier: DP's noise standard deviation over the clip.
     clients_per_round: DP's expected clients per round.
     clip: DP's L2 clipping norm; None for TFF's adaptive clipping
-      (`tff.learning.dp_aggregator`), a number for a fixed clip
-      (`tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`).
+      (`tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive`,
+      what `tff.learning.dp_aggregator` runs), a number for a fixed clip
+      (`gaussian_fixed`). Either behind a fixed zeroing of updates whose
+      norm is not finite (`ZeroingNonFiniteNorms`).
     clipped_count_stddev: The adaptive clip's noise on its count of clipped
       clients; None for TFF's 0.05 x clients_per_round. It must exceed half
       the noise multiplier (`privacy.value_noise_multiplier`).
@@ -291,20 +292,7 @@ def build_model_aggregator(
         f'noise_multiplier below {2 * count_stddev:g}, or fix the clip '
         '(clip=...).'
       )
-    if clipped_count_stddev is None and target_unclipped_quantile == 0.5:
-      return tff.learning.dp_aggregator(
-        float(noise_multiplier), clients_per_round
-      )
-    # `tff.learning.dp_aggregator` with its two knobs set: TFF's adaptive
-    # Gaussian factory behind the same adaptive zeroing.
-    return tff.aggregators.zeroing_factory(
-      tff.aggregators.PrivateQuantileEstimationProcess.no_noise(
-        initial_estimate=10.0,
-        target_quantile=0.98,
-        learning_rate=math.log(10.0),
-        multiplier=2.0,
-        increment=1.0,
-      ),
+    return ZeroingNonFiniteNorms(
       tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
         float(noise_multiplier),
         clients_per_round,
@@ -312,12 +300,58 @@ def build_model_aggregator(
         clipped_count_stddev=(
           None if clipped_count_stddev is None else float(count_stddev)
         ),
-      ),
+      )
     )
   if not isinstance(clip, (int, float)) or clip <= 0:
     raise ValueError(
       f'The DP clipping norm must be a number > 0, got ' f'{clip!r}.'
     )
-  return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-    float(noise_multiplier), clients_per_round, float(clip)
+  return ZeroingNonFiniteNorms(
+    tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      float(noise_multiplier), clients_per_round, float(clip)
+    )
   )
+
+
+class ZeroingNonFiniteNorms(tff.aggregators.UnweightedAggregationFactory):
+  """`inner`, after each client's value whose l2 norm is not finite is
+  replaced by zeros.
+
+  A DP clip scales a value by clip / norm: a value whose entries are
+  finite but whose norm overflows (an entry above about 1.8e19) becomes
+  NaN, and so the noised sum: one client would decide whether the round is
+  released. Zeroed first by a fixed, data-free rule, every client's
+  contribution stays within the clip. (TFF's `zeroing_factory` compares
+  the norm with a threshold; in TFF's worker the overflowing norm passes
+  it.) TFF's `dp_aggregator` also zeroes by an adaptive norm estimated
+  without noise from the clients' norms, which the guarantee does not
+  cover: `build_model_aggregator('dp', ...)` uses this instead.
+  """
+
+  def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory):
+    self._inner = inner
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    inner_process = self._inner.create(value_type)
+
+    @tff.tensorflow.computation(value_type)
+    def zero_unless_norm_is_finite(value):
+      values = tf.nest.flatten(value)
+      finite = tf.math.is_finite(tf.linalg.global_norm(values))
+      kept = tf.cond(
+        finite,
+        lambda: [tf.identity(v) for v in values],
+        lambda: [tf.zeros_like(v) for v in values],
+      )
+      return tf.nest.pack_sequence_as(value, kept)
+
+    @tff.federated_computation(
+      inner_process.initialize.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+    )
+    def next_fn(state, value):
+      return inner_process.next(
+        state, tff.federated_map(zero_unless_norm_is_finite, value)
+      )
+
+    return tff.templates.AggregationProcess(inner_process.initialize, next_fn)

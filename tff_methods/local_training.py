@@ -10,7 +10,8 @@ step per batch of its (already batched and repeated) data on
 
 and returns the update `w_g - w` (TFF's sign convention) weighted by its
 examples (or tokens, or uniformly). A client whose update is not finite
-gets weight 0 and is counted in `num_non_finite_clients`, as TFF does.
+(an entry, or its l2 norm) gets weight 0 and is counted in
+`num_non_finite_clients`, as TFF does.
 
 `build_client_update_fn` is the client update both client works run (this
 one, and `stateful`'s for clients that keep state); `processes` composes
@@ -249,8 +250,12 @@ def build_client_update_fn(
       tff.learning.ClientWeighting.NUM_EXAMPLES: sums['num_examples'],
       tff.learning.ClientWeighting.UNIFORM: tf.constant(1.0),
     }.get(weighting, tokens)
-    is_finite = tf.reduce_all(
-      [tf.reduce_all(tf.math.is_finite(u)) for u in update]
+    # Finite entries are not enough: an update whose l2 norm overflows (an
+    # entry above about 1.8e19) turns NaN under a DP clip, so it is dropped
+    # as a diverged one is, before any aggregator sees it.
+    is_finite = tf.logical_and(
+      tf.reduce_all([tf.reduce_all(tf.math.is_finite(u)) for u in update]),
+      tf.math.is_finite(tf.linalg.global_norm(update)),
     )
 
     def drop_client():

@@ -3,26 +3,43 @@
 Under TFF's DP aggregators (`tff.learning.dp_aggregator`, adaptive clip;
 `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`, fixed clip)
 each round is a Gaussian mechanism on the sum of the sampled clients'
-clipped updates, with noise `noise_multiplier` x clip: the unit of privacy
-is one client's whole data. `epsilon` accounts for `rounds` such rounds
-with `dp_accounting` (Google's accountants, a TFF dependency), for the way
-clients were sampled:
+clipped updates (norm at most C), with noise of standard deviation
+`noise_multiplier` x C: the unit of privacy is one client's whole data.
+`epsilon` accounts for `rounds` such rounds with `dp_accounting` (Google's
+accountants, a TFF dependency), whose Gaussian noise multiplier is the
+noise's standard deviation over the query's l2-sensitivity. That
+sensitivity depends on the neighbouring relation, which the sampling
+fixes:
 
+- 'poisson' (the binaries' default under DP): each client takes part with
+  probability clients_per_round / num_clients. Accounted under
+  add-or-remove-one adjacency (one client's data present or absent), where
+  the sum's sensitivity is C: the accounted multiplier is
+  `noise_multiplier`, with the RDP or the PLD accountant (PLD is tighter).
+  This is DP-FedAvg's analysis (McMahan et al., "Learning Differentially
+  Private Recurrent Language Models", ICLR 2018,
+  https://arxiv.org/abs/1710.06963).
 - 'without_replacement': a fixed number of clients each round, drawn without
-  replacement (`tff_methods_tasks.datasets.sample_clients`, what the binaries
-  do). Accounted with the RDP accountant under replace-one adjacency (one
-  client's data replaced by another's), the only relation `dp_accounting`
-  supports for this sampling.
-- 'poisson': each client takes part with probability clients_per_round /
-  num_clients. Accounted under add-or-remove-one adjacency, with the RDP
-  or the PLD accountant (PLD is tighter).
+  replacement. Accounted with the RDP accountant under replace-one
+  adjacency (one client's data replaced by another's; the population size
+  is public), the only relation `dp_accounting` supports for this
+  sampling. Replacing one clipped update by another moves the sum by up to
+  2C, so the accounted multiplier is `noise_multiplier / 2`
+  (`SENSITIVITY_IN_CLIPS`). With every client in every round (m = N) this
+  is the plain Gaussian mechanism: RDP alpha (2C)^2 / (2 (zC)^2) a round.
+
+Amplification by sampling assumes the cohorts are secret: the binaries
+draw a DP run's sampling seed from the operating system's entropy unless
+the user fixes it.
 
 With TFF's adaptive clip part of the budget goes to the clipped-count query
 (Andrew et al., "Differentially Private Learning with Adaptive Clipping",
 NeurIPS 2021, https://arxiv.org/abs/1905.03871): TFF noises the updates
 with the larger `value_noise_multiplier` so that the whole round's
 effective noise multiplier is the `noise_multiplier` asked for, which is
-the one to account.
+the one to account. The count query's sensitivity doubles under replace-one
+as the sum's does (a client's -1/2 becomes +1/2), so the same halving holds
+for the round as a whole.
 """
 
 import functools
@@ -37,15 +54,34 @@ from tff_methods import client_keys
 
 SAMPLINGS = client_keys.SAMPLINGS
 ACCOUNTANTS = ('rdp', 'pld')
+# What a DP run samples and accounts with unless told otherwise: Poisson
+# sampling under add-or-remove-one, DP-FedAvg's analysis, with the tighter
+# of dp_accounting's accountants.
+DEFAULT_SAMPLING = 'poisson'
+
+
+def default_accountant(sampling: str) -> str:
+  """PLD where dp_accounting has it for `sampling` (Poisson), else RDP."""
+  return 'pld' if sampling == 'poisson' else 'rdp'
+
+
+# The l2-sensitivity of a round's noised sum, in clips, under each
+# sampling's neighbouring relation.
+SENSITIVITY_IN_CLIPS = {'poisson': 1.0, 'without_replacement': 2.0}
 
 
 def adjacency(sampling: str) -> str:
   """The neighbouring relation `epsilon` accounts `sampling` under."""
-  return (
-    'replace-one'
-    if sampling == 'without_replacement'
-    else ('add-or-remove-one')
-  )
+  if sampling == 'without_replacement':
+    return 'replace-one'
+  return 'add-or-remove-one'
+
+
+def accounted_noise_multiplier(noise_multiplier: float, sampling: str) -> float:
+  """The multiplier `dp_accounting` is given: the noise's standard deviation
+  over the sensitivity of the round's sum under `sampling`'s relation
+  (`noise_multiplier / 2` under replace-one)."""
+  return noise_multiplier / SENSITIVITY_IN_CLIPS[sampling]
 
 
 def default_delta(num_clients: int) -> float:
@@ -82,7 +118,9 @@ def value_noise_multiplier(
 
 
 def _event(noise_multiplier, clients_per_round, num_clients, rounds, sampling):
-  gaussian = dp_accounting.GaussianDpEvent(noise_multiplier)
+  gaussian = dp_accounting.GaussianDpEvent(
+    accounted_noise_multiplier(noise_multiplier, sampling)
+  )
   if sampling == 'poisson':
     sampled = dp_accounting.PoissonSampledDpEvent(
       clients_per_round / num_clients, gaussian
@@ -138,8 +176,8 @@ def epsilon(
   num_clients: int,
   rounds: int,
   delta: Optional[float] = None,
-  sampling: str = 'without_replacement',
-  accountant: str = 'rdp',
+  sampling: str = DEFAULT_SAMPLING,
+  accountant: Optional[str] = None,
 ) -> float:
   """The client-level epsilon of `rounds` DP rounds, at `delta`.
 
@@ -150,13 +188,16 @@ def epsilon(
     num_clients: The population they are sampled from.
     rounds: Rounds run so far.
     delta: `default_delta(num_clients)` when None.
-    sampling: 'without_replacement' (fixed-size cohorts) or 'poisson'.
-    accountant: 'rdp' or 'pld' (Poisson only).
+    sampling: 'poisson' (add-or-remove-one) or 'without_replacement'
+      (fixed-size cohorts, replace-one: the noise counts for half).
+    accountant: 'rdp' or 'pld' (Poisson only); None for
+      `default_accountant(sampling)`.
 
   Raises:
     ValueError: a bad setting (`check_settings`).
   """
   delta = default_delta(num_clients) if delta is None else delta
+  accountant = accountant or default_accountant(sampling)
   check_settings(
     noise_multiplier,
     clients_per_round,
@@ -217,8 +258,8 @@ def calibrate_noise_multiplier(
   num_clients: int,
   rounds: int,
   delta: Optional[float] = None,
-  sampling: str = 'without_replacement',
-  accountant: str = 'rdp',
+  sampling: str = DEFAULT_SAMPLING,
+  accountant: Optional[str] = None,
   tolerance: float = 1e-3,
 ) -> float:
   """The smallest noise multiplier (within `tolerance`, relative) whose
