@@ -115,7 +115,8 @@ def main(argv):
         if 'target_epsilon' in dp
         else ''
       )
-      + f" ({dp['accountant']})"
+      + f" ({dp['accountant']}, {dp['adjacency']} adjacency); cohorts "
+      + dp['cohorts']
     )
   return 0
 

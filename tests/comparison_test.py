@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from tff_methods import privacy
 from tff_methods_tooling import comparison
 from tff_methods_tooling import comparison_report
 from tff_methods_tooling import experiment
@@ -169,6 +170,42 @@ def test_a_dp_arm_shows_its_epsilon_beside_the_others(tmp_path):
     'fedavg': '',
     'fedavg@dp': '4.25',
   }
+
+
+def test_a_dp_arm_over_seeds_reports_its_runs_composed(tmp_path):
+  # Three seeds' runs of 3 rounds on the same 20 clients: publishing all
+  # three spends what 9 rounds of one run would.
+  out = str(tmp_path)
+  guarantee = dict(
+    noise_multiplier=1.0,
+    clients_per_round=5,
+    num_clients=20,
+    rounds=3,
+    sampling='without_replacement',
+    accountant='rdp',
+    delta=1e-5,
+  )
+  one_run = privacy.epsilon(1.0, 5, 20, 3, 1e-5, 'without_replacement')
+  for seed in range(3):
+    directory = comparison.run_dir(out, 'fedavg@dp', seed)
+    os.makedirs(directory)
+    with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+      f.write('round,eval/accuracy,seconds,dp/epsilon\n')
+      for r in (1, 2, 3):
+        f.write(f'{r},0.4,0.5,{one_run}\n')
+    with open(os.path.join(directory, 'results.json'), 'w') as f:
+      json.dump(dict(dp=dict(guarantee, epsilon=one_run)), f)
+  (summary,) = comparison_report.summarize(out, ['fedavg@dp'], [0, 1, 2], 0.6)
+  nine_rounds = privacy.epsilon(1.0, 5, 20, 9, 1e-5, 'without_replacement')
+  assert summary.epsilon == pytest.approx(one_run)  # 16.30
+  assert summary.epsilon_all_seeds == pytest.approx(nine_rounds, rel=1e-9)
+  assert nine_rounds > 1.5 * one_run
+  paths = comparison_report.write_report([summary], out, 0.6, 't')
+  table = open(paths['markdown']).read()
+  assert f'| {one_run:.2f} ({nine_rounds:.2f} for all 3) |' in table
+  with open(paths['csv']) as f:
+    (row,) = list(csv.DictReader(f))
+  assert float(row['dp_epsilon_all_seeds']) == pytest.approx(nine_rounds)
 
 
 def test_plan_checks_every_run_before_any_starts(tmp_path):

@@ -76,6 +76,31 @@ def test_a_run_saved_under_the_earlier_names_resumes(tmp_path):
   ]
 
 
+def test_a_run_saved_when_sampling_was_named_resumes_unless_dp_differs(
+  tmp_path,
+):
+  # Saved before the sampling and accountant defaulted by the aggregator.
+  def saved_as(config, **names):
+    saved = {**dataclasses.asdict(config), **names}
+    for name in ('dp_release_non_private', 'sampling_seed'):
+      del saved[name]  # Did not exist.
+    with open(tmp_path / run_directory.CONFIG_FILE, 'w') as f:
+      json.dump(saved, f)
+
+  plain = experiment.ExperimentConfig(output_dir=str(tmp_path))
+  saved_as(plain, client_sampling='without_replacement', dp_accountant='rdp')
+  assert experiment.saved_settings_differences(plain) == []
+  # A DP run then sampled without replacement; now it samples Poisson
+  # unless told to sample as it did.
+  dp = dataclasses.replace(plain, aggregator='dp')
+  saved_as(dp, client_sampling='without_replacement', dp_accountant='rdp')
+  assert experiment.saved_settings_differences(dp) == [
+    "client_sampling: saved 'without_replacement', now None"
+  ]
+  as_saved = dataclasses.replace(dp, client_sampling='without_replacement')
+  assert experiment.saved_settings_differences(as_saved) == []
+
+
 def test_the_docs_table_of_the_methods_settings_is_current():
   with open(os.path.join(REPO, 'docs', 'flags.md')) as f:
     docs = f.read()

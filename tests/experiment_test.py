@@ -151,7 +151,7 @@ def test_a_dp_run_at_a_target_epsilon_meets_it_for_its_poisson_cohorts(
   assert dp['noise_multiplier'] == pytest.approx(noise)
   assert 0.99 * 3.0 <= dp['epsilon'] <= 3.0
   assert (dp['sampling'], dp['target_epsilon']) == ('poisson', 3.0)
-  assert dp['accountant'] == 'pld (add-or-remove-one adjacency)'
+  assert (dp['accountant'], dp['adjacency']) == ('pld', 'add-or-remove-one')
   # The noise was calibrated for 2 rounds: a longer run is refused before
   # any work, and the run is left as it was.
   with pytest.raises(ValueError, match='calibrated for --dp_target_epsilon'):
@@ -234,7 +234,10 @@ def test_dp_settings_are_refused_in_one_line_each_naming_the_flag():
     return lines[0]
 
   assert '--client_sampling=poisson' in refusal(
-    aggregator='dp', dp_clip=1.0, dp_accountant='pld'
+    aggregator='dp',
+    dp_clip=1.0,
+    dp_accountant='pld',
+    client_sampling='without_replacement',
   )
   assert 'needs --aggregator=dp' in refusal(dp_target_epsilon=5.0)
   assert 'drop --dp_noise_multiplier=1.0' in refusal(
@@ -275,7 +278,9 @@ def test_dp_settings_are_refused_in_one_line_each_naming_the_flag():
 
 
 @pytest.mark.usefixtures('tff_worker')
-def test_a_dp_run_records_its_epsilon_for_its_sampling(tmp_path):
+def test_a_dp_run_records_its_epsilon_and_releases_no_unnoised_figure(
+  tmp_path,
+):
   config = experiment.ExperimentConfig(
     method='fedavg',
     task='digits',
@@ -292,20 +297,44 @@ def test_a_dp_run_records_its_epsilon_for_its_sampling(tmp_path):
   with open(tmp_path / 'run' / 'results.json') as f:
     dp = json.load(f)['dp']
   delta = 4**-1.1
+  # Poisson cohorts, add-or-remove-one, PLD: the default under DP.
   assert dp['epsilon'] == pytest.approx(
-    privacy.epsilon(0.25, 3, 4, 2, delta, sampling='without_replacement')
+    privacy.epsilon(0.25, 3, 4, 2, delta, sampling='poisson')
   )
   assert dp['delta'] == pytest.approx(delta)
   assert (dp['rounds'], dp['clients_per_round'], dp['num_clients']) == (2, 3, 4)
-  assert dp['sampling'] == 'without_replacement'
+  assert (dp['sampling'], dp['adjacency']) == ('poisson', 'add-or-remove-one')
+  assert 'secret seed' in dp['cohorts']
   # And round by round in metrics.csv: it grows with the rounds.
   with open(tmp_path / 'run' / 'metrics.csv') as f:
-    epsilons = [float(row['dp/epsilon']) for row in csv.DictReader(f)]
+    rows = list(csv.DictReader(f))
+  epsilons = [float(row['dp/epsilon']) for row in rows]
   assert epsilons[-1] == pytest.approx(dp['epsilon'])
   assert (
     epsilons[0] == pytest.approx(privacy.epsilon(0.25, 3, 4, 1, delta))
     and epsilons[0] < epsilons[1]
   )
+  # What the files hold is what the guarantee covers: the evaluation, the
+  # epsilon, the round's time and rejection, and the noised adaptive clip;
+  # no client's loss, accuracy or count, no un-noised aggregator count, no
+  # partition report.
+  for column in rows[0]:
+    assert column in ('round', 'rejected', 'seconds', 'dp/epsilon') or (
+      column.startswith('eval/') or column.endswith('dp_query_metrics/clip')
+    ), column
+  assert any(c.endswith('dp_query_metrics/clip') for c in rows[0])
+  events = b''.join(
+    open(os.path.join(root, name), 'rb').read()
+    for root, _, names in os.walk(tmp_path / 'run' / 'tensorboard')
+    for name in names
+  )
+  assert b'eval/accuracy' in events and b'client_work' not in events
+  assert not os.path.exists(tmp_path / 'run' / 'partition.txt')
+  # The cohorts came from the secret seed, not from --seed.
+  with open(tmp_path / 'run' / dp_runs.SAMPLING_SEED_FILE) as f:
+    assert int(f.read()) != config.seed
+  with open(tmp_path / 'run' / 'experiment.json') as f:
+    assert json.load(f)['sampling_seed'] is None
   without_noise = dataclasses.replace(config, dp_noise_multiplier=0.0)
   assert dp_runs.guarantee(without_noise, 4, 2)['epsilon'] is None
   robust = dataclasses.replace(config, aggregator='robust')
@@ -317,6 +346,24 @@ def test_a_dp_run_records_its_epsilon_for_its_sampling(tmp_path):
   )
   with pytest.raises(ValueError, match=r'--dp_delta=1.5 must be in \(0, 1\)'):
     experiment.validate(dataclasses.replace(config, dp_delta=1.5))
+
+
+def test_a_method_whose_clients_report_outside_the_aggregator_refuses_dp():
+  # SCAFFOLD's control-variate changes are summed without clip or noise.
+  config = experiment.ExperimentConfig(
+    method='scaffold',
+    task='digits',
+    aggregator='dp',
+    num_clients=20,
+    clients_per_round=10,
+    scaffold_weighting='uniform',
+  )
+  with pytest.raises(ValueError) as refused:
+    experiment.validate(config)
+  (line,) = str(refused.value).strip().splitlines()[1:]
+  assert line.strip().startswith('--method=scaffold with --aggregator=dp')
+  assert 'control variates' in line
+  experiment.validate(dataclasses.replace(config, aggregator='mean'))
 
 
 @pytest.mark.usefixtures('tff_worker')

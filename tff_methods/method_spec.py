@@ -106,6 +106,12 @@ class MethodSpec:
       how its process weighs clients in the model average (SCAFFOLD's
       `weighting`), which the run's checks read as they read the shared
       `--client_weighting`.
+    client_reports: With `build`: what its clients send the server beside
+      their model updates, summed without the model aggregator's clip or
+      noise (SCAFFOLD's control-variate changes), in words; a DP run
+      refuses such a method, since its guarantee would not cover them. A
+      term declares the same by a server state that records client
+      reports.
   """
 
   name: str
@@ -119,6 +125,7 @@ class MethodSpec:
   notes: Optional[Callable[[Any, Any], Sequence[str]]] = None
   model_fn: Optional[Callable[..., Any]] = None
   weighting_setting: Optional[str] = None
+  client_reports: Optional[str] = None
 
   def __post_init__(self):
     if not self.name or '+' in self.name:
@@ -153,6 +160,12 @@ class MethodSpec:
       raise ValueError(
         f'Method {self.name!r}: weighting_setting names one of its settings, '
         f'for a method with a build function; got {self.weighting_setting!r}.'
+      )
+    if self.client_reports is not None and self.build is None:
+      raise ValueError(
+        f'Method {self.name!r}: client_reports is for a method with a build '
+        "function; a term declares its reports by its server state's "
+        'record_client_reports.'
       )
     if self.keeps_client_state and self.build is None:
       raise ValueError(

@@ -190,6 +190,23 @@ def is_stateful(name: str) -> bool:
   ) or regularizers_lib.needs_client_state(_default_terms(name))
 
 
+def client_reports(name: str) -> list[str]:
+  """What the named methods' clients send the server beside their model
+  updates, outside the model aggregator (so without a DP aggregator's clip
+  or noise), in words: empty for most methods."""
+  reports = [
+    f'{spec.display_name}: {spec.client_reports}'
+    for spec in _specs(name)
+    if spec.client_reports is not None
+  ]
+  reports.extend(
+    f"{term.display_name}: its term's reports"
+    for term in _default_terms(name)
+    if regularizers_lib.reads_client_reports([term])
+  )
+  return reports
+
+
 def prepare_clients(
   name: str,
   process: Any,

@@ -43,7 +43,7 @@ for the round as a whole.
 """
 
 import functools
-from typing import Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import dp_accounting
 from dp_accounting import pld
@@ -225,6 +225,66 @@ def epsilon(
       orders, rounds * one_round, delta
     )[0]
   )
+
+
+def composed_epsilon(
+  runs: Sequence[Mapping[str, Any]],
+  delta: float,
+  accountant: Optional[str] = None,
+) -> float:
+  """The client-level epsilon of publishing every one of `runs`, at `delta`.
+
+  Runs on the same clients (an arm of a comparison over seeds) compose:
+  together they tell more of a client than any one does. Each run is a
+  mapping with `epsilon`'s arguments (noise_multiplier, clients_per_round,
+  num_clients, rounds, sampling), as a run's results.json records them.
+
+  Raises:
+    ValueError: runs of different samplings (their relations differ), no
+      runs, or a bad setting.
+  """
+  samplings = {run['sampling'] for run in runs}
+  if len(samplings) != 1:
+    raise ValueError(
+      'runs to compose must share one sampling (one neighbouring '
+      f'relation), got {sorted(samplings) or "no runs"}.'
+    )
+  (sampling,) = samplings
+  accountant = accountant or default_accountant(sampling)
+  events = []
+  for run in runs:
+    check_settings(
+      run['noise_multiplier'],
+      run['clients_per_round'],
+      run['num_clients'],
+      run['rounds'],
+      delta,
+      sampling,
+      accountant,
+    )
+    events.append(
+      _event(
+        run['noise_multiplier'],
+        run['clients_per_round'],
+        run['num_clients'],
+        run['rounds'],
+        sampling,
+      )
+    )
+  if accountant == 'pld':
+    composer = pld.PLDAccountant(
+      value_discretization_interval=_PLD_DISCRETIZATION
+    )
+  else:
+    composer = rdp.RdpAccountant(
+      neighboring_relation=(
+        dp_accounting.NeighboringRelation.REPLACE_ONE
+        if sampling == 'without_replacement'
+        else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+      )
+    )
+  composer.compose(dp_accounting.ComposedDpEvent(events))
+  return float(composer.get_epsilon(delta))
 
 
 # PLD's loss discretization: 1e-3 gives the epsilon of TFF's default 1e-4

@@ -200,6 +200,15 @@ def keeps_server_state(regularizers: Sequence[Regularizer]) -> bool:
   return any(r.server_state is not None for r in regularizers)
 
 
+def reads_client_reports(regularizers: Sequence[Regularizer]) -> bool:
+  """Whether any regularizer's server state learns the clients' own
+  reports, which reach the server summed, outside the model aggregator."""
+  return any(
+    r.server_state is not None and r.server_state.record_client_reports
+    for r in regularizers
+  )
+
+
 def reads_mean_update(regularizers: Sequence[Regularizer]) -> bool:
   """Whether any regularizer's server state learns the mean update."""
   return any(

@@ -330,4 +330,5 @@ METHOD = method_spec.MethodSpec(
   build=_build_from_settings,
   keeps_client_state=True,
   weighting_setting='weighting',
+  client_reports="the control variates' changes c_i_new - c_i",
 )

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from tff_methods import privacy
 from tff_methods_tooling import comparison
 from tff_methods_tooling import run_directory
 
@@ -72,6 +73,9 @@ class MethodSummary:
   # A DP arm's client-level epsilon after its last round (metrics.csv's
   # dp/epsilon); None for other arms.
   epsilon: Optional[float] = None
+  # The epsilon of all its runs together (they train on the same data, so
+  # publishing every seed's model composes); None for other arms.
+  epsilon_all_seeds: Optional[float] = None
   # The fewest and the most rounds its runs trained (their own records).
   rounds: tuple[int, int] = (0, 0)
 
@@ -168,8 +172,11 @@ def summarize(
   summaries = []
   for method in labels:
     finals, bests, f1s, to_target, seconds = [], [], [], [], []
-    epsilons, trained, evaluations = [], [], []
+    epsilons, trained, evaluations, guarantees = [], [], [], []
     for seed in seeds:
+      guarantees.append(
+        _guarantee(comparison.run_dir(output_dir, method, seed))
+      )
       rows = _read_metrics(comparison.run_dir(output_dir, method, seed))
       trained.append(
         _rounds_of_run(comparison.run_dir(output_dir, method, seed), rows)
@@ -199,10 +206,38 @@ def summarize(
         float(np.median(seconds)),
         min([last_rounds] + evaluations),  # what the mean really took
         float(np.mean(epsilons)) if epsilons else None,
+        _composed_epsilon(guarantees),
         (min(trained), max(trained)),
       )
     )
   return summaries
+
+
+def _guarantee(run_dir: str) -> Optional[dict]:
+  """A run's results.json `dp` (its guarantee's settings), or None."""
+  try:
+    with open(os.path.join(run_dir, 'results.json')) as f:
+      return json.load(f).get('dp')
+  except (OSError, ValueError):
+    return None
+
+
+def _composed_epsilon(guarantees: Sequence[Optional[dict]]) -> Optional[float]:
+  """The epsilon of publishing every run of an arm, or None where a run is
+  not private (or recorded no guarantee this can compose)."""
+  if not guarantees or any(
+    g is None or g.get('epsilon') is None for g in guarantees
+  ):
+    return None
+  accountant = guarantees[0].get('accountant')
+  if accountant not in privacy.ACCOUNTANTS:
+    return None  # Recorded before the accountant was saved by name.
+  try:
+    return privacy.composed_epsilon(
+      guarantees, guarantees[0]['delta'], accountant
+    )
+  except (KeyError, ValueError):
+    return None
 
 
 def _pm(pair, seeds, scale=100.0):
@@ -211,6 +246,14 @@ def _pm(pair, seeds, scale=100.0):
   # One seed has no spread: `-`, not a misleading 0.00.
   spread = f'{pair[1] * scale:.2f}' if seeds > 1 else '-'
   return f'{pair[0] * scale:.2f} ± {spread}'
+
+
+def _epsilons(summary: MethodSummary) -> str:
+  """An arm's epsilon per run, and of all its seeds' runs together."""
+  cell = _epsilon(summary.epsilon)
+  if summary.seeds > 1 and summary.epsilon_all_seeds is not None:
+    cell += f' ({summary.epsilon_all_seeds:.2f} for all {summary.seeds})'
+  return cell
 
 
 def _epsilon(epsilon: Optional[float]) -> str:
@@ -284,7 +327,7 @@ def write_report(
       f'{_pm(s.best_accuracy, s.seeds)} | '
       f'{_pm(s.final_macro_f1, s.seeds)} | '
       f'{rounds} | {s.seconds_per_round:.2f} |'
-      + (f' {_epsilon(s.epsilon)} |' if private else '')
+      + (f' {_epsilons(s)} |' if private else '')
       + (f' {_paper_figure(reported.get(s.method))} |' if reported else '')
     )
   for row in references:
@@ -327,7 +370,9 @@ def write_report(
     f'macro-F1 on the central test set {when}.'
     + (
       ' DP epsilon: client-level, after the last round, at the delta of '
-      "each run's results.json."
+      "each run's results.json: one run's, and in brackets all the arm's "
+      'runs together (they train on the same data: publishing every '
+      "seed's model composes their guarantees)."
       if private
       else ''
     ),
@@ -352,6 +397,7 @@ def write_report(
         'seconds_per_round',
         'paper_accuracy',
         'dp_epsilon',
+        'dp_epsilon_all_seeds',
       ]
     )
     for s in ranked:
@@ -366,6 +412,7 @@ def write_report(
           s.seconds_per_round,
           reported.get(s.method, {}).get('accuracy', ''),
           '' if s.epsilon is None else s.epsilon,
+          '' if s.epsilon_all_seeds is None else s.epsilon_all_seeds,
         ]
       )
   return dict(markdown=md_path, csv=csv_path)

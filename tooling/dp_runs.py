@@ -6,10 +6,22 @@ The settings are an `experiment.ExperimentConfig`'s `dp_*` fields,
 trains with the smallest noise multiplier whose epsilon after `rounds`
 rounds meets the target (found before any work); otherwise with
 `dp_noise_multiplier`.
+
+What a DP run releases is what its guarantee covers: the model (and its
+evaluations on test data, which are not the clients' training data), the
+epsilon, the adaptive clip (itself noised), and whether a round was
+rejected; not the clients' un-noised training metrics nor the
+aggregator's un-noised counts (`released_metrics`), nor the partition
+report's per-client class counts, unless `dp_release_non_private` says
+so. Its cohorts are drawn from a secret seed (`sampling_seed`), as
+amplification by sampling assumes.
 """
 
+import collections
 import functools
-from typing import Any, Optional
+import os
+import secrets
+from typing import Any, Mapping, Optional
 
 from tff_methods import aggregation
 from tff_methods import hyperparameters
@@ -33,19 +45,19 @@ def check(config: Any, num_clients: Optional[int]) -> list[str]:
       errors.append(message)
 
   need(
-    config.client_sampling in privacy.SAMPLINGS,
+    config.sampling() in privacy.SAMPLINGS,
     f'--client_sampling={config.client_sampling!r} is unknown; choose one '
     f'of {", ".join(privacy.SAMPLINGS)}',
   )
   need(
-    config.dp_accountant in privacy.ACCOUNTANTS,
+    config.accountant() in privacy.ACCOUNTANTS,
     f'--dp_accountant={config.dp_accountant!r} is unknown; choose one of '
     f'{", ".join(privacy.ACCOUNTANTS)}',
   )
   need(
     not (
-      config.dp_accountant == 'pld'
-      and config.client_sampling == 'without_replacement'
+      config.accountant() == 'pld'
+      and config.sampling() == 'without_replacement'
     ),
     "--dp_accountant=pld needs --client_sampling=poisson: dp_accounting's "
     'PLD accountant has no replace-one adjacency, which sampling without '
@@ -140,8 +152,8 @@ def noise_multiplier(config: Any, num_clients: Optional[int]) -> float:
     num_clients,
     config.rounds,
     delta(config, num_clients),
-    config.client_sampling,
-    config.dp_accountant,
+    config.sampling(),
+    config.accountant(),
   )
 
 
@@ -174,8 +186,8 @@ def guarantee(config: Any, num_clients: int, rounds: int) -> Optional[dict]:
         num_clients,
         rounds,
         at_delta,
-        config.client_sampling,
-        config.dp_accountant,
+        config.sampling(),
+        config.accountant(),
       )
       if noise > 0
       else None
@@ -185,12 +197,92 @@ def guarantee(config: Any, num_clients: int, rounds: int) -> Optional[dict]:
     clients_per_round=config.clients_per_round,
     num_clients=num_clients,
     rounds=rounds,
-    sampling=config.client_sampling,
-    accountant=(
-      f'{config.dp_accountant} '
-      f'({privacy.adjacency(config.client_sampling)} adjacency)'
-    ),
+    sampling=config.sampling(),
+    adjacency=privacy.adjacency(config.sampling()),
+    accountant=config.accountant(),
+    cohorts=cohorts(config),
   )
   if config.dp_target_epsilon is not None:
     reported['target_epsilon'] = config.dp_target_epsilon
   return reported
+
+
+# The round metrics a DP run writes: the evaluation, the guarantee, the
+# round's time and whether it was rejected (both functions of the noised
+# model), and the DP query's own measurements (TFF's adaptive clip, from
+# a noised count).
+_RELEASED = ('eval', 'dp', 'seconds', 'rejected')
+_DP_QUERY_METRICS = 'dp_query_metrics'
+
+
+def released_metrics(metrics: Mapping[str, Any]) -> collections.OrderedDict:
+  """The part of a DP round's metrics its guarantee covers (`_RELEASED`
+  and every `dp_query_metrics` entry, wherever the process nests it)."""
+
+  def dp_query_parts(tree):
+    found = collections.OrderedDict()
+    for key, value in tree.items():
+      if key == _DP_QUERY_METRICS:
+        found[key] = value
+      elif isinstance(value, Mapping):
+        inner = dp_query_parts(value)
+        if inner:
+          found[key] = inner
+    return found
+
+  released = collections.OrderedDict(
+    (k, v) for k, v in metrics.items() if k in _RELEASED
+  )
+  released.update(
+    dp_query_parts({k: v for k, v in metrics.items() if k not in _RELEASED})
+  )
+  return released
+
+
+def released_metrics_fn(config: Any):
+  """`training_loop.run_training`'s filter for `config`'s run: None (all
+  metrics) unless it is a DP run that keeps its training metrics private."""
+  if config.aggregator != 'dp' or config.dp_release_non_private:
+    return None
+  return released_metrics
+
+
+SAMPLING_SEED_FILE = 'sampling_seed.secret'
+
+
+def sampling_seed(config: Any) -> Optional[int]:
+  """The seed of the run's cohorts, if not `config.seed`.
+
+  `--sampling_seed` when given. A DP run otherwise draws one from the
+  operating system's entropy when it starts and keeps it in
+  `<output_dir>/sampling_seed.secret` (readable by its owner only), which a
+  resumed run reads: published with the run, it would void the
+  amplification by sampling its epsilon counts on.
+  """
+  if config.sampling_seed is not None:
+    return config.sampling_seed
+  if config.aggregator != 'dp':
+    return None
+  path = os.path.join(config.output_dir, SAMPLING_SEED_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return int(f.read())
+  seed = secrets.randbits(63)
+  os.makedirs(config.output_dir, exist_ok=True)
+  descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+  with os.fdopen(descriptor, 'w') as f:
+    f.write(str(seed))
+  return seed
+
+
+def cohorts(config: Any) -> str:
+  """What a DP run's guarantee assumes of its cohorts, in words."""
+  if config.sampling_seed is None:
+    return (
+      f'drawn from a secret seed ({SAMPLING_SEED_FILE} in the output '
+      'directory: do not publish it)'
+    )
+  return (
+    f'fixed by --sampling_seed={config.sampling_seed}: the epsilon assumes '
+    'the cohorts are secret, which a known seed voids'
+  )

@@ -338,7 +338,14 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     if refused:
       raise ValueError('Bad settings:\n  ' + '\n  '.join(refused))
   check_and_save_settings()
-  if getattr(data, 'train_labels', None) is not None:
+  private = config.aggregator == 'dp' and not config.dp_release_non_private
+  if private:
+    logging.info(
+      "A DP run: no partition report (each client's class counts), and "
+      'only the figures its guarantee covers in metrics.csv '
+      '(--dp_release_non_private writes the others).'
+    )
+  if getattr(data, 'train_labels', None) is not None and not private:
     warn_of_untrained_classes(data.class_counts())
     report.write_partition_report(
       data.class_counts(),
@@ -351,7 +358,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     # PLD costs ~0.1 s a call (RDP's per-round epsilon is cached): under
     # PLD the evaluated rounds carry it.
     if (
-      config.dp_accountant == 'pld'
+      config.accountant() == 'pld'
       and round_num % config.rounds_per_eval
       and round_num != config.rounds
     ):
@@ -378,8 +385,10 @@ def _run_locked(config, progress, round_hook, data) -> dict:
     progress=progress,
     round_hook=round_hook,
     client_key_fn=client_keys.client_key,
-    client_sampling=config.client_sampling,
+    client_sampling=config.sampling(),
+    sampling_seed=dp_runs.sampling_seed(config),
     round_metrics_fn=None if config.aggregator != 'dp' else dp_metrics,
+    released_metrics_fn=dp_runs.released_metrics_fn(config),
   )
   summary = dict(
     method=config.method,

@@ -168,6 +168,14 @@ def validate(config: experiment_config.ExperimentConfig) -> None:
     f'{", ".join(aggregation.AGGREGATORS)}',
   )
   errors.extend(dp_runs.check(config, None if tff_task else config.num_clients))
+  for report in methods.client_reports('+'.join(parts)) if parts else ():
+    need(
+      config.aggregator != 'dp',
+      f'--method={config.method} with --aggregator=dp: {report} reach the '
+      'server summed without clip or noise, so the guarantee would not '
+      'cover them; run it without DP, or a method that sends only its '
+      'model update',
+    )
   for flag, value in own_weightings:
     need(
       config.aggregator != 'dp' or value == 'uniform',

@@ -11,6 +11,7 @@ import typing
 from typing import Any, Mapping, Optional
 
 from tff_methods import methods
+from tff_methods import privacy
 from tff_methods_tasks import datasets
 from tff_methods_tasks import tff_baselines
 from tff_methods_tooling import dp_runs
@@ -192,8 +193,8 @@ class _SharedSettings:
   )
   dp_clip: Optional[float] = _method_setting(
     'dp_clip',
-    'dp: a fixed L2 clipping norm; by default adaptive clipping '
-    '(tff.learning.dp_aggregator).',
+    'dp: a fixed L2 clipping norm; by default adaptive clipping (the '
+    'query of tff.learning.dp_aggregator).',
   )
   dp_clipped_count_stddev: Optional[float] = _method_setting(
     'dp_clipped_count_stddev',
@@ -218,24 +219,44 @@ class _SharedSettings:
     'the smallest noise multiplier that meets it is found before any '
     'work and replaces --dp_noise_multiplier.',
   )
-  dp_accountant: str = _setting(
-    'rdp',
+  dp_accountant: Optional[str] = _setting(
+    None,
     "dp: the accountant of the run's epsilon, rdp or pld (dp_accounting's; "
-    'pld is tighter and needs --client_sampling=poisson).',
+    'pld is tighter and needs Poisson sampling); by default pld for Poisson '
+    'sampling, rdp otherwise.',
   )
-  client_sampling: str = _setting(
-    'without_replacement',
+  client_sampling: Optional[str] = _setting(
+    None,
     'How each round draws its clients: without_replacement (exactly '
-    '--clients_per_round clients) or poisson (each client with probability '
-    '--clients_per_round / N, independently: the cohort size varies; DP '
-    'accounting is tighter).',
+    '--clients_per_round clients; the default without DP) or poisson (each '
+    'client with probability --clients_per_round / N, independently: the '
+    'cohort size varies; the default under --aggregator=dp, whose epsilon '
+    'is then add-or-remove-one and tighter).',
+  )
+  dp_release_non_private: bool = _setting(
+    False,
+    'dp: also write what the guarantee does not cover, un-noised: the '
+    "rounds' training metrics (the clients' loss, accuracy and counts) to "
+    'metrics.csv and TensorBoard, and the partition report (each '
+    "client's class counts).",
+  )
+  sampling_seed: Optional[int] = _setting(
+    None,
+    "Fixes the rounds' cohorts; by default --seed, except under "
+    "--aggregator=dp, where it is drawn from the operating system's "
+    'entropy and kept out of the output files (amplification by sampling '
+    'assumes secret cohorts); a fixed one is for debugging.',
   )
   restart_client_states: bool = _setting(
     False,
     'moon/fedcka/scaffold: resume a run whose client states are gone with '
     "every client's state started over (refused otherwise).",
   )
-  seed: int = _setting(0, 'Fixes partition, sampling and init.')
+  seed: int = _setting(
+    0,
+    'Fixes partition, init, batches and (unless --sampling_seed, or under '
+    '--aggregator=dp) the cohorts.',
+  )
   rounds_per_eval: int = _setting(1, 'Evaluate every N rounds.')
   rounds_per_checkpoint: int = _setting(1, 'Save state every N rounds.')
   output_dir: str = _setting(
@@ -258,6 +279,20 @@ class _SharedSettings:
     "instead of the test set (for tuning; binaries/tune.py sets it); TFF's "
     'baseline tasks hold out this share of their training clients.',
   )
+
+  def sampling(self) -> str:
+    """How the rounds draw their clients: `--client_sampling`, or Poisson
+    under DP (`privacy.DEFAULT_SAMPLING`) and without replacement
+    otherwise."""
+    if self.client_sampling is not None:
+      return self.client_sampling
+    if self.aggregator == 'dp':
+      return privacy.DEFAULT_SAMPLING
+    return 'without_replacement'
+
+  def accountant(self) -> str:
+    """`--dp_accountant`, or the tightest one for the sampling."""
+    return self.dp_accountant or privacy.default_accountant(self.sampling())
 
   def client_state_directory(self) -> str:
     """Where this run's clients keep their states (MOON, FedCKA, SCAFFOLD):
@@ -384,6 +419,14 @@ def upgrade_saved_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
   (`RENAMED_SETTINGS`) under their new names, and a method's setting saved
   as None (its default) as that default."""
   upgraded = {RENAMED_SETTINGS.get(k, k): v for k, v in saved.items()}
+  # Sampling and accountant were saved by name before they defaulted by
+  # the aggregator: a saved name that the default now gives is the default.
+  default = _SharedSettings(aggregator=upgraded.get('aggregator', 'mean'))
+  if upgraded.get('client_sampling') == default.sampling():
+    upgraded['client_sampling'] = None
+  default.client_sampling = upgraded.get('client_sampling')
+  if upgraded.get('dp_accountant') == default.accountant():
+    upgraded['dp_accountant'] = None
   for name, _, field in method_fields(methods.REGISTRY):
     if upgraded.get(name, field.default) is None and field.default is not None:
       upgraded[name] = field.default

@@ -215,9 +215,9 @@ def progress_postfix(
   """The progress bar's figures, each named for what it is: the round's
   training loss (the clients' mean over their local steps) and the test
   accuracy of the last evaluation, with the round it evaluated."""
-  postfix = collections.OrderedDict(
-    train_loss=f"{float(train.get('loss', np.nan)):.3f}"
-  )
+  postfix = collections.OrderedDict()
+  if 'loss' in train:  # Not in what a DP run releases.
+    postfix['train_loss'] = f"{float(train['loss']):.3f}"
   if eval_metrics:
     postfix['test_acc'] = f"{eval_metrics.get('accuracy', np.nan):.3f}"
     postfix['test_round'] = str(evaluated_round)
@@ -261,6 +261,10 @@ def run_training(
   client_key_fn: Optional[Callable[[str, int], Any]] = None,
   round_metrics_fn: Optional[Callable[[int], Mapping[str, Any]]] = None,
   client_sampling: str = 'without_replacement',
+  sampling_seed: Optional[int] = None,
+  released_metrics_fn: Optional[
+    Callable[[Mapping[str, Any]], Mapping[str, Any]]
+  ] = None,
 ) -> dict:
   """Runs (or resumes) federated training and returns the final results.
 
@@ -272,7 +276,7 @@ def run_training(
     total_rounds: Train until this many rounds are done.
     output_dir: Where program state and metrics are written.
     initial_weights: The (seeded) global model of round 0.
-    seed: Fixes the clients sampled in each round.
+    seed: Fixes the clients sampled in each round, unless `sampling_seed`.
     evaluate_fn: Maps global `ModelWeights` to test metrics.
     rounds_per_eval: Evaluate every this many rounds (and after the last).
     rounds_per_checkpoint: Save program state every this many rounds (and
@@ -287,6 +291,12 @@ def run_training(
       with its own (e.g. a DP run's epsilon so far).
     client_sampling: How each round's cohort is drawn, 'without_replacement'
       or 'poisson' (`tff_methods.client_keys.sample_clients`).
+    sampling_seed: Fixes the cohorts instead of `seed` (a DP run's secret
+      one).
+    released_metrics_fn: A round's metrics -> the part of them that is
+      written (metrics.csv, TensorBoard), shown and given to `round_hook`
+      (a DP run's: what its guarantee covers); all of them by default. The
+      loop's own checks read them all.
 
   Returns:
     A dict with `rounds`, `final_weights`, `final_eval`, `rejected_rounds`
@@ -375,7 +385,11 @@ def run_training(
   try:
     for round_num in range(start_round + 1, total_rounds + 1):
       cohort = datasets.sample_clients(
-        client_ids, clients_per_round, round_num, seed, client_sampling
+        client_ids,
+        clients_per_round,
+        round_num,
+        seed if sampling_seed is None else sampling_seed,
+        client_sampling,
       )
       started = time.monotonic()
       keys = (
@@ -435,6 +449,8 @@ def run_training(
         eval_metrics = dict(evaluate_fn(weights))
         metrics['eval'] = eval_metrics
         evaluated_round = round_num
+      if released_metrics_fn is not None:
+        metrics = released_metrics_fn(metrics)
       release(metrics, round_num)
       if round_num % rounds_per_checkpoint == 0 or round_num == total_rounds:
         save(round_num)
