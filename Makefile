@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check pytorch-setup clean-venv
+.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check pytorch-setup clean-venv data-fmnist
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
@@ -40,6 +40,30 @@ demo: $(STAMP)
 	  --seeds=0,1,2 --settings_from=demo/tuning.json --reference_rows \
 	  --last_rounds=5 --jobs=2 --rounds_per_checkpoint=60 \
 	  --output_dir=runs/demo_compare
+
+# Fashion-MNIST without a network: Debian's dataset-fashion-mnist (the
+# original idx files, MIT licence, Zalando SE), downloaded and unpacked
+# without root into data/fashion-mnist, where --task=fmnist finds it.
+FMNIST_DIR := data/fashion-mnist
+data-fmnist:
+	@if [ -f $(FMNIST_DIR)/t10k-labels-idx1-ubyte.gz ]; then \
+	  echo "Fashion-MNIST is in $(FMNIST_DIR)"; \
+	elif command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then \
+	  work=$$(mktemp -d) && cd $$work && \
+	  apt-get download dataset-fashion-mnist && \
+	  dpkg-deb -x dataset-fashion-mnist_*.deb unpacked && \
+	  mkdir -p $(CURDIR)/$(FMNIST_DIR) && \
+	  cp unpacked/usr/share/datasets/fashion-mnist/*-ubyte.gz \
+	    $(CURDIR)/$(FMNIST_DIR)/ && \
+	  cd $(CURDIR) && rm -rf $$work && \
+	  echo "Fashion-MNIST unpacked into $(FMNIST_DIR)"; \
+	else \
+	  echo "No apt-get here: put Fashion-MNIST's four idx files" \
+	    "(train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz," \
+	    "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz, from" \
+	    "github.com/zalandoresearch/fashion-mnist) in $(FMNIST_DIR)," \
+	    "or give their directory as --data_dir." >&2; exit 1; \
+	fi
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -n 2 --dist worksteal

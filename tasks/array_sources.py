@@ -12,6 +12,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_methods_tasks import idx_files
+
 _TFDS_NAMES = {
   'cifar10': 'cifar10',
   'cifar100': 'cifar100',
@@ -46,6 +48,43 @@ def _can_reach(host: str, port: int = 443, timeout: float = 5.0) -> bool:
     return True
   except OSError:
     return False
+
+
+# Where `make data-fmnist` unpacks Fashion-MNIST: the repository's data/.
+REPOSITORY_FASHION_MNIST = os.path.join(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  'data',
+  'fashion-mnist',
+)
+
+
+def load_fmnist_arrays(data_dir: Optional[str] = None):
+  """Fashion-MNIST (60,000 + 10,000 28x28 images, 10 classes).
+
+  From its idx files where a copy is found (`idx_files.search_path`:
+  `data_dir`, the repository's `data/fashion-mnist` that `make
+  data-fmnist` fills, Debian's `dataset-fashion-mnist`), else through
+  tensorflow_datasets, which downloads it.
+
+  Raises:
+    DataUnavailableError: no copy, and no download; naming every place
+      looked and the command that fixes it.
+    ValueError: a copy whose files are damaged, naming the file.
+  """
+  places = idx_files.search_path(data_dir, REPOSITORY_FASHION_MNIST)
+  for directory in places:
+    if idx_files.has_files(directory):
+      return idx_files.load_arrays(directory)
+  try:
+    return load_tfds_arrays('fmnist', data_dir)
+  except DataUnavailableError as e:
+    raise DataUnavailableError(
+      "Fashion-MNIST's idx files (train-images-idx3-ubyte.gz and its three "
+      f'siblings) are in none of {", ".join(places)}, and '
+      f'tensorflow_datasets could not download it ({e.__cause__!r:.120}). '
+      'Run `make data-fmnist` (Debian\'s dataset-fashion-mnist, no root '
+      'needed), or put the four files in --data_dir.'
+    ) from e
 
 
 def load_tfds_arrays(name: str, data_dir: Optional[str] = None):

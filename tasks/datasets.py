@@ -362,6 +362,9 @@ def load_task(
     # these from the training split): raw [0, 1] pixels left every method
     # at chance for its first rounds.
     mean, std = (float(arrays[0].mean()),), (float(arrays[0].std()),)
+  elif name == 'fmnist':
+    arrays = array_sources.load_fmnist_arrays(data_dir)
+    mean, std = _NORMALIZATION[name]
   elif name in array_sources._TFDS_NAMES:
     arrays = array_sources.load_tfds_arrays(name, data_dir)
     mean, std = _NORMALIZATION[name]

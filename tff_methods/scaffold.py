@@ -210,7 +210,9 @@ def build_scaffold(
       with `client_learning_rate`.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff_methods.aggregation`); it averages the model updates, while
-      `c` moves by the plain mean of the clients' control-variate changes.
+      `c` moves by the plain mean of the clients' control-variate changes:
+      a DP aggregator leaves those un-noised, so the process is not
+      differentially private (the binaries refuse SCAFFOLD under DP).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_weighting: How client models are averaged: UNIFORM (the paper,
