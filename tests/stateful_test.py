@@ -419,7 +419,11 @@ def test_a_methods_own_weighting_is_checked_as_the_shared_one(tmp_path):
     experiment.validate(
       dataclasses.replace(config, scaffold_weighting='num_tokens')
     )
-  experiment.validate(dataclasses.replace(config, aggregator='dp'))
+  # Uniform, it is refused for its control variates alone.
+  with pytest.raises(ValueError) as refused:
+    experiment.validate(dataclasses.replace(config, aggregator='dp'))
+  (line,) = str(refused.value).strip().splitlines()[1:]
+  assert 'control variates' in line
   # Another method's run leaves SCAFFOLD's setting alone.
   experiment.validate(
     dataclasses.replace(
