@@ -182,6 +182,7 @@ def test_a_dp_arm_over_seeds_reports_its_runs_composed(tmp_path):
     num_clients=20,
     rounds=3,
     sampling='without_replacement',
+    adjacency='replace-one',
     accountant='rdp',
     delta=1e-5,
   )
@@ -203,6 +204,7 @@ def test_a_dp_arm_over_seeds_reports_its_runs_composed(tmp_path):
   paths = comparison_report.write_report([summary], out, 0.6, 't')
   table = open(paths['markdown']).read()
   assert f'| {one_run:.2f} ({nine_rounds:.2f} for all 3) |' in table
+  assert 'client-level under replace-one adjacency,' in table
   with open(paths['csv']) as f:
     (row,) = list(csv.DictReader(f))
   assert float(row['dp_epsilon_all_seeds']) == pytest.approx(nine_rounds)

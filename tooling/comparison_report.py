@@ -76,6 +76,8 @@ class MethodSummary:
   # The epsilon of all its runs together (they train on the same data, so
   # publishing every seed's model composes); None for other arms.
   epsilon_all_seeds: Optional[float] = None
+  # The neighbouring relation its epsilon is for (results.json's).
+  adjacency: Optional[str] = None
   # The fewest and the most rounds its runs trained (their own records).
   rounds: tuple[int, int] = (0, 0)
 
@@ -207,6 +209,7 @@ def summarize(
         min([last_rounds] + evaluations),  # what the mean really took
         float(np.mean(epsilons)) if epsilons else None,
         _composed_epsilon(guarantees),
+        _adjacency(guarantees),
         (min(trained), max(trained)),
       )
     )
@@ -240,12 +243,27 @@ def _composed_epsilon(guarantees: Sequence[Optional[dict]]) -> Optional[float]:
     return None
 
 
+def _adjacency(guarantees: Sequence[Optional[dict]]) -> Optional[str]:
+  relations = {g.get('adjacency') for g in guarantees if g}
+  return relations.pop() if len(relations) == 1 else None
+
+
 def _pm(pair, seeds, scale=100.0):
   if np.isnan(pair[0]):
     return 'n/a'  # Not measured (macro-F1 on TFF's baseline tasks).
   # One seed has no spread: `-`, not a misleading 0.00.
   spread = f'{pair[1] * scale:.2f}' if seeds > 1 else '-'
   return f'{pair[0] * scale:.2f} ± {spread}'
+
+
+def _relations(summaries: Sequence[MethodSummary]) -> str:
+  """' under X adjacency' for the private arms' relations, by arm if they
+  differ."""
+  private = [s for s in summaries if s.epsilon is not None and s.adjacency]
+  relations = {s.adjacency for s in private}
+  if len(relations) == 1:
+    return f' under {relations.pop()} adjacency'
+  return ''.join(f'; {s.method}: {s.adjacency} adjacency' for s in private)
 
 
 def _epsilons(summary: MethodSummary) -> str:
@@ -369,8 +387,10 @@ def write_report(
     f'Mean ± std over {ranked[0].seeds} seed(s); accuracy and '
     f'macro-F1 on the central test set {when}.'
     + (
-      ' DP epsilon: client-level, after the last round, at the delta of '
-      "each run's results.json: one run's, and in brackets all the arm's "
+      ' DP epsilon: client-level'
+      + _relations(summaries)
+      + ", after the last round, at the delta of each run's results.json: "
+      "one run's, and in brackets all the arm's "
       'runs together (they train on the same data: publishing every '
       "seed's model composes their guarantees)."
       if private
