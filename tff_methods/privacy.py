@@ -210,9 +210,7 @@ def epsilon(
   if rounds == 0:
     return 0.0
   if accountant == 'pld':
-    privacy_accountant = pld.PLDAccountant(
-      value_discretization_interval=_PLD_DISCRETIZATION
-    )
+    privacy_accountant = _new_accountant('pld', sampling)
     privacy_accountant.compose(
       _event(noise_multiplier, clients_per_round, num_clients, rounds, sampling)
     )
@@ -271,20 +269,23 @@ def composed_epsilon(
         sampling,
       )
     )
-  if accountant == 'pld':
-    composer = pld.PLDAccountant(
-      value_discretization_interval=_PLD_DISCRETIZATION
-    )
-  else:
-    composer = rdp.RdpAccountant(
-      neighboring_relation=(
-        dp_accounting.NeighboringRelation.REPLACE_ONE
-        if sampling == 'without_replacement'
-        else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-      )
-    )
+  composer = _new_accountant(accountant, sampling)
   composer.compose(dp_accounting.ComposedDpEvent(events))
   return float(composer.get_epsilon(delta))
+
+
+def _new_accountant(accountant: str, sampling: str):
+  """An empty dp_accounting accountant of `accountant`'s kind, under
+  `sampling`'s neighbouring relation."""
+  if accountant == 'pld':
+    return pld.PLDAccountant(value_discretization_interval=_PLD_DISCRETIZATION)
+  return rdp.RdpAccountant(
+    neighboring_relation=(
+      dp_accounting.NeighboringRelation.REPLACE_ONE
+      if sampling == 'without_replacement'
+      else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
+  )
 
 
 # PLD's loss discretization: 1e-3 gives the epsilon of TFF's default 1e-4
@@ -298,13 +299,7 @@ def _one_round_rdp(noise_multiplier, clients_per_round, num_clients, sampling):
   """The RDP of one round at the accountant's orders: `rounds` rounds have
   `rounds` times it (composition), so a run's epsilon round by round costs
   one RDP computation, not one a round."""
-  accountant = rdp.RdpAccountant(
-    neighboring_relation=(
-      dp_accounting.NeighboringRelation.REPLACE_ONE
-      if sampling == 'without_replacement'
-      else dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    )
-  )
+  accountant = _new_accountant('rdp', sampling)
   accountant.compose(
     _event(noise_multiplier, clients_per_round, num_clients, 1, sampling)
   )
