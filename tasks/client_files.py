@@ -92,6 +92,12 @@ def write_client_files(
           for xi, yi in zip(x, y):
             writer.write(_serialize(xi, yi))
       os.rename(tmp, directory)
+    except OSError:
+      shutil.rmtree(tmp, ignore_errors=True)
+      # Another run (compare's --jobs) wrote the same clients first: the
+      # directory is named by what it holds, so its files are these.
+      if not os.path.isdir(directory):
+        raise
     except BaseException:
       shutil.rmtree(tmp, ignore_errors=True)
       raise

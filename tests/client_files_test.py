@@ -1,6 +1,8 @@
 """Tests for tff_methods_tasks.client_files: each client's examples in files of
 its own, read back in order as TFF client data."""
 
+import os
+import shutil
 import sys
 
 import numpy as np
@@ -86,6 +88,23 @@ def test_a_clients_dataset_has_no_tf_data_function(tmp_path):
   )
   assert not graph.library.function
   assert not any('Map' in node.op for node in graph.node)
+
+
+def test_a_cache_another_run_wrote_meanwhile_is_used(tmp_path, monkeypatch):
+  # Two runs of a comparison (--jobs=2) write the same clients' files: the
+  # second rename finds the directory in place (ENOTEMPTY) and uses it.
+  directory = str(tmp_path / 'cache' / 'key')
+  clients = [(np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2]))]
+  rename = os.rename
+
+  def other_run_first(source, destination):
+    shutil.copytree(source, destination)
+    rename(source, destination)
+
+  monkeypatch.setattr(os, 'rename', other_run_first)
+  paths = client_files.write_client_files(directory, clients)
+  assert os.path.isfile(paths['client_00000'])
+  assert os.listdir(tmp_path / 'cache') == ['key']  # no .writing_ left
 
 
 def test_records_are_cut_as_tensorflows_reader_reads_them(tmp_path):
