@@ -208,12 +208,6 @@ def previous_model_client_state(weights: tff.learning.models.ModelWeights):
   )
 
 
-def _reads_reports(regularizer: regularizers_lib.Regularizer) -> bool:
-  return bool(
-    regularizer.server_state and regularizer.server_state.record_client_reports
-  )
-
-
 def initial_client_state(
   regularizers: Sequence[regularizers_lib.Regularizer],
   zero_weights: tff.learning.models.ModelWeights,
@@ -295,7 +289,7 @@ def build_stateful_client_work(
       'local_training.build_local_training_client_work.'
     )
   for r in regularizers:
-    if _reads_reports(r) and r.client_state is None:
+    if regularizers_lib.reads_client_reports([r]) and r.client_state is None:
       raise ValueError(
         f'{r.name} reads client reports (ServerState.'
         'record_client_reports), so it must keep the client state '
@@ -316,7 +310,9 @@ def build_stateful_client_work(
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   reads_previous = regularizers_lib.needs_previous_model(regularizers)
   state_keepers = [r for r in regularizers if r.client_state is not None]
-  reporters = [r for r in state_keepers if _reads_reports(r)]
+  reporters = [
+    r for r in state_keepers if regularizers_lib.reads_client_reports([r])
+  ]
   kept_previous = reference_outputs.kept_previous_weights(
     keras_model_fn, regularizers
   )
@@ -369,7 +365,7 @@ def build_stateful_client_work(
         broadcast=broadcast[r.name] if r.server_state else None,
         learning_rate=optimizer_hparams.get('learning_rate'),
       )
-      if _reads_reports(r):
+      if regularizers_lib.reads_client_reports([r]):
         reports[r.name] = report
     # A diverged client (weight 0) keeps its old state, reports zeros and
     # is not counted.

@@ -244,8 +244,9 @@ class _SharedSettings:
     None,
     "Fixes the rounds' cohorts; by default --seed, except under "
     "--aggregator=dp, where it is drawn from the operating system's "
-    'entropy and kept out of the output files (amplification by sampling '
-    'assumes secret cohorts); a fixed one is for debugging.',
+    'entropy and kept, for resuming, in <output_dir>/sampling_seed.secret '
+    'only (amplification by sampling assumes secret cohorts: do not '
+    'publish that file); a fixed one is for debugging.',
   )
   restart_client_states: bool = _setting(
     False,
