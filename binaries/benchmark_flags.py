@@ -4,6 +4,10 @@ every training binary shares."""
 
 from absl import flags
 
+from tff_methods import methods
+from tff_methods_binaries import (
+  runtime_flags,  # noqa: F401 (check reads --execution)
+)
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark_processes
 
@@ -91,7 +95,7 @@ flags.DEFINE_string(
   'cross_device_model',
   'fedcka_cnn',
   'Model of the cross-device run (MOON needs one with a '
-  'projection head: fedcka_cnn or a ResNet).',
+  'projection head `z`: fedcka_cnn or a ResNet).',
 )
 flags.DEFINE_list(
   'client_profile_methods',
@@ -179,7 +183,9 @@ def check() -> list[str]:
       f'--cross_device_model={FLAGS.cross_device_model!r} is not '
       f'one of {", ".join(task_models.MODEL_NAMES)}'
     )
-  needs_z = [m for m in FLAGS.cross_device_methods if m in ('moon', 'fedcka')]
+  needs_z = [
+    m for m in FLAGS.cross_device_methods if 'z' in methods.reads_outputs(m)
+  ]
   if (
     needs_z
     and FLAGS.cross_device_model not in benchmark_processes.PROJECTION_MODELS

@@ -266,6 +266,11 @@ def test_statefulness_is_learned_from_the_terms():
   assert not methods.is_stateful('fedadam+fedcos')
   assert methods.reads_reference_outputs('fedcka')
   assert not methods.reads_reference_outputs('fedprox+fedcos')
+  # What a model must expose: MOON its projection, FedCKA its first layers.
+  assert methods.reads_outputs('moon') == {'z'}
+  assert methods.reads_outputs('fedmax') == {'features'}
+  assert 'z' not in methods.reads_outputs('fedcka')
+  assert methods.reads_outputs('fedavg') == set()
   assert set(methods.STATELESS_METHODS) == set(methods.METHOD_NAMES) - {
     'moon',
     'fedcka',

@@ -177,8 +177,3 @@ class ClientHparams:
       tff.federated_map(self._next_state, state),
       measurements,
     )
-
-  def client_optimizer_state(self, specs, hparams):
-    """In a client's TensorFlow: the optimizer's initial state for `specs`,
-    with the round's hyperparameters."""
-    return self.optimizer.set_hparams(self.optimizer.initialize(specs), hparams)

@@ -167,6 +167,17 @@ def reads_reference_outputs(name: str) -> bool:
   )
 
 
+def reads_outputs(name: str) -> set[str]:
+  """The model outputs (`z`, `features`, `layer_k`, ...) the method's terms
+  read, of the model trained or of a reference model: what a model must
+  expose to train it."""
+  return {
+    output
+    for r in _default_terms(name)
+    for output in (*r.outputs, *r.global_outputs, *r.previous_outputs)
+  }
+
+
 def wants_example_index(
   name: str, local_epochs: int, local_steps: Optional[int] = None
 ) -> bool:
