@@ -24,6 +24,7 @@ from tff_methods_tooling import process_setup
 
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
+process_setup.import_method_modules(sys.argv)
 
 from tff_methods import methods
 from tff_methods_binaries import expected_errors

@@ -365,6 +365,8 @@ def _train_runs(pending, max_concurrent_clients, done):
   for config in iter(pending.get, None):
     start = time.monotonic()
     try:
+      # A job started by a library user's script has not read the argv.
+      process_setup.import_modules(config.method_modules())
       results = run_restarting_worker(config, start_worker, progress=False)
     except workers.WorkerEndedBySignalError:
       raise  # The job's interruption (`_job`), not the run's failure.

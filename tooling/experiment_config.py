@@ -75,7 +75,15 @@ class _SharedSettings:
     'fedavg',
     f'One of {", ".join(methods.METHOD_NAMES)}; or components joined by + '
     '(a server rule fedavg/fedavgm/fedadam/fedyogi with any of fedprox, '
-    'fedmax, fedcos, moon, fedcka).',
+    'fedmax, fedcos, moon, fedcka); or a method a --method_module '
+    'registers.',
+  )
+  method_module: Optional[str] = _setting(
+    None,
+    'Modules to import first (comma-separated, on the command line), each '
+    'registering methods of its own with tff_methods.methods.register: '
+    '--method then names them and their settings are flags '
+    '(docs/design.md, "A method of your own").',
   )
   task: str = _setting(
     'digits',
@@ -280,6 +288,12 @@ class _SharedSettings:
     "instead of the test set (for tuning; binaries/tune.py sets it); TFF's "
     'baseline tasks hold out this share of their training clients.',
   )
+
+  def method_modules(self) -> list[str]:
+    """The modules `method_module` names."""
+    return [
+      m.strip() for m in (self.method_module or '').split(',') if m.strip()
+    ]
 
   def sampling(self) -> str:
     """How the rounds draw their clients: `--client_sampling`, or Poisson

@@ -10,14 +10,18 @@ binaries' choices (and a comparison's jobs', which are binaries' children):
 - TensorFlow's and TFF's info logs, and Python's deprecation and user
   warnings, silenced unless `--verbosity` > 0;
 - SIGINT and SIGTERM end the TFF workers first
-  (`workers.install_signal_handlers`).
+  (`workers.install_signal_handlers`);
+- the user's method modules (`--method_module`) imported before the flags
+  are defined, so that their methods get flags and `--method` names
+  (`import_method_modules`).
 """
 
+import importlib
 import logging as py_logging
 import os
 import sys
 import threading
-from typing import Optional
+from typing import Optional, Sequence
 
 from absl import logging
 
@@ -63,6 +67,50 @@ def configure_process(verbosity: int = 0) -> None:
   quiet(verbosity)
   if threading.current_thread() is threading.main_thread():
     workers.install_signal_handlers()
+
+
+def method_modules_from_argv(argv: Sequence[str]) -> list[str]:
+  """The modules `--method_module` names in `argv` (comma-separated; the
+  flag may repeat), read before the flags are parsed: their methods must be
+  registered before the experiment's flags are defined."""
+  names = []
+  for i, arg in enumerate(argv):
+    if arg.startswith('--method_module='):
+      value = arg.split('=', 1)[1]
+    elif arg == '--method_module' and i + 1 < len(argv):
+      value = argv[i + 1]
+    else:
+      continue
+    names += [name.strip() for name in value.split(',') if name.strip()]
+  return names
+
+
+def import_modules(names: Sequence[str]) -> None:
+  """Imports each of `names` (once: a module imported before is kept), each
+  registering its methods with `tff_methods.methods.register`.
+
+  Raises:
+    ValueError: naming the module that can't be imported, and why.
+  """
+  for name in names:
+    try:
+      importlib.import_module(name)
+    except ImportError as e:
+      raise ValueError(
+        f'--method_module={name}: {e}; give a module importable from here '
+        '(on PYTHONPATH or installed), e.g. --method_module=mypkg.pull.'
+      ) from None
+
+
+def import_method_modules(argv: Sequence[str]) -> None:
+  """Imports the modules `--method_module` names in `argv`; a binary calls
+  it after `configure_process`, before it imports its flags. A module that
+  can't be imported ends the process with one line (exit status 2)."""
+  try:
+    import_modules(method_modules_from_argv(argv))
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
 
 
 def thread_settings_problem(environ) -> Optional[str]:
