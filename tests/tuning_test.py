@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from tff_methods import methods
 from tff_methods_tasks import datasets
 from tff_methods_tooling import comparison
 from tff_methods_tooling import experiment
@@ -135,6 +136,20 @@ def test_comparison_arms_take_tuned_settings_and_reference_rows():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('path', ['demo/tuning.json'])
+def test_the_make_targets_settings_cover_every_method_they_compare(path):
+  # `make demo` and `make fmnist` compare every single method but TFF's own,
+  # with the reference rows tuned too.
+  settings = tuning.read_settings(os.path.join(REPO, path))
+  compared = [
+    m for m in methods.SINGLE_METHODS if m not in methods.TFF_ALGORITHMS
+  ]
+  arms = comparison.arms(compared, settings, reference_rows=True)
+  assert [a.label for a in arms] == compared + list(comparison.REFERENCE_ROWS)
+  for arm in arms:
+    assert arm.settings['client_learning_rate'] > 0, arm
+
+
 def test_tune_binary_writes_its_choice(tmp_path):
   out = tmp_path / 'tune'
   command = [
