@@ -4,10 +4,6 @@ every training binary shares."""
 
 from absl import flags
 
-from tff_methods import methods
-from tff_methods_binaries import (
-  runtime_flags,  # noqa: F401 (check reads --execution)
-)
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark_processes
 
@@ -183,13 +179,10 @@ def check() -> list[str]:
       f'--cross_device_model={FLAGS.cross_device_model!r} is not '
       f'one of {", ".join(task_models.MODEL_NAMES)}'
     )
-  needs_z = [
-    m for m in FLAGS.cross_device_methods if 'z' in methods.reads_outputs(m)
-  ]
-  if (
-    needs_z
-    and FLAGS.cross_device_model not in benchmark_processes.PROJECTION_MODELS
-  ):
+  needs_z = benchmark_processes.needing_projection(
+    FLAGS.cross_device_methods, FLAGS.cross_device_model
+  )
+  if needs_z:
     errors.append(
       f'--cross_device_model={FLAGS.cross_device_model!r} has no '
       f'projection head, which {", ".join(needs_z)} need: use '

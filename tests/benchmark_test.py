@@ -20,6 +20,15 @@ pytestmark = pytest.mark.usefixtures('tff_worker')
 
 
 @pytest.mark.slow
+def test_only_methods_that_read_z_need_a_projection_head():
+  # MOON reads the projection head `z`; FedCKA the first layers, which the
+  # MLP has.
+  assert benchmark_processes.needing_projection(
+    ['fedavg', 'moon', 'fedcka', 'moon+fedcos'], 'mlp'
+  ) == ['moon', 'moon+fedcos']
+  assert benchmark_processes.needing_projection(['moon'], 'fedcka_cnn') == []
+
+
 def test_benchmark_rejects_a_python_without_torch_before_any_work(tmp_path):
   output_dir = tmp_path / 'bench'
   result = subprocess.run(

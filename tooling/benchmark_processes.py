@@ -56,6 +56,14 @@ PROJECTION_MODELS = tuple(
 )
 
 
+def needing_projection(method_names, model_name: str) -> list[str]:
+  """The methods of `method_names` that read MOON's projection head `z`
+  (`methods.reads_outputs`), if the benchmark's `model_name` has none."""
+  if model_name in PROJECTION_MODELS:
+    return []
+  return [m for m in method_names if 'z' in methods_lib.reads_outputs(m)]
+
+
 def median(values):
   return float(statistics.median(values))
 
