@@ -60,6 +60,24 @@ def test_summary_numbers_by_hand(tmp_path):
   assert '± 0.00' not in table
 
 
+def test_the_centralized_row_takes_a_rounds_examples_in_local_steps(tmp_path):
+  arms = comparison.arms(['fedavg'], reference_rows=True)
+  by_steps = experiment.ExperimentConfig(
+    num_clients=10, clients_per_round=4, local_steps=20
+  )
+  runs = comparison.plan(by_steps, arms, [0], str(tmp_path))
+  steps = {os.path.basename(os.path.dirname(c.output_dir)): c for c in runs}
+  assert steps['fedavg'].local_steps == 20
+  assert steps['fedavg_iid'].local_steps == 20
+  # Pooled on one client: the 4 clients' 20 steps a round, 80.
+  assert steps['centralized'].local_steps == 80
+  assert steps['centralized'].num_clients == 1
+  # By epochs it makes the same passes over the pooled data as is.
+  by_epochs = experiment.ExperimentConfig(num_clients=10, local_epochs=2)
+  runs = comparison.plan(by_epochs, arms, [0], str(tmp_path))
+  assert {(c.local_epochs, c.local_steps) for c in runs} == {(2, None)}
+
+
 def test_final_figures_average_the_last_rounds(tmp_path):
   out = str(tmp_path)
   _write_run(out, 'fedavg', 0, [0.2, 0.6, 0.5])

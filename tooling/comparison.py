@@ -40,7 +40,8 @@ class Arm:
 
 
 # Reference rows: the pooled data on one client (centralized training for
-# the same number of passes), and FedAvg on an IID partition.
+# the same number of passes, or with --local_steps the same examples a
+# round: `configs`), and FedAvg on an IID partition.
 REFERENCE_ROWS = {
   'centralized': dict(num_clients=1, clients_per_round=1, partition='iid'),
   'fedavg_iid': dict(partition='iid'),
@@ -158,11 +159,21 @@ def plan(
     raise ValueError(f'--methods names a method twice: {",".join(labels)}.')
   configs, errors = [], []
   for arm in arms:
+    settings = dict(arm.settings)
+    if (
+      settings.get('num_clients') == 1
+      and base.num_clients > 1
+      and base.local_steps is not None
+      and 'local_steps' not in settings
+    ):
+      # The pooled data on one client (the centralized row) takes as many
+      # steps a round as the round's clients together: the same examples.
+      settings['local_steps'] = base.local_steps * base.clients_per_round
     for seed in seeds:
       try:
         config = dataclasses.replace(
           base,
-          **arm.settings,
+          **settings,
           method=arm.method,
           seed=seed,
           output_dir=run_dir(output_dir, arm.label, seed),
