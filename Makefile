@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check pytorch-setup clean-venv data-fmnist
+.PHONY: setup demo test lint build-files bazel gpu-setup gpu-check pytorch-setup clean-venv data-fmnist fmnist
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), \
@@ -64,6 +64,18 @@ data-fmnist:
 	    "github.com/zalandoresearch/fashion-mnist) in $(FMNIST_DIR)," \
 	    "or give their directory as --data_dir." >&2; exit 1; \
 	fi
+
+# Every method on the real Fashion-MNIST (docs/fmnist.md): 10 clients,
+# Dirichlet(0.5) label skew, 3 seeds, learning rates tuned on held-out data
+# (demo/fmnist/README.md). About an hour on 2 cores.
+fmnist: $(STAMP) data-fmnist
+	TF_NUM_INTRAOP_THREADS=1 $(VENV)/bin/python -m binaries.compare \
+	  --task=fmnist \
+	  --partition=dirichlet --alpha=0.5 --num_clients=10 \
+	  --clients_per_round=10 --rounds=50 --local_steps=20 --batch_size=32 \
+	  --seeds=0,1,2 --settings_from=demo/fmnist/tuning.json --reference_rows \
+	  --last_rounds=5 --jobs=2 --rounds_per_checkpoint=50 \
+	  --output_dir=runs/fmnist_compare
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -n 2 --dist worksteal

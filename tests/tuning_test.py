@@ -136,7 +136,9 @@ def test_comparison_arms_take_tuned_settings_and_reference_rows():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('path', ['demo/tuning.json'])
+@pytest.mark.parametrize(
+  'path', ['demo/tuning.json', 'demo/fmnist/tuning.json']
+)
 def test_the_make_targets_settings_cover_every_method_they_compare(path):
   # `make demo` and `make fmnist` compare every single method but TFF's own,
   # with the reference rows tuned too.
