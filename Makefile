@@ -67,7 +67,7 @@ data-fmnist:
 
 # Every method on the real Fashion-MNIST (docs/fmnist.md): 10 clients,
 # Dirichlet(0.5) label skew, 3 seeds, learning rates tuned on held-out data
-# (demo/fmnist/README.md). About an hour on 2 cores.
+# (demo/fmnist/README.md). About 40 minutes on 2 cores.
 fmnist: $(STAMP) data-fmnist
 	TF_NUM_INTRAOP_THREADS=1 $(VENV)/bin/python -m binaries.compare \
 	  --task=fmnist \
