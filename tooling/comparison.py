@@ -41,7 +41,7 @@ class Arm:
 
 # Reference rows: the pooled data on one client (centralized training for
 # the same number of passes, or with --local_steps the same examples a
-# round: `configs`), and FedAvg on an IID partition.
+# round: `plan`), and FedAvg on an IID partition.
 REFERENCE_ROWS = {
   'centralized': dict(num_clients=1, clients_per_round=1, partition='iid'),
   'fedavg_iid': dict(partition='iid'),

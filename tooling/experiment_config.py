@@ -83,7 +83,7 @@ class _SharedSettings:
     'Modules to import first (comma-separated, on the command line), each '
     'registering methods of its own with tff_methods.methods.register: '
     '--method then names them and their settings are flags '
-    '(docs/design.md, "A method of your own").',
+    '(docs/methods.md, "Combinations").',
   )
   task: str = _setting(
     'digits',
