@@ -163,14 +163,14 @@ CASES = [
   (
     'fedcka',
     lambda **a: _stateful(fedcka.build_fedcka, **a),
-    dict(mu=1.0, num_layers=1),
-    dict(mu=1.0, num_layers=2),
+    dict(mu=1.0, layers=1),
+    dict(mu=1.0, layers=2),
   ),
   (
     'fedcka',
     lambda **a: _stateful(fedcka.build_fedcka, **a),
-    dict(mu=1.0, num_layers=1),
-    dict(mu=1.0, num_layers=1, similarity='frobenius'),
+    dict(mu=1.0, layers=1),
+    dict(mu=1.0, layers=1, similarity='frobenius'),
   ),
   ('scaffold', _scaffold, {}, dict(client_weighting=NUM_EXAMPLES)),
   ('scaffold', _scaffold, {}, dict(num_clients=10)),
@@ -313,7 +313,7 @@ def test_an_unweighted_factory_weights_clients_uniformly():
     dataset_computation=data,
     client_optimizer_fn=SGD,
     mu=0.0,
-    num_layers=1,
+    layers=1,
     model_aggregator=dp,
   )
   state = process.set_model_weights(
@@ -327,7 +327,7 @@ def _first_move_of(method, **aggregation_args):
   if method == 'fedavg':
     return _first_move(_stateless(fedavg.build_fedavg, **aggregation_args))
   process = _stateful(
-    fedcka.build_fedcka, mu=0.0, num_layers=1, **aggregation_args
+    fedcka.build_fedcka, mu=0.0, layers=1, **aggregation_args
   )
   start = model_lib.initial_weights(MODEL_FN, 0)
   state = process.set_model_weights(process.initialize(), start)

@@ -66,7 +66,7 @@ def test_fedcka_computes_only_the_first_m_layers_of_reference_models():
 @pytest.mark.parametrize('m, tensors', [(1, 2), (3, 6), (7, 14)])
 def test_fedcka_views_hold_exactly_the_first_m_layers(m, tensors):
   model_fn = functools.partial(models.get_model, 'fedcka_cnn', 10, (32, 32, 3))
-  term = fedcka.CKAContrastiveTerm(1.0, num_layers=m)
+  term = fedcka.CKAContrastiveTerm(1.0, layers=m)
   view = reference_outputs.reference_view(model_fn, term.global_outputs)
   # Kernel and bias of each of the first m layers; M = 7 is the whole CNN.
   assert len(view.model.trainable_variables) == tensors
@@ -113,7 +113,7 @@ def test_the_term_is_mu_times_the_mean_over_the_first_m_layers():
       previous_outputs=previous_outputs,
       has_previous=True,
     )
-    return float(fedcka.CKAContrastiveTerm(mu=2.5, num_layers=3)(step))
+    return float(fedcka.CKAContrastiveTerm(mu=2.5, layers=3)(step))
 
   # By hand: 2.5 x the mean of layers 1..3's contrastive losses.
   expected = 2.5 * np.mean(

@@ -65,3 +65,29 @@ def test_a_weighting_setting_names_one_of_its_own_processes_settings():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_a_term_takes_its_settings_by_name():
+  @dataclasses.dataclass(frozen=True)
+  class Settings:
+    mu: float = method_spec.setting(0.1, 'The strength.')
+
+  def term(mu, beta):
+    return (mu, beta)
+
+  with pytest.raises(ValueError, match='its term takes beta, which its'):
+    method_spec.MethodSpec(
+      name='pull', display_name='Pull', settings=Settings, term=term
+    )
+  spec = method_spec.MethodSpec(
+    name='pull',
+    display_name='Pull',
+    settings=Settings,
+    term=lambda mu: ('term', mu),
+  )
+  assert method_spec.term_parameters(spec) == ('mu',)
+  assert method_spec.make_term(spec, Settings(mu=0.5)) == ('term', 0.5)
+  with pytest.raises(ValueError, match='has a process of its own'):
+    method_spec.builder(
+      method_spec.MethodSpec(name='own', display_name='Own', build=print)
+    )

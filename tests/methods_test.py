@@ -4,6 +4,7 @@ Stateful methods (per-client state) are tested in stateful_test.py.
 """
 
 import dataclasses
+import inspect
 import os
 import sys
 
@@ -15,12 +16,14 @@ import tensorflow_federated as tff
 
 from tff_methods import fed2
 from tff_methods import fedavg
+from tff_methods import fedcka
 from tff_methods import fedcos
 from tff_methods import fedmax
 from tff_methods import fedprox
 from tff_methods import method_spec
 from tff_methods import methods
 from tff_methods import model_lib
+from tff_methods import moon
 from tff_methods import processes
 from tff_methods import regularizers
 from tff_methods import scaffold
@@ -222,42 +225,90 @@ def test_a_method_with_a_process_of_its_own_runs_its_modules_builder(
 
 
 @pytest.mark.parametrize(
-  'name, module, builder, strength',
+  'name, module, builder',
   [
-    ('fedprox', fedprox, 'build_fedprox', 'mu'),
-    ('fedmax', fedmax, 'build_fedmax', 'beta'),
-    ('fedcos', fedcos, 'build_fedcos', 'mu'),
+    ('fedavg', fedavg, 'build_fedavg'),
+    ('fedprox', fedprox, 'build_fedprox'),
+    ('fedmax', fedmax, 'build_fedmax'),
+    ('fedcos', fedcos, 'build_fedcos'),
+    ('moon', moon, 'build_moon'),
+    ('fedcka', fedcka, 'build_fedcka'),
   ],
 )
-def test_a_modules_own_builder_adds_the_registrys_term(
-  name, module, builder, strength, monkeypatch
+def test_a_components_public_builder_is_the_one_its_declaration_generates(
+  name, module, builder
 ):
-  # `fedprox.build_fedprox(mu=...)` (a TFF user's call) and the registry's
-  # `fedprox` build the same loop with the same term.
-  calls = _captured(monkeypatch, processes, 'build_local_training_process')
+  # One build path: the function a TFF user calls is the registry's.
+  assert getattr(module, builder) is method_spec.builder(methods.REGISTRY[name])
+
+
+def test_the_registry_builds_the_last_terms_builder_with_the_others_before(
+  monkeypatch,
+):
+  calls = []
+  real_builder = method_spec.builder
+
+  def recording_builder(spec):
+    built = real_builder(spec)
+    return lambda *args, **kwargs: calls.append((spec.name, kwargs)) or built
+
+  monkeypatch.setattr(method_spec, 'builder', recording_builder)
+  monkeypatch.setattr(
+    methods.Hyperparameters, 'server_optimizer', lambda self, rule: rule
+  )
   methods.build_method(
-    name,
+    'fedavgm+fedprox+fedcos',
     None,
     None,
     methods.Hyperparameters(
-      mu=0.25, method_settings={'fedmax': {'beta': 0.25}}
+      method_settings={
+        'fedprox': {'mu': 0.5},
+        'fedcos': {'mu': 0.05, 'direction': 'mean_client_update'},
+      }
     ),
   )
-  getattr(module, builder)(
-    None, None, client_optimizer_fn=None, **{strength: 0.25}
+  ((name, kwargs),) = calls
+  assert name == 'fedcos'
+  assert (kwargs['mu'], kwargs['direction']) == (0.05, 'mean_client_update')
+  assert [(type(t).__name__, t.mu) for t in kwargs['base_regularizers']] == [
+    ('ProximalTerm', 0.5)
+  ]
+  assert kwargs['server_optimizer_fn'] == 'sgdm'
+
+
+def test_a_generated_builder_takes_its_terms_settings_by_name(monkeypatch):
+  calls = _captured(monkeypatch, processes, 'build_local_training_process')
+  parameters = inspect.signature(fedcka.build_fedcka).parameters
+  assert [
+    (name, p.default)
+    for name, p in parameters.items()
+    if name in ('mu', 'layers', 'similarity')
+  ] == [('mu', fedcka.DEFAULT_MU), ('layers', 2), ('similarity', 'linear_cka')]
+  assert (
+    parameters['client_optimizer_fn'].kind is inspect.Parameter.KEYWORD_ONLY
   )
-  (registry_term,), (own_term,) = [c[1]['regularizers'] for c in calls]
-  assert type(registry_term) is type(own_term)
+  # MOON's first round is its clients' preparation, not its term's.
+  assert 'first_round' not in inspect.signature(moon.build_moon).parameters
+  assert 'mu' not in inspect.signature(fedavg.build_fedavg).parameters
+  fedcka.build_fedcka(None, None, client_optimizer_fn='sgd', layers=3)
+  ((_, kwargs),) = calls
+  (term,) = kwargs['regularizers']
+  assert (term.mu, term.layers, term.outputs[-1]) == (3.0, 3, 'layer_3')
 
-  def settings(term):  # Its own settings, not the state it supplies.
-    return {
-      key: value
-      for key, value in vars(term).items()
-      if key not in ('server_state', 'client_state')
-    }
 
-  assert settings(registry_term) == settings(own_term)
-  assert settings(own_term)
+def test_a_generated_builder_refuses_a_value_or_name_before_building(
+  monkeypatch,
+):
+  calls = _captured(monkeypatch, processes, 'build_local_training_process')
+  with pytest.raises(ValueError, match=r'FedProx: mu=-1.0 must be >= 0'):
+    fedprox.build_fedprox(None, None, client_optimizer_fn='sgd', mu=-1.0)
+  with pytest.raises(ValueError, match="direction='up' is unknown"):
+    fedcos.build_fedcos(None, None, client_optimizer_fn='sgd', direction='up')
+  with pytest.raises(TypeError, match='unknown arguments beta; it takes .*mu'):
+    fedprox.build_fedprox(None, None, client_optimizer_fn='sgd', beta=1.0)
+  with pytest.raises(TypeError, match='needs client_optimizer_fn'):
+    fedprox.build_fedprox(None, None)
+  assert not calls
 
 
 def test_statefulness_is_learned_from_the_terms():
@@ -311,7 +362,7 @@ PULL = method_spec.MethodSpec(
   name='pull',
   display_name='Pull',
   settings=_PullSettings,
-  term=lambda settings: _Pull(settings.mu),
+  term=_Pull,
 )
 
 

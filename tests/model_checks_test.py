@@ -48,7 +48,7 @@ def test_a_regularizer_reading_an_output_the_model_lacks_is_refused():
 
 def test_needed_outputs_are_the_terms_declared_and_the_deepest_layer_leads():
   terms = [
-    fedcka.CKAContrastiveTerm(1.0, num_layers=3),
+    fedcka.CKAContrastiveTerm(1.0, layers=3),
     moon.ModelContrastiveTerm(1.0),
     fedmax.ActivationEntropyTerm(1.0),
   ]

@@ -182,7 +182,7 @@ def test_each_methods_strengths_and_options_reach_its_builder(
     client_state_dir=str(tmp_path / 'states'),
   )
   cka = _term(kwargs, fedcka.CKAContrastiveTerm)
-  assert (cka.mu, len(cka.layers), cka.similarity) == (4.0, 3, 'kernel_cka')
+  assert (cka.mu, cka.layers, cka.similarity) == (4.0, 3, 'kernel_cka')
   # A directory of the run's own under the one given, claimed by the run.
   assert os.path.dirname(kwargs['client_state_dir']) == str(tmp_path / 'states')
   with open(os.path.join(kwargs['client_state_dir'], 'owner.txt')) as f:

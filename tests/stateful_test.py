@@ -41,8 +41,8 @@ def test_bad_strengths_and_options_are_named():
     moon.ModelContrastiveTerm(1.0, temperature=0.0)
   with pytest.raises(ValueError, match="Unknown similarity 'l1'"):
     fedcka.CKAContrastiveTerm(1.0, similarity='l1')
-  with pytest.raises(ValueError, match='cka_layers must be >= 1'):
-    fedcka.CKAContrastiveTerm(1.0, num_layers=0)
+  with pytest.raises(ValueError, match='layers must be an int >= 1'):
+    fedcka.CKAContrastiveTerm(1.0, layers=0)
 
 
 # ---------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_a_client_keeps_only_the_layers_read_of_its_previous_model(setup):
     dataset_computation=setup['datasets_by_key'],
     client_optimizer_fn=setup['optimizer'],
     mu=1.0,
-    num_layers=2,
+    layers=2,
   )
   full = setup['initial']
   ids = setup['client_data'].client_ids[:2]

@@ -165,7 +165,7 @@ def test_a_softmax_gets_advice_that_applies_where_it_is():
         SPEC,
         dataset_computation=_ids_computation(),
         client_optimizer_fn=optimizers.build_client_sgd(0.1),
-        num_layers=2,
+        layers=2,
       ),
       'layer_1',
       "layers=['<layer 1>', '<layer 2>']",
@@ -405,7 +405,7 @@ def test_a_stateful_method_takes_tffs_client_data_by_id(tmp_path):
     dataset_computation=client_data,
     client_optimizer_fn=optimizers.build_client_sgd(0.1),
     mu=0.0,
-    num_layers=1,
+    layers=1,
     client_state_dir=str(tmp_path),
   )
   np.testing.assert_allclose(

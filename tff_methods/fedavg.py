@@ -30,67 +30,9 @@ from typing import Any, Callable, Optional
 import tensorflow_federated as tff
 
 from tff_methods import aggregation
-from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
-from tff_methods import processes
 from tff_methods import tff_models
-
-
-def build_fedavg(
-  keras_model_fn: model_lib.KerasModelFn,
-  element_spec: Any,
-  *,
-  client_optimizer_fn: tff.learning.optimizers.Optimizer,
-  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-  dataset_computation: Optional[tff.Computation] = None,
-  model_aggregator: Optional[aggregation.ModelAggregator] = None,
-  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[aggregation.ClientWeighting] = None,
-  loss_fn: Optional[local_training.LossFn] = None,
-  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
-) -> tff.learning.templates.LearningProcess:
-  """FedAvg / FedAvgM / FedAdam / FedYogi through the project's loop.
-
-  Args:
-    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
-      user's single-output model (taken as the logits), or one whose layers
-      `model_lib.named_outputs` names.
-    element_spec: The spec of one batch of client data.
-    client_optimizer_fn: The client optimizer.
-    server_optimizer_fn: `optimizers.build_server_optimizer(...)`; SGD with
-      learning rate 1 (plain FedAvg) by default.
-    dataset_computation: A client's key -> its batches
-      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
-      `ClientData`; when given, `next` takes the clients' keys (ids for a
-      `ClientData`) and each client makes its batches in its own computation.
-    model_aggregator: TFF's model aggregator, weighted or unweighted
-      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
-      `tff_methods.aggregation`); the weighted mean by default.
-    metrics_aggregator: TFF's metrics aggregator;
-      `tff.learning.metrics.sum_then_finalize` by default.
-    client_weighting: `tff.learning.ClientWeighting` or
-      `aggregation.NumTokens()`; NUM_EXAMPLES by default, UNIFORM with an
-      unweighted `model_aggregator`.
-    loss_fn: The data term, `(labels, model outputs) -> scalar`;
-      cross-entropy on `logits` by default.
-    client_learning_rate_fn: Round number (from 0) -> the client learning
-      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
-      for the client optimizer's own, which `get_hparams`/`set_hparams`
-      read and set.
-  """
-  return processes.build_local_training_process(
-    keras_model_fn,
-    element_spec,
-    client_optimizer_fn,
-    server_optimizer_fn,
-    dataset_computation=dataset_computation,
-    model_aggregator=model_aggregator,
-    metrics_aggregator=metrics_aggregator,
-    client_weighting=client_weighting,
-    loss_fn=loss_fn,
-    client_learning_rate_fn=client_learning_rate_fn,
-  )
 
 
 def build_tff_fedavg(
@@ -166,6 +108,11 @@ FEDADAM = method_spec.MethodSpec(
 FEDYOGI = method_spec.MethodSpec(
   name='fedyogi', display_name='FedYogi', server_optimizer='yogi'
 )
+
+# The project's FedAvg: the shared loop with no term. Its
+# `server_optimizer_fn` gives FedAvgM, FedAdam or FedYogi
+# (`optimizers.build_server_optimizer`).
+build_fedavg = method_spec.builder(FEDAVG)
 
 
 def _tff_algorithm(server_rule):

@@ -26,17 +26,12 @@ under FedAvgM or FedAdam they differ.
 
 import collections
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
-from tff_methods import aggregation
-from tff_methods import local_training
 from tff_methods import method_spec
-from tff_methods import model_lib
-from tff_methods import processes
 from tff_methods import regularizers
 
 _EPSILON = 1e-4
@@ -138,73 +133,6 @@ class DirectionPenalty(regularizers.Regularizer):
     return self.mu * direction_penalty(delta, step.broadcast[self.name])
 
 
-def build_fedcos(
-  keras_model_fn: model_lib.KerasModelFn,
-  element_spec: Any,
-  *,
-  client_optimizer_fn: tff.learning.optimizers.Optimizer,
-  mu: float = DEFAULT_MU,
-  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-  base_regularizers: Sequence[regularizers.Regularizer] = (),
-  direction: str = 'global_move',
-  dataset_computation: Optional[tff.Computation] = None,
-  model_aggregator: Optional[aggregation.ModelAggregator] = None,
-  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[aggregation.ClientWeighting] = None,
-  loss_fn: Optional[local_training.LossFn] = None,
-  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
-) -> tff.learning.templates.LearningProcess:
-  """Builds FedCos over FedAvg (or over another method's pieces).
-
-  Args:
-    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
-      user's single-output model (taken as the logits), or one whose layers
-      `model_lib.named_outputs` names.
-    element_spec: The spec of one batch of client data.
-    client_optimizer_fn: The client optimizer.
-    mu: The penalty's strength, >= 0; 0 is the base method (paper: 0.01 to
-      0.05).
-    server_optimizer_fn: The base method's server optimizer; SGD with
-      learning rate 1 (FedAvg) by default, SGD with momentum for FedAvgM +
-      FedCos, Adam for FedAdam + FedCos.
-    base_regularizers: The base method's own terms, e.g.
-      `[fedprox.ProximalTerm(mu_prox)]` for FedProx + FedCos.
-    direction: `d`, 'global_move' (the paper, default) or
-      'mean_client_update' (the FedCos code).
-    dataset_computation: A client's key -> its batches
-      (`tff_methods_tasks.datasets.round_dataset_computation`), or a batched TFF
-      `ClientData`; when given, `next` takes the clients' keys (ids for a
-      `ClientData`) and each client makes its batches in its own computation.
-    model_aggregator: TFF's model aggregator, weighted or unweighted
-      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
-      `tff_methods.aggregation`); the weighted mean by default.
-    metrics_aggregator: TFF's metrics aggregator;
-      `tff.learning.metrics.sum_then_finalize` by default.
-    client_weighting: `tff.learning.ClientWeighting` or
-      `aggregation.NumTokens()`; NUM_EXAMPLES by default, UNIFORM with an
-      unweighted `model_aggregator`.
-    loss_fn: The data term, `(labels, model outputs) -> scalar`;
-      cross-entropy on `logits` by default.
-    client_learning_rate_fn: Round number (from 0) -> the client learning
-      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
-      for the client optimizer's own, which `get_hparams`/`set_hparams`
-      read and set.
-  """
-  return processes.build_local_training_process(
-    keras_model_fn,
-    element_spec,
-    client_optimizer_fn,
-    server_optimizer_fn,
-    regularizers=list(base_regularizers) + [DirectionPenalty(mu, direction)],
-    dataset_computation=dataset_computation,
-    model_aggregator=model_aggregator,
-    metrics_aggregator=metrics_aggregator,
-    client_weighting=client_weighting,
-    loss_fn=loss_fn,
-    client_learning_rate_fn=client_learning_rate_fn,
-  )
-
-
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """FedCos's settings (flags `--fedcos_<name>`)."""
@@ -225,5 +153,9 @@ METHOD = method_spec.MethodSpec(
   name='fedcos',
   display_name='FedCos',
   settings=Settings,
-  term=lambda settings: DirectionPenalty(settings.mu, settings.direction),
+  term=DirectionPenalty,
 )
+
+# The public builder: TFF's builder arguments and the settings its term
+# takes; what the registry and the binaries build.
+build_fedcos = method_spec.builder(METHOD)

@@ -45,7 +45,6 @@ from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
 from tff_methods import moon
-from tff_methods import processes
 from tff_methods import regularizers as regularizers_lib
 from tff_methods import scaffold
 
@@ -135,7 +134,7 @@ def _terms(
   specs: Sequence[MethodSpec], hparams: Hyperparameters
 ) -> list[regularizers_lib.Regularizer]:
   return [
-    spec.term(hparams.settings_of(spec))
+    method_spec.make_term(spec, hparams.settings_of(spec))
     for spec in specs
     if spec.term is not None
   ]
@@ -153,7 +152,9 @@ def local_terms(
 def _default_term(spec: MethodSpec) -> Optional[regularizers_lib.Regularizer]:
   # What a term reads and keeps does not depend on the settings: asked once
   # of its term at the default settings.
-  return spec.term(spec.settings()) if spec.term is not None else None
+  if spec.term is None:
+    return None
+  return method_spec.make_term(spec, spec.settings())
 
 
 def _default_terms(name: str) -> list[regularizers_lib.Regularizer]:
@@ -363,8 +364,9 @@ def _build(
   loss_fn,
   tff_model_fn,
 ):
-  """The one builder: a method's own process, or the shared loop with the
-  named components' terms and server rule."""
+  """The one builder: a method's own process, or the public builder of
+  the last named component with a term (`method_spec.builder`), given the
+  other components' terms before it and the server rule named."""
   specs = _specs(name)
   if specs[0].stands_alone:
     return specs[0].build(
@@ -375,21 +377,24 @@ def _build(
       loss_fn=loss_fn,
       tff_model_fn=tff_model_fn,
     )
-  terms = _terms(specs, hparams)
-  shared = dict(
+  with_terms = [spec for spec in specs if spec.term is not None]
+  last = with_terms[-1] if with_terms else specs[-1]
+  settings = hparams.settings_of(last)
+  return method_spec.builder(last)(
+    keras_model_fn,
+    element_spec,
+    client_optimizer_fn=hparams.client_optimizer(),
+    server_optimizer_fn=_server_optimizer(specs, hparams),
+    base_regularizers=_terms(with_terms[:-1], hparams),
+    dataset_computation=dataset_computation,
+    client_state_dir=hparams.client_state_dir,
     model_aggregator=hparams.model_aggregator(),
     client_weighting=hparams.weighting(),
     loss_fn=loss_fn,
-  )
-  return processes.build_local_training_process(
-    keras_model_fn,
-    element_spec,
-    hparams.client_optimizer(),
-    _server_optimizer(specs, hparams),
-    regularizers=terms,
-    dataset_computation=dataset_computation,
-    client_state_dir=hparams.client_state_dir,
-    **shared,
+    **{
+      name: getattr(settings, name)
+      for name in method_spec.term_parameters(last)
+    },
   )
 
 

@@ -24,22 +24,17 @@ Server rule: FedAvg's example-weighted mean of the updates.
 
 import collections
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Sequence
 import zlib
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
-from tff_methods import aggregation
 from tff_methods import client_states as client_states_lib
-from tff_methods import local_training
 from tff_methods import method_spec
 from tff_methods import model_lib
-from tff_methods import processes
 from tff_methods import reference_outputs
 from tff_methods import regularizers
-from tff_methods import stateful
 
 # The strength the project uses when none is given (the paper: 1 for
 # CIFAR-100 and Tiny-ImageNet, 5 for CIFAR-10).
@@ -124,80 +119,6 @@ def write_own_initial_models(
     )
 
 
-def build_moon(
-  keras_model_fn: model_lib.KerasModelFn,
-  element_spec: Any,
-  *,
-  dataset_computation: tff.Computation,
-  client_optimizer_fn: tff.learning.optimizers.Optimizer,
-  mu: float = DEFAULT_MU,
-  temperature: float = 0.5,
-  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-  client_state_dir: Optional[str] = None,
-  base_regularizers: Sequence[regularizers.Regularizer] = (),
-  model_aggregator: Optional[aggregation.ModelAggregator] = None,
-  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
-  client_weighting: Optional[aggregation.ClientWeighting] = None,
-  loss_fn: Optional[local_training.LossFn] = None,
-  client_learning_rate_fn: Optional[Callable[[Any], Any]] = None,
-) -> stateful.StatefulClientsLearningProcess:
-  """Builds MOON as a stateful-client learning process.
-
-  Args:
-    keras_model_fn: Builds a Keras model: one of `tff_methods_tasks.models`, a
-      user's single-output model (taken as the logits), or one whose layers
-      `model_lib.named_outputs` names; MOON reads its projection output `z`
-      (`fedcka_cnn`, or a ResNet with `projection_dim`).
-    element_spec: The spec of one batch of client data.
-    dataset_computation: A client's `[client id, round]` key -> its
-      batches (`tff_methods_tasks.datasets.round_dataset_computation`), or TFF's
-      client-id form: a batched `ClientData` or its `dataset_computation`
-      (`client_data.key_dataset_computation`).
-    client_optimizer_fn: The client optimizer.
-    mu: The contrastive strength, >= 0; 0 is FedAvg.
-    temperature: tau, 0.5 by default as in the paper.
-    server_optimizer_fn: SGD with learning rate 1 by default.
-    client_state_dir: Where the clients' state files live; a temporary
-      directory by default, which a resumed program can't use (`next`
-      refuses to start past round 1 with it).
-    base_regularizers: Other methods' terms to add (a combination).
-    model_aggregator: TFF's model aggregator, weighted or unweighted
-      (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
-      `tff_methods.aggregation`); the weighted mean by default.
-    metrics_aggregator: TFF's metrics aggregator;
-      `tff.learning.metrics.sum_then_finalize` by default.
-    client_weighting: `tff.learning.ClientWeighting` or
-      `aggregation.NumTokens()`; NUM_EXAMPLES by default, UNIFORM with an
-      unweighted `model_aggregator`.
-    loss_fn: The data term, `(labels, model outputs) -> scalar`;
-      cross-entropy on `logits` by default.
-    client_learning_rate_fn: Round number (from 0) -> the client learning
-      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`; None
-      for the client optimizer's own, which `get_hparams`/`set_hparams`
-      read and set.
-
-  Returns:
-    A `tff.learning.templates.LearningProcess` whose `next` takes the
-    clients' `(client_id, round_num)` keys. A client first taking part
-    after the first round has no previous model and no term (the paper's
-    reading); `write_own_initial_models` gives the MOON repo's.
-  """
-  return processes.build_local_training_process(
-    keras_model_fn,
-    element_spec,
-    client_optimizer_fn,
-    server_optimizer_fn,
-    list(base_regularizers) + [ModelContrastiveTerm(mu, temperature)],
-    dataset_computation=dataset_computation,
-    client_state_dir=client_state_dir,
-    model_aggregator=model_aggregator,
-    metrics_aggregator=metrics_aggregator,
-    client_weighting=client_weighting,
-    loss_fn=loss_fn,
-    client_learning_rate_fn=client_learning_rate_fn,
-  )
-
-
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """MOON's settings (flags `--moon_<name>`)."""
@@ -229,5 +150,9 @@ METHOD = method_spec.MethodSpec(
   display_name='MOON',
   settings=Settings,
   prepare_clients=_prepare_clients,
-  term=lambda settings: ModelContrastiveTerm(settings.mu, settings.temperature),
+  term=ModelContrastiveTerm,
 )
+
+# The public builder: TFF's builder arguments and the settings its term
+# takes; what the registry and the binaries build.
+build_moon = method_spec.builder(METHOD)

@@ -46,6 +46,6 @@ METHOD = methods.register(
     name='pull',
     display_name='Pull',
     settings=Settings,
-    term=lambda settings: Pull(settings.mu),
+    term=Pull,
   )
 )
