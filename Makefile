@@ -92,8 +92,8 @@ build-files:
 
 # Bazel, offline (Bazel 4's native py rules; Debian's bazel-bootstrap): every
 # target builds, and two test targets run their tests with .venv's Python.
-# `bazel test //tests:all` runs the whole suite the same way.
-BAZEL_TESTS ?= //tests:fedprox_test //tests:similarity_test
+# `bazel test //tests/...` runs the whole suite the same way.
+BAZEL_TESTS ?= //tests/algorithms:fedprox_test //tests/algorithms:similarity_test
 bazel: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bazel build //...
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bazel test $(BAZEL_TESTS)

@@ -28,8 +28,8 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import runtime
-from tff_methods import workers
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
 from tff_methods_binaries import binary_main
 from tff_methods_tooling import process_setup
 
@@ -38,8 +38,9 @@ process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
 import tensorflow_federated as tff
 
-from tff_methods import in_process
-from tff_methods import methods as methods_lib
+from tff_methods.algorithms import hyperparameters
+from tff_methods.execution import devices as devices_lib
+from tff_methods.execution import in_process
 from tff_methods_binaries import benchmark_flags
 from tff_methods_binaries import runtime_flags
 from tff_methods_tasks import datasets
@@ -135,7 +136,7 @@ def main(argv):
         FLAGS.in_process_devices or None,
         fallback_fn=runtime.create_local_execution_context,
       )
-    except in_process.DeviceError as e:
+    except devices_lib.DeviceError as e:
       errors.append(f'--in_process_{e}')
   pytorch_python = FLAGS.pytorch_python or pytorch_loop.default_python()
   pytorch_error = None
@@ -160,7 +161,7 @@ def main(argv):
     print(error, file=sys.stderr)
     return 2
   cache_dir = os.path.join(FLAGS.output_dir, 'cache')
-  hparams = methods_lib.Hyperparameters(
+  hparams = hyperparameters.Hyperparameters(
     client_learning_rate=FLAGS.client_learning_rate,
     client_momentum=FLAGS.client_momentum,
     num_clients=FLAGS.num_clients,

@@ -119,7 +119,8 @@ flags.DEFINE_bool(
 flags.DEFINE_bool(
   'in_process',
   True,
-  'Also time every method in this process (tff_methods.in_process, on '
+  'Also time every method in this process (tff_methods.execution.in_process, '
+  'on '
   "--in_process_devices) beside the worker: the models' tables and the "
   'clients-per-round table, in as many passes.',
 )

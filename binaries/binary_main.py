@@ -14,7 +14,7 @@ from typing import Callable
 from absl import app
 from absl import flags
 
-from tff_methods import workers
+from tff_methods.execution import workers
 
 # absl's help flags; `run` answers them itself.
 _HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort')

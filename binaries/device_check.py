@@ -26,8 +26,9 @@ from tff_methods_tooling import process_setup
 # Before TensorFlow is first imported (by the modules below).
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 
-from tff_methods import in_process
-from tff_methods import methods
+from tff_methods.algorithms import methods
+from tff_methods.execution import devices as devices_lib
+from tff_methods.execution import in_process
 
 flags.DEFINE_list(
   'devices',
@@ -74,7 +75,7 @@ def main(argv):
     context = in_process.create_in_process_execution_context(
       FLAGS.devices or None, deterministic=FLAGS.deterministic
     )
-  except in_process.DeviceError as e:
+  except devices_lib.DeviceError as e:
     return _usage_error(f'--{e}')
   from tff_methods_tooling import device_check
 

@@ -10,8 +10,8 @@ import functools
 import sys
 from typing import Callable
 
-from tff_methods import runtime
-from tff_methods import workers
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
 from tff_methods_binaries import runtime_flags
 from tff_methods_tasks import datasets
 from tff_methods_tooling import comparison

@@ -16,7 +16,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import runtime
+from tff_methods.execution import runtime
 from tff_methods_binaries import binary_main
 from tff_methods_tooling import process_setup
 

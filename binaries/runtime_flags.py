@@ -4,10 +4,11 @@
 - `--tff_worker_binary=PATH`: that local worker is PATH (e.g. a CUDA build);
 - `--tff_workers=host:port,...`: workers already running (started with
   `tff-methods-worker --port=PORT`), each round's clients split
-  between them (`tff_methods.runtime.set_remote_execution_context`);
+  between them (`tff_methods.execution.runtime.set_remote_execution_context`);
 - `--execution=in_process --devices=gpu:0,gpu:1`: the rounds' TensorFlow in
   this process, the clients spread over the devices
-  (`tff_methods.in_process`); what doesn't compile for it goes to a local
+  (`tff_methods.execution.in_process`); what doesn't compile for it goes to a
+  local
   worker.
 """
 
@@ -16,10 +17,11 @@ from typing import Optional
 
 from absl import flags
 
-from tff_methods import bind_address
-from tff_methods import in_process
-from tff_methods import runtime
-from tff_methods import workers
+from tff_methods.execution import bind_address
+from tff_methods.execution import devices as devices_lib
+from tff_methods.execution import in_process
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
 from tff_methods_tooling import commands
 
 EXECUTIONS = ('worker', 'in_process')
@@ -135,8 +137,8 @@ def check() -> list[str]:
       )
     if FLAGS.devices:
       try:
-        in_process.parse_devices(FLAGS.devices)
-      except in_process.DeviceError as e:
+        devices_lib.parse_devices(FLAGS.devices)
+      except devices_lib.DeviceError as e:
         errors.append(f'--{e}')
   else:
     for name in ('devices', 'deterministic'):
@@ -167,8 +169,8 @@ def prepare_devices() -> Optional[str]:
   if FLAGS.execution != 'in_process':
     return None
   try:
-    in_process.configure_devices(FLAGS.devices or None)
-  except in_process.DeviceError as e:
+    devices_lib.configure_devices(FLAGS.devices or None)
+  except devices_lib.DeviceError as e:
     return f'--{e}'
   return None
 
@@ -233,7 +235,7 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
       )
   except workers.WorkerUnreachableError as e:
     return f'--tff_workers: {with_worker_command(e)}'
-  except in_process.DeviceError as e:
+  except devices_lib.DeviceError as e:
     return f'--{e}'
   except RuntimeError as e:
     return str(e)

@@ -26,7 +26,7 @@ from tff_methods_tooling import process_setup
 process_setup.configure_process(process_setup.verbosity_from_argv(sys.argv))
 process_setup.import_method_modules(sys.argv)
 
-from tff_methods import methods
+from tff_methods.algorithms import methods
 from tff_methods_binaries import expected_errors
 from tff_methods_binaries import experiment_flags
 from tff_methods_binaries import runtime_flags

@@ -11,7 +11,7 @@ here. It listens on `--host` only: 127.0.0.1 by default (this host's
 binaries only); the address of the interface the training hosts reach, or
 0.0.0.0 for every interface. TFF's worker has no authentication: serve on a
 trusted network, or firewall the port (TFF fixes its address at [::];
-`tff_methods.bind_address` binds it to the host). The workers read
+`tff_methods.execution.bind_address` binds it to the host). The workers read
 clients' data by file path: run the
 binaries and the workers with the same data cache (`--cache_dir`)
 reachable at the same path.
@@ -25,8 +25,8 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_methods import bind_address
-from tff_methods import workers
+from tff_methods.execution import bind_address
+from tff_methods.execution import workers
 from tff_methods_binaries import binary_main
 from tff_methods_tooling import process_setup
 
@@ -112,7 +112,7 @@ def main(argv):
   if everywhere and not bind_address.is_any_address(host):
     print(
       f'warning: {host} could not be held to (no C compiler to build '
-      "tff_methods/bind_address.c): TFF's worker listens on every "
+      "tff_methods/execution/bind_address.c): TFF's worker listens on every "
       'interface.',
       file=sys.stderr,
       flush=True,

@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
+from tff_methods.clients import client_keys
 from tff_methods_tasks import array_sources
 from tff_methods_tasks import client_files
 from tff_methods_tasks import local_batches
@@ -404,7 +404,7 @@ DataUnavailableError = array_sources.DataUnavailableError
 
 
 # The round's cohort and TFF's program data source of `[client id, round]`
-# keys live in the library (`tff_methods.client_keys`).
+# keys live in the library (`tff_methods.clients.client_keys`).
 sample_clients = client_keys.sample_clients
 ClientRoundDataSource = client_keys.ClientRoundDataSource
 ClientRoundIterator = client_keys.ClientRoundIterator

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
+from tff_methods.clients import client_keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +124,7 @@ class LocalBatches:
     """`of_examples`' batches as (the round's examples in training order,
     the size of each batch in turn): batch i is the next `sizes[i]`
     examples. What the training loop reads, without a data set made and
-    read back (`tff_methods.batches_in_memory.SlicedBatches`)."""
+    read back (`tff_methods.clients.batches_in_memory.SlicedBatches`)."""
     size = tf.shape(tf.nest.flatten(examples)[0], out_type=tf.int64)[0]
     positions, batch_sizes = self._round_plan(size, client_id, round_num)
     round_examples = collections.OrderedDict(
@@ -238,7 +238,7 @@ def round_dataset_computation(
   key -> the same batches as `LocalBatches.round_examples` gives them (the
   round's examples in order, the batches' sizes), which the project's
   client computations read in place of the data set
-  (`tff_methods.client_data.ClientBatches`).
+  (`tff_methods.clients.client_data.ClientBatches`).
   """
 
   # A client's examples as tensors where the client data has them that way

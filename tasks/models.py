@@ -12,7 +12,8 @@ Every model here is a functional `tf.keras.Model` whose output is a dict:
 - `logits`: the unnormalized class scores.
 
 Every layer lies on the path from the input to `logits`, so the model's
-trainable variables are exactly those of `tff_methods.model_lib.logits_only(
+trainable variables are exactly those of
+`tff_methods.templates.model_lib.logits_only(
 model)`, in the same
 order: the weights of the project's processes and of TFF's own builders are
 interchangeable.
@@ -96,7 +97,8 @@ MOBILENET_BLOCKS = (
   (1024, 1),
 )
 
-# Layer plans of the CNNs Fed2 can group (`tff_methods.fed2.grouped_model`):
+# Layer plans of the CNNs Fed2 can group
+# (`tff_methods.algorithms.fed2.grouped_model`):
 # ('conv', filters, kernel, pool), ('sep', filters, stride) a depthwise-
 # separable block, or ('fc', units); the classifier comes last. The plain
 # `vgg9` and `mobilenet` below are built from the same plans. Fed2's
@@ -154,7 +156,8 @@ FED2_MODELS = tuple(_FED2_MODELS)
 
 
 def fed2_plan(name: str, input_shape: Sequence[int]) -> dict:
-  """Model `name` as Fed2 groups it: `tff_methods.fed2.LayerPlan`'s fields.
+  """Model `name` as Fed2 groups it: `tff_methods.algorithms.fed2.LayerPlan`'s
+  fields.
 
   Raises:
     ValueError: for a model Fed2 can't group.
@@ -304,7 +307,8 @@ def mobilenet(num_classes: int, input_shape=(32, 32, 3)) -> tf.keras.Model:
   As in the project's VGGs there is no normalization layer: the baselines
   train the original networks, as in the Fed2 paper, whose FedAvg on VGG-9
   has no normalization (its Fig. 12); Fed2's grouped form of these plans
-  has group normalization (`tff_methods.fed2.LayerPlan.normalization`).
+  has group normalization
+  (`tff_methods.algorithms.fed2.LayerPlan.normalization`).
   `layer_1` is the stem, `layer_2`.. each separable block.
   """
   x = inputs = tf.keras.Input(input_shape)

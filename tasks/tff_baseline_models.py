@@ -12,8 +12,8 @@ from typing import Mapping
 
 import tensorflow as tf
 
-from tff_methods import local_training
-from tff_methods import model_lib
+from tff_methods.templates import local_training
+from tff_methods.templates import model_lib
 
 
 def _producer(tensor) -> tf.keras.layers.Layer:

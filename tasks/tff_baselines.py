@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import tff_baseline_models
 

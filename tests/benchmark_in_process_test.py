@@ -92,7 +92,9 @@ def test_the_report_holds_the_in_process_table():
     models={'fedcka_cnn': _model(20)},
   )
   text = benchmark_report.report_markdown(results)
-  assert 'In this process, on cpu:0 (`tff_methods.in_process`)' in text
+  assert (
+    'In this process, on cpu:0 (`tff_methods.execution.in_process`)' in text
+  )
   assert (
     '| scaffold | 0.52 | 1.00 | 1.92 | 1.25 (1.20-1.50) | <= 1.15 |' in text
   )

@@ -8,9 +8,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tff_methods import in_process
-from tff_methods import methods
-from tff_methods import workers
+from tff_methods.algorithms import hyperparameters
+from tff_methods.execution import in_process
+from tff_methods.execution import workers
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark
 from tff_methods_tooling import benchmark_processes
@@ -53,7 +53,7 @@ def test_benchmark_rejects_a_python_without_torch_before_any_work(tmp_path):
 
 
 def test_time_methods_interleaves_and_divides_by_fedavg(tiny_cifar):
-  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  hparams = hyperparameters.Hyperparameters(client_learning_rate=0.01)
   order = []
   tff_fedavg = benchmark_processes.TFF_FEDAVG
   timings = benchmark.time_methods(
@@ -80,7 +80,7 @@ def test_time_methods_interleaves_and_divides_by_fedavg(tiny_cifar):
 
 
 def test_loopback_workers_are_timed_and_stopped(tiny_cifar):
-  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  hparams = hyperparameters.Hyperparameters(client_learning_rate=0.01)
   before = set(workers.worker_pids())
   by_count = benchmark.loopback_worker_throughput(
     tiny_cifar,
@@ -118,7 +118,7 @@ def test_fed2_is_timed_only_on_groupable_models():
 
 
 def test_scaling_reports_tffs_cost_per_client(tmp_path):
-  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  hparams = hyperparameters.Hyperparameters(client_learning_rate=0.01)
   context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
   by_count = benchmark.scaling(
     [2, 4],

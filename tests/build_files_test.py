@@ -40,18 +40,24 @@ def test_the_build_files_are_what_the_generator_writes():
       )
 
 
+# The library's layers, lowest first: each imports only from those before
+# it (docs/design.md, "Layers").
+LAYERS = ('execution', 'clients', 'templates', 'algorithms')
 PACKAGES = (
   'tasks',
   'tff_methods',
+  *(f'tff_methods/{layer}' for layer in LAYERS),
   'tooling',
   'tooling/presets',
   'binaries',
   'tests',
+  *(f'tests/{layer}' for layer in LAYERS),
 )
 # A Python package's name -> its directory, the Bazel package.
 DIRECTORIES = {
   'tff_methods_tasks': 'tasks',
   'tff_methods': 'tff_methods',
+  **{f'tff_methods.{layer}': f'tff_methods/{layer}' for layer in LAYERS},
   'tff_methods_tooling': 'tooling',
   'tff_methods_tooling.presets': 'tooling/presets',
   'tff_methods_binaries': 'binaries',
@@ -137,7 +143,7 @@ def test_every_source_is_in_exactly_one_target(package):
 def test_tests_and_binaries_have_the_right_rules():
   for label, target in BY_LABEL.items():
     (src,) = target['srcs']
-    if target['package'] == 'tests' and src.endswith('_test.py'):
+    if target['package'].split('/')[0] == 'tests' and src.endswith('_test.py'):
       assert target['kind'] == 'py_test', label
     if target['package'] == 'binaries':
       # Programs (with a main) are binaries; shared flag modules libraries.
@@ -182,18 +188,35 @@ def test_every_project_import_is_a_declared_dependency():
     assert not missing, f'{label} imports {sorted(missing)} undeclared'
 
 
-# What each package may import of the others: the library core neither the
-# task zoo nor the tooling, the zoo a few of the core's pieces, the tooling
-# no binary.
+# What each package may import of the others. The library's layers import
+# only downwards: its execution (workers, contexts, devices) and its clients
+# (keys, data, state store) nothing of the rest, its templates (the shared
+# loop's pieces) those two, its algorithms (the methods, their declarations,
+# the registry) the templates and the clients but not the execution, which
+# the user chooses; `privacy` the clients' keys. The library imports neither
+# the task zoo nor the tooling, the zoo a few of the library's pieces, the
+# tooling no binary.
 MAY_IMPORT = {
-  'tff_methods': {'tff_methods'},
-  # The zoo: the core's client keys, and for TFF's baseline tasks its
+  'tff_methods': {'tff_methods.clients'},
+  'tff_methods/execution': {'tff_methods.execution'},
+  'tff_methods/clients': {'tff_methods.clients'},
+  'tff_methods/templates': {
+    'tff_methods.templates',
+    'tff_methods.clients',
+    'tff_methods.execution',
+  },
+  'tff_methods/algorithms': {
+    'tff_methods.algorithms',
+    'tff_methods.templates',
+    'tff_methods.clients',
+  },
+  # The zoo: the library's client keys, and for TFF's baseline tasks its
   # model contract and cross-entropy.
   'tasks': {
     'tff_methods_tasks',
-    'tff_methods.client_keys',
-    'tff_methods.local_training',
-    'tff_methods.model_lib',
+    'tff_methods.clients.client_keys',
+    'tff_methods.templates.local_training',
+    'tff_methods.templates.model_lib',
   },
   'tooling': {'tff_methods', 'tff_methods_tasks', 'tff_methods_tooling'},
   'tooling/presets': {'tff_methods_tooling'},
@@ -217,26 +240,39 @@ def test_packages_import_only_downwards(package):
         top = name.split('.')[0]
         if top in DIRECTORIES:
           allowed = MAY_IMPORT[package]
-          assert top in allowed or any(
+          assert any(
             name == a or name.startswith(a + '.') for a in allowed
           ), f'{package}/{source} imports {name}'
 
 
 def test_every_library_module_has_a_test_file_of_its_own():
-  # The library's modules each have tests/<module>_test.py (the task zoo's,
-  # the tooling's and the binaries' are tested with the runs that use
-  # them where they have none).
+  # The library's modules each have tests/<layer>/<module>_test.py, as
+  # the library's folders are laid out (the task zoo's, the tooling's and
+  # the binaries' are tested with the runs that use them where they have
+  # none).
   modules = [
-    name[: -len('.py')]
-    for name in _generator()._sources('tff_methods')
+    os.path.join(layer, name[: -len('.py')])
+    for layer in ('', *LAYERS)
+    for name in _generator()._sources(os.path.join('tff_methods', layer))
     if name != '__init__.py'
   ]
+  assert len(modules) >= 40
   missing = [
     m
     for m in modules
     if not os.path.exists(os.path.join(REPO, 'tests', f'{m}_test.py'))
   ]
   assert not missing, missing
+
+
+def test_the_library_is_its_layers_and_privacy():
+  # Every module of the library sits in a layer's folder but `privacy`.
+  top = sorted(
+    name
+    for name in os.listdir(os.path.join(REPO, 'tff_methods'))
+    if name.endswith('.py') or name.endswith('.c')
+  )
+  assert top == ['__init__.py', 'privacy.py']
 
 
 if __name__ == '__main__':

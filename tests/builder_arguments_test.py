@@ -16,19 +16,20 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import aggregation
-from tff_methods import fedavg
-from tff_methods import fedcka
-from tff_methods import fedcos
-from tff_methods import fedmax
-from tff_methods import fedprox
-from tff_methods import hyperparameters
-from tff_methods import model_lib
-from tff_methods import moon
-from tff_methods import optimizers
-from tff_methods import processes
-from tff_methods import scaffold
-from tff_methods import stateful
+from tff_methods.algorithms import fedavg
+from tff_methods.algorithms import fedcka
+from tff_methods.algorithms import fedcos
+from tff_methods.algorithms import fedmax
+from tff_methods.algorithms import fedprox
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import moon
+from tff_methods.algorithms import scaffold
+from tff_methods.clients import client_keys
+from tff_methods.templates import aggregation
+from tff_methods.templates import model_lib
+from tff_methods.templates import optimizers
+from tff_methods.templates import processes
+from tff_methods.templates import stateful
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
@@ -103,7 +104,7 @@ def _trained(process, rounds=2):
   ids = CLIENT_DATA.client_ids
   for round_num in range(1, rounds + 1):
     if isinstance(process, stateful.StatefulClientsLearningProcess):
-      clients = [stateful.client_key(c, round_num) for c in ids]
+      clients = [client_keys.client_key(c, round_num) for c in ids]
     else:
       clients = ids
     state = process.next(state, clients).state
@@ -319,19 +320,17 @@ def test_an_unweighted_factory_weights_clients_uniformly():
   state = process.set_model_weights(
     process.initialize(), model_lib.initial_weights(MODEL_FN, 0)
   )
-  process.next(state, [stateful.client_key(c, 1) for c in data.client_ids])
+  process.next(state, [client_keys.client_key(c, 1) for c in data.client_ids])
   assert process.client_states.get('empty')['has_previous'] == 1
 
 
 def _first_move_of(method, **aggregation_args):
   if method == 'fedavg':
     return _first_move(_stateless(fedavg.build_fedavg, **aggregation_args))
-  process = _stateful(
-    fedcka.build_fedcka, mu=0.0, layers=1, **aggregation_args
-  )
+  process = _stateful(fedcka.build_fedcka, mu=0.0, layers=1, **aggregation_args)
   start = model_lib.initial_weights(MODEL_FN, 0)
   state = process.set_model_weights(process.initialize(), start)
-  keys = [stateful.client_key(c, 1) for c in CLIENT_DATA.client_ids]
+  keys = [client_keys.client_key(c, 1) for c in CLIENT_DATA.client_ids]
   state = process.next(state, keys).state
   return model_lib.flat_trainable(
     process.get_model_weights(state)

@@ -7,8 +7,8 @@ import sys
 import pytest
 import tensorflow_federated as tff
 
-from tff_methods import fedavg
-from tff_methods import methods
+from tff_methods.algorithms import fedavg
+from tff_methods.algorithms import hyperparameters
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark
@@ -22,7 +22,7 @@ def profile(tiny_cifar):
     ['fedavg', 'scaffold'],
     tiny_cifar,
     6,
-    methods.Hyperparameters(num_clients=3),
+    hyperparameters.Hyperparameters(num_clients=3),
     local_epochs=1,
     batch_size=4,
     rounds=2,

@@ -332,7 +332,8 @@ def test_compare_binary_in_two_jobs_equals_one_and_a_rerun_skips(tmp_path):
 
 _KILL_THE_WORKER_MID_RUN = r"""
 import json, os, signal, sys
-from tff_methods import runtime, workers
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
 from tff_methods_tooling import process_setup
 process_setup.configure_process()
 from tff_methods_tooling import comparison, experiment

@@ -2,14 +2,15 @@
 
 Tests that run TFF computations ask for the `tff_worker` fixture (a module's
 `pytestmark = pytest.mark.usefixtures('tff_worker')`, or a test's own
-mark): the worker starts at the first of them and `tff_methods.runtime`
+mark): the worker starts at the first of them and
+`tff_methods.execution.runtime`
 ends it when the session exits. Any other test that ran a computation would
 fail at once, with no worker left behind. Tests that start binaries or
 workers of their own are marked `slow` (`pytest -m "not slow"` skips them;
 `make test` runs everything).
 """
 
-from tff_methods import runtime
+from tff_methods.execution import runtime
 from tff_methods_tooling import process_setup
 
 process_setup.configure_process()
@@ -21,9 +22,9 @@ import functools
 import pytest
 import tensorflow_federated as tff
 
-from tff_methods import fedavg
-from tff_methods import model_lib
-from tff_methods import optimizers
+from tff_methods.algorithms import fedavg
+from tff_methods.templates import model_lib
+from tff_methods.templates import optimizers
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models
 

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import methods
-from tff_methods import reference_outputs
+from tff_methods.algorithms import hyperparameters
+from tff_methods.templates import reference_outputs
 from tff_methods_tooling import cross_device
 from tff_methods_tooling import experiment
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures('tff_worker')
 
 
 def test_cross_device_samples_clients_and_fills_the_state_store(tmp_path):
-  hparams = methods.Hyperparameters(client_learning_rate=0.01)
+  hparams = hyperparameters.Hyperparameters(client_learning_rate=0.01)
   rounds_seen = []
   results = cross_device.cross_device(
     ['fedavg', 'moon'],

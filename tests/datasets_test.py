@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import batches_in_memory
-from tff_methods import client_data as client_data_lib
-from tff_methods import client_keys
+from tff_methods.clients import batches_in_memory
+from tff_methods.clients import client_data as client_data_lib
+from tff_methods.clients import client_keys
 from tff_methods_tasks import datasets
 from tff_methods_tasks import report
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn import metrics
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import models
 from tff_methods_tooling import evaluation
 

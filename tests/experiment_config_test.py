@@ -10,7 +10,7 @@ import sys
 from absl import flags
 import pytest
 
-from tff_methods import methods
+from tff_methods.algorithms import methods
 from tff_methods_binaries import experiment_flags
 from tff_methods_tooling import experiment
 from tff_methods_tooling import experiment_config

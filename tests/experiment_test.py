@@ -9,9 +9,10 @@ import sys
 from absl import flags
 import pytest
 
-from tff_methods import methods
 from tff_methods import privacy
-from tff_methods import workers
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods
+from tff_methods.execution import workers
 from tff_methods_binaries import (
   experiment_flags,  # noqa: F401 (defines the flags)
 )
@@ -29,10 +30,10 @@ def test_every_setting_is_a_flag_with_the_configs_default_and_help():
 
 def test_the_library_and_the_runner_share_their_defaults():
   config = experiment.ExperimentConfig()
-  library = methods.Hyperparameters()
-  shared = {f.name for f in dataclasses.fields(methods.Hyperparameters)} & {
-    f.name for f in dataclasses.fields(experiment.ExperimentConfig)
-  }
+  library = hyperparameters.Hyperparameters()
+  shared = {
+    f.name for f in dataclasses.fields(hyperparameters.Hyperparameters)
+  } & {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
   assert {
     'client_learning_rate',
     'client_momentum',

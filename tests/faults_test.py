@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import array_sources
 from tff_methods_tooling import comparison
 from tff_methods_tooling import experiment

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_methods import batches_in_memory
+from tff_methods.clients import batches_in_memory
 from tff_methods_tasks import datasets
 
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import models
 
 SMALL = {

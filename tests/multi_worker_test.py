@@ -19,10 +19,10 @@ import portpicker
 import pytest
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
-from tff_methods import model_lib
-from tff_methods import runtime
-from tff_methods import workers
+from tff_methods.clients import client_keys
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
+from tff_methods.templates import model_lib
 from tff_methods_binaries import runtime_flags
 from tff_methods_tasks import datasets
 from tff_methods_tooling import experiment

@@ -96,7 +96,9 @@ def test_the_wheel_holds_only_tff_methods_names_and_every_command(wheel):
       f'tff-methods-{b.replace("_", "-")}': f'tff_methods_binaries.{b}:run'
       for b in BINARIES
     }
-    assert 'tff_methods/bind_address.c' in names  # Compiled on first use.
+    assert (
+      'tff_methods/execution/bind_address.c' in names
+    )  # Compiled on first use.
     (license_file,) = [n for n in names if n.endswith('LICENSE')]
     assert b'Apache License' in archive.read(license_file)
 

@@ -6,8 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import methods
-from tff_methods import model_lib
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tooling import experiment
 from tff_methods_tooling import plain_loops
@@ -19,7 +20,7 @@ def test_plain_tf_loop_computes_tffs_fedavg(tiny_cifar):
   # One batch per client and one epoch: the order of examples inside the
   # batch does not change the mean gradient, so the plain loop and TFF's
   # FedAvg must give the same global weights.
-  hparams = methods.Hyperparameters(
+  hparams = hyperparameters.Hyperparameters(
     client_learning_rate=0.1, client_momentum=0.9
   )
   model_fn = experiment.model_fn_for(

@@ -17,12 +17,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
-from tff_methods import client_states
-from tff_methods import in_process
-from tff_methods import methods
-from tff_methods import model_lib
-from tff_methods import runtime
+from tff_methods.algorithms import methods
+from tff_methods.clients import client_keys
+from tff_methods.clients import client_states
+from tff_methods.execution import in_process
+from tff_methods.execution import runtime
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tooling import experiment
 

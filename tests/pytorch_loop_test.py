@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import methods
-from tff_methods import model_lib
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods
+from tff_methods.templates import model_lib
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import plain_loops
@@ -117,7 +118,7 @@ def test_each_twin_computes_the_projects_rounds(name, tiny_cifar, fedcka_cnn):
   # previous model, a control variate or a last move), one batch per local
   # epoch and two epochs (momentum carries over a step). Over the first
   # round, every method is FedAvg.
-  hparams = methods.Hyperparameters(
+  hparams = hyperparameters.Hyperparameters(
     client_learning_rate=TWIN_ROUNDS['learning_rate'],
     client_momentum=TWIN_ROUNDS['momentum'],
     num_clients=3,

@@ -19,16 +19,16 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
-from tff_methods import fed2
-from tff_methods import fedavg
-from tff_methods import fedcka
-from tff_methods import fedcos
-from tff_methods import fedmax
-from tff_methods import fedprox
-from tff_methods import moon
-from tff_methods import processes
-from tff_methods import scaffold
+from tff_methods.algorithms import fed2
+from tff_methods.algorithms import fedavg
+from tff_methods.algorithms import fedcka
+from tff_methods.algorithms import fedcos
+from tff_methods.algorithms import fedmax
+from tff_methods.algorithms import fedprox
+from tff_methods.algorithms import moon
+from tff_methods.algorithms import scaffold
+from tff_methods.clients import client_keys
+from tff_methods.templates import processes
 from tff_methods_tooling import experiment
 
 BUILDERS = [

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
-from tff_methods import model_lib
+from tff_methods.clients import client_keys
+from tff_methods.templates import model_lib
 from tff_methods_tasks import array_sources
 from tff_methods_tasks import tff_baseline_models
 from tff_methods_tasks import tff_baselines

@@ -19,16 +19,16 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import fedavg
-from tff_methods import fedcka
-from tff_methods import fedmax
-from tff_methods import fedprox
-from tff_methods import model_lib
-from tff_methods import moon
-from tff_methods import optimizers
 from tff_methods import privacy
-from tff_methods import scaffold
-from tff_methods import stateful
+from tff_methods.algorithms import fedavg
+from tff_methods.algorithms import fedcka
+from tff_methods.algorithms import fedmax
+from tff_methods.algorithms import fedprox
+from tff_methods.algorithms import moon
+from tff_methods.algorithms import scaffold
+from tff_methods.clients import client_keys
+from tff_methods.templates import model_lib
+from tff_methods.templates import optimizers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -326,7 +326,9 @@ def _train(process, clients, rounds=2, keys=False):
   )
   for round_num in range(1, rounds + 1):
     data = (
-      [stateful.client_key(c, round_num) for c in clients] if keys else clients
+      [client_keys.client_key(c, round_num) for c in clients]
+      if keys
+      else clients
     )
     state = process.next(state, data).state
   return model_lib.flat_trainable(process.get_model_weights(state))
@@ -449,7 +451,7 @@ def test_stateful_next_names_the_key_source_for_tffs_client_id_source(
     TypeError, match=r'stateful\.ClientRoundDataSource.*train_data_source'
   ):
     moon_process.next(moon_process.initialize(), ids)
-  keys = stateful.ClientRoundDataSource(['a', 'b'], seed=0).iterator()
+  keys = client_keys.ClientRoundDataSource(['a', 'b'], seed=0).iterator()
   assert [k[1] for k in keys.select(2)] == [b'1', b'1']
 
 
@@ -457,14 +459,14 @@ def test_stateful_next_refuses_round_zero_and_a_lost_temporary_store(
   moon_process,
 ):
   with pytest.raises(ValueError, match='rounds from 1 on; got round 0'):
-    moon_process.check_keys([stateful.client_key('client_0', 0)])
+    moon_process.check_keys([client_keys.client_key('client_0', 0)])
   with pytest.raises(
     ValueError,
     match='starts at round 4 but keeps its '
     r"clients' states in a temporary directory.*"
     'client_state_dir',
   ):
-    moon_process.check_keys([stateful.client_key('client_0', 4)])
+    moon_process.check_keys([client_keys.client_key('client_0', 4)])
 
 
 def test_stateful_next_warns_when_the_round_does_not_advance(tmp_path):
@@ -475,21 +477,21 @@ def test_stateful_next_warns_when_the_round_does_not_advance(tmp_path):
     client_optimizer_fn=optimizers.build_client_sgd(0.1),
     client_state_dir=str(tmp_path),
   )
-  process.check_keys([stateful.client_key('client_0', 3)])  # resumed: fine
-  process.check_keys([stateful.client_key('client_0', 4)])
+  process.check_keys([client_keys.client_key('client_0', 3)])  # resumed: fine
+  process.check_keys([client_keys.client_key('client_0', 4)])
   with warnings.catch_warnings():
     warnings.simplefilter('error')
     # Once again is a retry (TFF's train_model retries a discarded round).
-    process.check_keys([stateful.client_key('client_0', 4)])
+    process.check_keys([client_keys.client_key('client_0', 4)])
   with pytest.warns(
     UserWarning,
     match=r'name round 4, but this process ' r'last ran round 4 \(3 times\)',
   ):
-    process.check_keys([stateful.client_key('client_0', 4)])
+    process.check_keys([client_keys.client_key('client_0', 4)])
   with pytest.warns(
     UserWarning, match='name round 2, but this process ' 'last ran round 4'
   ):
-    process.check_keys([stateful.client_key('client_0', 2)])
+    process.check_keys([client_keys.client_key('client_0', 2)])
 
 
 if __name__ == '__main__':

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from tff_methods import methods
+from tff_methods.algorithms import methods
 from tff_methods_binaries import train
 
 pytestmark = pytest.mark.slow

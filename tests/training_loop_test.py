@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import models
 from tff_methods_tooling import experiment
 from tff_methods_tooling import run_directory

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tff_methods import methods
+from tff_methods.algorithms import methods
 from tff_methods_tasks import datasets
 from tff_methods_tooling import comparison
 from tff_methods_tooling import experiment

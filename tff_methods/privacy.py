@@ -50,9 +50,8 @@ from dp_accounting import pld
 from dp_accounting import rdp
 import numpy as np
 
-from tff_methods import client_keys
+from tff_methods.clients import client_keys
 
-SAMPLINGS = client_keys.SAMPLINGS
 ACCOUNTANTS = ('rdp', 'pld')
 # What a DP run samples and accounts with unless told otherwise: Poisson
 # sampling under add-or-remove-one, DP-FedAvg's analysis, with the tighter

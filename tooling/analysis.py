@@ -29,12 +29,12 @@ from typing import Mapping
 import numpy as np
 import tensorflow as tf
 
-from tff_methods import client_keys
-from tff_methods import fed2_interpretation
-from tff_methods import local_training
-from tff_methods import methods
-from tff_methods import model_lib
-from tff_methods import similarity
+from tff_methods.algorithms import fed2_interpretation
+from tff_methods.algorithms import methods
+from tff_methods.algorithms import similarity
+from tff_methods.clients import client_keys
+from tff_methods.templates import local_training
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import report
 from tff_methods_tooling import experiment
@@ -116,7 +116,7 @@ def analyze(
 ) -> dict:
   """Runs the analysis; writes the figures and CSVs to `output_dir`.
 
-  Needs a TFF execution context (`tff_methods.runtime`).
+  Needs a TFF execution context (`tff_methods.execution.runtime`).
 
   Returns:
     The paths written, by figure name.

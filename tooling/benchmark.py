@@ -27,10 +27,10 @@ from typing import Any, Callable, Optional, Sequence
 
 import tensorflow_federated as tff
 
-from tff_methods import methods as methods_lib
-from tff_methods import model_lib
-from tff_methods import runtime
-from tff_methods import workers
+from tff_methods.algorithms import hyperparameters
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
@@ -43,7 +43,7 @@ def time_methods(
   model_name: str,
   method_names: Sequence[str],
   data: datasets.FederatedData,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   local_epochs: int,
   batch_size: int,
   repeats: int = 3,
@@ -143,7 +143,7 @@ def profile_methods(
   method_names: Sequence[str],
   data: datasets.FederatedData,
   examples_per_client: int,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   local_epochs: int,
   batch_size: int,
   rounds: int = 3,
@@ -189,7 +189,7 @@ def profile_methods(
 def loopback_worker_throughput(
   data: datasets.FederatedData,
   model_name: str,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   local_epochs: int,
   batch_size: int,
   worker_counts: Sequence[int] = (1, 2),
@@ -258,7 +258,7 @@ def scaling(
   model_name: str,
   examples_per_client: int,
   batch_size: int,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   cache_dir: str,
   repeats: int = 3,
   seed: int = 0,

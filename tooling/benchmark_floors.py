@@ -12,8 +12,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tff_methods import methods as methods_lib
-from tff_methods import reference_outputs
+from tff_methods.algorithms import hyperparameters
+from tff_methods.templates import reference_outputs
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import experiment
@@ -72,7 +72,7 @@ def _reference_passes_fn(
     model_name,
     num_classes,
     tuple(input_shape),
-    methods_lib.Hyperparameters(),
+    hyperparameters.Hyperparameters(),
     **benchmark_processes.model_kwargs(model_name),
   )
   views = [

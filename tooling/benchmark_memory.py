@@ -4,9 +4,10 @@ long FedAvg run of a small model."""
 import os
 from typing import Any, Optional, Sequence
 
-from tff_methods import methods as methods_lib
-from tff_methods import model_lib
-from tff_methods import workers
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods as methods_lib
+from tff_methods.execution import workers
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
@@ -56,7 +57,7 @@ def memory_growth(
   data: datasets.FederatedData,
   model_name: str,
   rounds: int,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   batch_size: int = 32,
   after_round: int = 20,
   model_options: Optional[dict] = None,

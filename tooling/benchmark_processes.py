@@ -4,8 +4,8 @@ method's process on a client-data set's keys, and the models' arguments."""
 import statistics
 from typing import Sequence
 
-from tff_methods import client_keys
-from tff_methods import methods as methods_lib
+from tff_methods.algorithms import methods as methods_lib
+from tff_methods.clients import client_keys
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import experiment
@@ -24,7 +24,7 @@ BENCHMARK_METHODS = (
 
 
 # TFF's own `build_weighted_fed_avg`: the same weights as the project's
-# `fedavg` (tests/fedavg_test.py), timed beside it for reference.
+# `fedavg` (tests/algorithms/fedavg_test.py), timed beside it for reference.
 TFF_FEDAVG = 'tff_fedavg'
 
 

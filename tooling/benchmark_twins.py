@@ -15,8 +15,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from tff_methods import methods as methods_lib
-from tff_methods import model_lib
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods as methods_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark_processes
@@ -43,7 +44,7 @@ def time_twins(
   model_name: str,
   method_names: Sequence[str],
   data: datasets.FederatedData,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   local_epochs: int,
   batch_size: int,
   repeats: int,

@@ -32,8 +32,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_methods import onednn_max_pool
-from tff_methods import runtime
+from tff_methods.execution import onednn_max_pool
+from tff_methods.execution import runtime
 
 
 def worker_session_config(

@@ -20,8 +20,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from absl import logging
 
-from tff_methods import runtime
-from tff_methods import workers
+from tff_methods.execution import runtime
+from tff_methods.execution import workers
 from tff_methods_tooling import experiment
 from tff_methods_tooling import process_setup
 

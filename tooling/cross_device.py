@@ -8,8 +8,8 @@ import shutil
 import time
 from typing import Any, Callable, Optional, Sequence
 
-from tff_methods import methods as methods_lib
-from tff_methods import model_lib
+from tff_methods.algorithms import hyperparameters
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 
 # Targets of issue 8: ratio of seconds per round to FedAvg's.
@@ -31,7 +31,7 @@ def cross_device(
   rounds: int,
   model_name: str,
   batch_size: int,
-  hparams: methods_lib.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   output_dir: str,
   seed: int = 0,
   on_round: Optional[Callable[[str, int, float], None]] = None,

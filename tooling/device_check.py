@@ -2,7 +2,8 @@
 
 For each method, a few rounds on the digits task run twice from the same
 initial model: on TFF's worker and in this process on the devices asked for
-(`tff_methods.in_process`). A row says how far apart the two runs' weights
+(`tff_methods.execution.in_process`). A row says how far apart the two runs'
+weights
 ended, the seconds per round of each, where the in-process clients' nodes
 ran (TensorFlow's step stats, first round), and which ops of the clients'
 graphs have no GPU kernel (beside the host's input pipeline and files).
@@ -18,12 +19,12 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_methods import client_keys
-from tff_methods import devices as devices_lib
-from tff_methods import in_process
-from tff_methods import methods
-from tff_methods import model_lib
-from tff_methods import runtime
+from tff_methods.algorithms import methods
+from tff_methods.clients import client_keys
+from tff_methods.execution import devices as devices_lib
+from tff_methods.execution import in_process
+from tff_methods.execution import runtime
+from tff_methods.templates import model_lib
 from tff_methods_tooling import experiment
 
 # Models the methods can train on digits (MOON reads a projection `z`, Fed2

@@ -23,9 +23,10 @@ import os
 import secrets
 from typing import Any, Mapping, Optional
 
-from tff_methods import aggregation
-from tff_methods import hyperparameters
 from tff_methods import privacy
+from tff_methods.algorithms import hyperparameters
+from tff_methods.clients import client_keys
+from tff_methods.templates import aggregation
 
 _DEFAULT_NOISE = hyperparameters.Hyperparameters.dp_noise_multiplier
 
@@ -45,9 +46,9 @@ def check(config: Any, num_clients: Optional[int]) -> list[str]:
       errors.append(message)
 
   need(
-    config.sampling() in privacy.SAMPLINGS,
+    config.sampling() in client_keys.SAMPLINGS,
     f'--client_sampling={config.client_sampling!r} is unknown; choose one '
-    f'of {", ".join(privacy.SAMPLINGS)}',
+    f'of {", ".join(client_keys.SAMPLINGS)}',
   )
   need(
     config.accountant() in privacy.ACCOUNTANTS,

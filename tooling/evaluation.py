@@ -10,7 +10,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 
 
 def macro_f1(labels: np.ndarray, predictions: np.ndarray) -> float:

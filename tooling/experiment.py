@@ -23,10 +23,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from absl import logging
 import numpy as np
 
-from tff_methods import client_keys
-from tff_methods import client_states
-from tff_methods import methods
-from tff_methods import model_lib
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods
+from tff_methods.clients import client_keys
+from tff_methods.clients import client_states
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tasks import report
@@ -70,7 +71,7 @@ def model_fn_for(
   model_name: str,
   num_classes: int,
   input_shape: Sequence[int],
-  hparams: methods.Hyperparameters,
+  hparams: hyperparameters.Hyperparameters,
   **model_kwargs,
 ) -> model_lib.KerasModelFn:
   """The Keras model factory method `name` trains on a task-zoo model.
@@ -231,7 +232,7 @@ def run(
 ) -> dict:
   """Runs (or resumes) the experiment; see the module docstring.
 
-  Needs a TFF execution context (`tff_methods.runtime`).
+  Needs a TFF execution context (`tff_methods.execution.runtime`).
 
   Args:
     config: The experiment.

@@ -6,11 +6,11 @@ is allowed.
 import os
 from typing import Sequence
 
-from tff_methods import aggregation
-from tff_methods import method_spec
-from tff_methods import methods
-from tff_methods import model_checks
-from tff_methods import optimizers
+from tff_methods.algorithms import method_spec
+from tff_methods.algorithms import methods
+from tff_methods.templates import aggregation
+from tff_methods.templates import model_checks
+from tff_methods.templates import optimizers
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tasks import partition as partition_lib

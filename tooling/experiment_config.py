@@ -10,8 +10,9 @@ import re
 import typing
 from typing import Any, Mapping, Optional
 
-from tff_methods import methods
 from tff_methods import privacy
+from tff_methods.algorithms import hyperparameters
+from tff_methods.algorithms import methods
 from tff_methods_tasks import datasets
 from tff_methods_tasks import tff_baselines
 from tff_methods_tooling import dp_runs
@@ -53,12 +54,13 @@ def _setting(default: Any, help_text: str) -> Any:
 # The library's own defaults for the settings a method's builder takes:
 # the experiment's are the same values, defined once (`methods`).
 _METHOD_DEFAULTS = {
-  f.name: f.default for f in dataclasses.fields(methods.Hyperparameters)
+  f.name: f.default for f in dataclasses.fields(hyperparameters.Hyperparameters)
 }
 
 
 def _method_setting(name: str, help_text: str) -> Any:
-  """A config field for `methods.Hyperparameters.<name>`, at its default."""
+  """A config field for `hyperparameters.Hyperparameters.<name>`, at its
+  default."""
   return _setting(_METHOD_DEFAULTS[name], help_text)
 
 
@@ -81,7 +83,8 @@ class _SharedSettings:
   method_module: Optional[str] = _setting(
     None,
     'Modules to import first (comma-separated, on the command line), each '
-    'registering methods of its own with tff_methods.methods.register: '
+    'registering methods of its own with '
+    'tff_methods.algorithms.methods.register: '
     '--method then names them and their settings are flags '
     '(docs/methods.md, "Combinations").',
   )
@@ -360,7 +363,7 @@ class _SharedSettings:
 
   def hyperparameters(
     self, num_clients: Optional[int] = None
-  ) -> methods.Hyperparameters:
+  ) -> hyperparameters.Hyperparameters:
     shared = {
       name: getattr(self, name)
       for name in _METHOD_DEFAULTS
@@ -370,7 +373,7 @@ class _SharedSettings:
       shared['dp_noise_multiplier'] = dp_runs.noise_multiplier(
         self, num_clients or self.num_clients
       )
-    return methods.Hyperparameters(
+    return hyperparameters.Hyperparameters(
       **{
         **shared,
         'method_settings': self.method_settings(),

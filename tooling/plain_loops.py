@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 

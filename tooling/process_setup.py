@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-from tff_methods import workers
+from tff_methods.execution import workers
 
 
 def verbosity_from_argv(argv: list[str]) -> int:
@@ -87,7 +87,7 @@ def method_modules_from_argv(argv: Sequence[str]) -> list[str]:
 
 def import_modules(names: Sequence[str]) -> None:
   """Imports each of `names` (once: a module imported before is kept), each
-  registering its methods with `tff_methods.methods.register`.
+  registering its methods with `tff_methods.algorithms.methods.register`.
 
   Raises:
     ValueError: naming the module that can't be imported, and why.

@@ -17,7 +17,7 @@ compose_dataset_computation_with_learning_process`), the way
 - A round whose new global weights are not all finite is rejected: the
   state stays as it was (the clients' states too), and the round is
   reported (`rejected_rounds`).
-- A process with per-client state (`tff_methods.stateful`) keeps it in
+- A process with per-client state (`tff_methods.templates.stateful`) keeps it in
   files by client and round, which a resumed run reads as they were; the
   loop discards a rejected round's versions and prunes the versions no
   checkpoint needs. After each round it checks that every client wrote its
@@ -41,7 +41,7 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-from tff_methods import model_lib
+from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tooling import run_directory
 
@@ -285,12 +285,13 @@ def run_training(
     round_hook: Called after every round with its number and metrics;
       an exception raised there stops the run (as an interruption would).
     client_key_fn: (client id, round) -> what `process.next` takes for that
-      client (e.g. `tff_methods.client_keys.client_key`, for data that depends
+      client (e.g. `tff_methods.clients.client_keys.client_key`, for data that
+      depends
       on the round); by default the client id itself.
     round_metrics_fn: Round number -> more metrics of that round, recorded
       with its own (e.g. a DP run's epsilon so far).
     client_sampling: How each round's cohort is drawn, 'without_replacement'
-      or 'poisson' (`tff_methods.client_keys.sample_clients`).
+      or 'poisson' (`tff_methods.clients.client_keys.sample_clients`).
     sampling_seed: Fixes the cohorts instead of `seed` (a DP run's secret
       one).
     released_metrics_fn: A round's metrics -> the part of them that is
@@ -315,7 +316,7 @@ def run_training(
   state_manager = program_state_manager(
     output_dir, keep_total=2, keep_first=False
   )
-  # Processes with per-client state (`tff_methods.stateful`): their
+  # Processes with per-client state (`tff_methods.templates.stateful`): their
   # clients' files, written by round.
   client_states = getattr(process, 'client_states', None)
   if client_states is not None and client_key_fn is None:

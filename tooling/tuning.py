@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-from tff_methods import methods as methods_lib
+from tff_methods.algorithms import methods as methods_lib
 from tff_methods_tooling import comparison
 from tff_methods_tooling import comparison_report
 from tff_methods_tooling import experiment

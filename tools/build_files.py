@@ -26,11 +26,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the same names for installation.
 DIRECTORIES = {
   'tff_methods': 'tff_methods',
+  'tff_methods.execution': 'tff_methods/execution',
+  'tff_methods.clients': 'tff_methods/clients',
+  'tff_methods.templates': 'tff_methods/templates',
+  'tff_methods.algorithms': 'tff_methods/algorithms',
   'tff_methods_tasks': 'tasks',
   'tff_methods_tooling': 'tooling',
   'tff_methods_tooling.presets': 'tooling/presets',
   'tff_methods_binaries': 'binaries',
   'tests': 'tests',
+  'tests.execution': 'tests/execution',
+  'tests.clients': 'tests/clients',
+  'tests.templates': 'tests/templates',
+  'tests.algorithms': 'tests/algorithms',
 }
 # A third-party module -> the package (requirements.txt) that installs it.
 REQUIREMENTS = {
@@ -164,15 +172,15 @@ def target(directory, source):
     elif '/' not in string and string.endswith('.c'):
       if os.path.isfile(os.path.join(REPO, directory, string)):
         data.add(string)
-    elif directory == 'tests' and _is_root_file(string):
+    elif directory.split('/')[0] == 'tests' and _is_root_file(string):
       data.add(f'//:{string}')
   own = f'//{directory}:'
   deps.discard(own + name)
   deps = {':' + d[len(own) :] if d.startswith(own) else d for d in deps}
-  if directory == 'tests':
+  if directory.split('/')[0] == 'tests':
     rule = 'py_test' if source.endswith('_test.py') else 'py_library'
     if rule == 'py_test':
-      deps.add(':conftest')
+      deps.add(':conftest' if directory == 'tests' else '//tests:conftest')
   elif '\ndef main(' in text:
     rule = 'py_binary'
   else:

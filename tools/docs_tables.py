@@ -11,7 +11,7 @@ markers below; `tests/experiment_config_test.py` checks it is current.
 import os
 import sys
 
-from tff_methods import methods
+from tff_methods.algorithms import methods
 from tff_methods_tooling import experiment_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,7 +18,7 @@ class Row:
     key: Short name, unique in its preset (used for `--method` with a
       preset, and as its run directory).
     label: The row's name in the paper, e.g. 'FedProx(0.1)+FedCos(0.02)'.
-    method: The method it runs (`tff_methods.methods` name).
+    method: The method it runs (`tff_methods.algorithms.methods` name).
     settings: `ExperimentConfig` fields of this row only.
     reported: The paper's numbers, in percent: `accuracy` (final), and
       where given `accuracy_std`, `best_accuracy`, `seconds_per_round`.

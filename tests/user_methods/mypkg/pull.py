@@ -9,9 +9,9 @@ import dataclasses
 
 import tensorflow as tf
 
-from tff_methods import method_spec
-from tff_methods import methods
-from tff_methods import regularizers
+from tff_methods.algorithms import method_spec
+from tff_methods.algorithms import methods
+from tff_methods.templates import regularizers
 
 
 class Pull(regularizers.Regularizer):

@@ -1,0 +1,66 @@
+"""TFF's TensorFlow computations as sessions
+(`tff_methods.execution.session_graphs`)."""
+
+import collections
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods.execution import session_graphs
+
+_PAIR = collections.OrderedDict(a=np.float32, b=(np.int32, np.int32))
+
+
+def test_values_flatten_in_type_order_and_come_back_as_structs():
+  type_spec = tff.types.to_type(_PAIR)
+  value = collections.OrderedDict(a=1.5, b=(2, 3))
+  leaves = session_graphs.flatten(value, type_spec)
+  assert [x.dtype for x in leaves] == [np.float32, np.int32, np.int32]
+  assert [float(x) for x in leaves] == [1.5, 2, 3]
+  back = session_graphs.unflatten(leaves, type_spec)
+  assert back.a == 1.5 and tuple(back.b) == (2, 3)
+  assert len(session_graphs.leaves_of_type(type_spec)) == 3
+
+
+def test_a_chained_graph_feeds_the_first_results_to_the_second():
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def scale(x, y):
+    return x * 2.0, y + 1.0
+
+  @tff.tensorflow.computation(np.float32, np.float32, np.float32)
+  def combine(total, u, v):
+    return total + u * v
+
+  # combine's u and v are scale's results; its total is fed.
+  graph = session_graphs.SessionGraph(
+    [(scale, {}), (combine, {1: 0, 2: 1})], '/device:CPU:0'
+  )
+  assert graph.run([np.float32(3.0), np.float32(4.0), np.float32(10.0)]) == [
+    10.0 + 6.0 * 5.0
+  ]
+  # Traced, its nodes ran on its device.
+  graph.run([np.float32(1.0), np.float32(1.0), np.float32(0.0)], trace=True)
+  assert set(graph.traced) == {'/device:CPU:0'}
+  assert not graph.elsewhere
+  graph.close()
+
+
+def test_a_data_set_reaches_its_graph_serialized():
+  @tff.tensorflow.computation(tff.SequenceType(np.int32))
+  def total(ds):
+    return ds.reduce(np.int32(0), lambda s, x: s + x)
+
+  graph = session_graphs.SessionGraph([(total, {})], '/device:CPU:0')
+  leaves = session_graphs.flatten(
+    tf.data.Dataset.range(5).map(lambda x: tf.cast(x, tf.int32)),
+    total.type_signature.parameter,
+  )
+  assert graph.run(leaves) == [10]
+  graph.close()
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -1,0 +1,403 @@
+"""The shared local-training loop: its losses, its client update, and its
+client work for clients without state.
+
+`build_local_training_client_work` is a `tff.learning.templates.
+ClientWorkProcess` in the shape of TFF's `model_delta_client_work`: each
+client starts from the broadcast global weights `w_g`, takes one optimizer
+step per batch of its (already batched and repeated) data on
+
+  objective = cross_entropy + sum of the regularizers' terms,
+
+and returns the update `w_g - w` (TFF's sign convention) weighted by its
+examples (or tokens, or uniformly). A client whose update is not finite
+(an entry, or its l2 norm) gets weight 0 and is counted in
+`num_non_finite_clients`, as TFF does.
+
+`build_client_update_fn` is the client update both client works run (this
+one, and `stateful`'s for clients that keep state); `processes` composes
+either into a learning process.
+"""
+
+import collections
+import collections.abc
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_methods.clients import batches_in_memory
+from tff_methods.clients import client_data
+from tff_methods.templates import aggregation
+from tff_methods.templates import client_hparams
+from tff_methods.templates import composers
+from tff_methods.templates import distributors
+from tff_methods.templates import model_lib
+from tff_methods.templates import reference_outputs
+from tff_methods.templates import regularizers as regularizers_lib
+
+_TRAIN_SUMS = (
+  'loss_sum',
+  'objective_sum',
+  'correct',
+  'num_labels',
+  'num_examples',
+  'num_batches',
+  'num_non_finite_clients',
+)
+
+
+# The data term of the local objective: (labels, model outputs) -> scalar.
+LossFn = Callable[[tf.Tensor, Mapping[str, tf.Tensor]], tf.Tensor]
+
+
+def cross_entropy(
+  labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
+) -> tf.Tensor:
+  """Mean sparse softmax cross-entropy of `outputs['logits']` (the default)."""
+  return tf.reduce_mean(
+    tf.keras.losses.sparse_categorical_crossentropy(
+      labels, outputs['logits'], from_logits=True
+    )
+  )
+
+
+def squared_error(
+  labels: tf.Tensor, outputs: Mapping[str, tf.Tensor]
+) -> tf.Tensor:
+  """Mean of `0.5 * (logits - labels)^2`: least squares on a 1-d output."""
+  predictions = tf.reshape(outputs['logits'], tf.shape(labels))
+  return 0.5 * tf.reduce_mean(tf.square(predictions - labels))
+
+
+def _labels_like(labels: tf.Tensor, predictions: tf.Tensor) -> tf.Tensor:
+  """`labels` shaped as `predictions`, as Keras' sparse accuracy takes them.
+
+  TFF's tutorials batch labels as `(B, 1)`; compared with `(B,)`
+  predictions, `tf.equal` would broadcast to `(B, B)`.
+  """
+  if (
+    labels.shape.rank is not None
+    and predictions.shape.rank is not None
+    and labels.shape.rank == predictions.shape.rank + 1
+  ):
+    labels = tf.squeeze(labels, axis=-1)
+  return labels
+
+
+def _union(names_lists):
+  return tuple(sorted(set(n for names in names_lists for n in names)))
+
+
+def build_client_update_fn(
+  keras_model_fn: model_lib.KerasModelFn,
+  optimizer: tff.learning.optimizers.Optimizer,
+  regularizers: Sequence[regularizers_lib.Regularizer],
+  weighting: aggregation.ClientWeighting,
+  loss_fn: Optional[LossFn] = None,
+  cache_reference_outputs: bool = True,
+):
+  """The `tf.function` that trains one client.
+
+  Builds the model, and truncated copies of the global and previous models
+  for the outputs the regularizers declare. `loss_fn(labels, outputs)` is
+  the data term (cross-entropy on `logits` by default). When the batches carry
+  `index` (each example's position in the client's data) and
+  `cache_reference_outputs`, the reference models' outputs are computed
+  once per example and round (`ReferenceOutputs`).
+
+  Returns:
+    A function `(initial_weights, dataset, previous_weights=None,
+    has_previous=False, broadcast=None, client_state=None,
+    optimizer_hparams=None) -> (ClientResult, train_sums, final_weights)`;
+    `dataset` is the client's batches, a data set or `batches_in_memory.
+    SlicedBatches`; `previous_weights` is the part of the previous model
+    the regularizers' previous-model view reads (`reference_outputs.
+    ReferenceView.kept_weights`); `broadcast` and `client_state` reach the
+    regularizers through `LocalStep`; `optimizer_hparams` are the round's
+    hyperparameters of the optimizer (`client_hparams`), its own when None.
+  """
+  loss_fn = loss_fn or cross_entropy
+  counts_tokens = isinstance(weighting, aggregation.NumTokens)
+  # Every model here is assigned its weights before its first use.
+  with model_lib.weights_assigned_before_use():
+    model = keras_model_fn()
+    global_reference = reference_outputs.reference_view(
+      keras_model_fn, _union(r.global_outputs for r in regularizers)
+    )
+    previous_reference = reference_outputs.reference_view(
+      keras_model_fn, _union(r.previous_outputs for r in regularizers)
+    )
+  views = {
+    key: view
+    for key, view in (
+      ('global', global_reference),
+      ('previous', previous_reference),
+    )
+    if view is not None
+  }
+  reference = reference_outputs.ReferenceOutputs(
+    views,
+    reference_outputs.REFERENCE_CACHE_MAX_MB,
+    cache=cache_reference_outputs,
+  )
+  weight_correctors = [r for r in regularizers if r.weight_correction]
+
+  @tf.function
+  def client_update(
+    initial_weights,
+    dataset,
+    previous_weights=None,
+    has_previous=False,
+    broadcast=None,
+    client_state=None,
+    optimizer_hparams=None,
+  ):
+    trainable = model.trainable_variables
+    learning_rate = None
+    if optimizer_hparams is not None:
+      learning_rate = optimizer_hparams.get('learning_rate')
+    model_lib.assign_weights(model, initial_weights)
+    global_weights = list(initial_weights.trainable)
+    if global_reference is not None:
+      global_reference.assign(initial_weights)
+    if previous_reference is not None:
+      previous_reference.assign_kept(previous_weights)
+    if isinstance(dataset, batches_in_memory.SlicedBatches):
+      batches = dataset
+    else:
+      batches = batches_in_memory.BatchesInMemory(dataset)
+    tables = reference.tabulate(batches)
+
+    def reduce_fn(state, batch):
+      batch = client_data.named_batch(batch)
+      sums, optimizer_state, (carried_tables, has_previous), tokens = state
+      # Reference models: inference mode, outside the tape.
+      references = reference.outputs(batch, carried_tables or None)
+      global_outputs = references.get('global')
+      previous_outputs = references.get('previous')
+      with tf.GradientTape() as tape:
+        outputs = model(batch['x'], training=True)
+        loss = loss_fn(batch['y'], outputs)
+        step = regularizers_lib.LocalStep(
+          trainable,
+          global_weights,
+          outputs,
+          batch,
+          global_outputs,
+          previous_outputs,
+          has_previous,
+          broadcast,
+          client_state,
+          learning_rate,
+        )
+        objective = loss
+        if model.losses:
+          # The model's own weight regularization, which Keras and TFF's
+          # `from_keras_model` train with (TFF's ResNets have L2 on each
+          # layer); the loss reported is the data term, as TFF's.
+          objective += tf.add_n(model.losses)
+        for regularizer in regularizers:
+          term = regularizer(step)
+          if term is not None:
+            objective += term
+      gradients = tape.gradient(objective, trainable)
+      optimizer_state, new_weights = optimizer.next(
+        optimizer_state, tuple(trainable), tuple(gradients)
+      )
+      for variable, value in zip(trainable, new_weights):
+        variable.assign(value)
+      for regularizer in weight_correctors:
+        for variable, delta in zip(
+          trainable, regularizer.weight_correction(step)
+        ):
+          variable.assign_sub(delta)
+      predictions = tf.argmax(outputs['logits'], axis=-1, output_type=tf.int32)
+      labels = _labels_like(tf.cast(batch['y'], tf.int32), predictions)
+      batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)
+      sums = collections.OrderedDict(
+        loss_sum=sums['loss_sum'] + loss * batch_size,
+        objective_sum=sums['objective_sum'] + objective * batch_size,
+        correct=sums['correct']
+        + tf.reduce_sum(tf.cast(tf.equal(predictions, labels), tf.float32)),
+        num_labels=sums['num_labels'] + tf.cast(tf.size(labels), tf.float32),
+        num_examples=sums['num_examples'] + batch_size,
+        num_batches=sums['num_batches'] + 1.0,
+        num_non_finite_clients=sums['num_non_finite_clients'],
+      )
+      if counts_tokens:
+        tokens += weighting.count(batch['y'])
+      return sums, optimizer_state, (carried_tables, has_previous), tokens
+
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+    initial_sums = collections.OrderedDict(
+      (k, tf.constant(0.0)) for k in _TRAIN_SUMS
+    )
+    # Loop variables, not captures: a tensor captured into the loop lets
+    # TensorFlow's oneDNN layout pass meet a MaxPool gradient before its
+    # forward op and leave it on the slow generic kernel
+    # (docs/performance.md).
+    carried = (tables or (), tf.convert_to_tensor(has_previous))
+    optimizer_state = optimizer.initialize(specs)
+    if optimizer_hparams is not None:
+      optimizer_state = optimizer.set_hparams(
+        optimizer_state, optimizer_hparams
+      )
+    sums, _, _, tokens = batches.reduce(
+      (initial_sums, optimizer_state, carried, tf.constant(0.0)), reduce_fn
+    )
+    update = [g - w for g, w in zip(global_weights, trainable)]
+    weight = {
+      tff.learning.ClientWeighting.NUM_EXAMPLES: sums['num_examples'],
+      tff.learning.ClientWeighting.UNIFORM: tf.constant(1.0),
+    }.get(weighting, tokens)
+    # Finite entries are not enough: an update whose l2 norm overflows (an
+    # entry above about 1.8e19) turns NaN under a DP clip, so it is dropped
+    # as a diverged one is, before any aggregator sees it.
+    is_finite = tf.logical_and(
+      tf.reduce_all([tf.reduce_all(tf.math.is_finite(u)) for u in update]),
+      tf.math.is_finite(tf.linalg.global_norm(update)),
+    )
+
+    def drop_client():
+      # A diverged client must not reach the mean: zero update, zero weight,
+      # and its metrics replaced by one count of non-finite clients.
+      dropped = collections.OrderedDict(
+        (k, tf.zeros_like(v)) for k, v in sums.items()
+      )
+      dropped['num_non_finite_clients'] = tf.constant(1.0)
+      return [tf.zeros_like(u) for u in update], tf.constant(0.0), dropped
+
+    update, weight, sums = tf.cond(
+      is_finite, lambda: (update, weight, sums), drop_client
+    )
+    final_weights = tff.learning.models.ModelWeights(
+      trainable=[tf.identity(v) for v in model.trainable_variables],
+      non_trainable=[tf.identity(v) for v in model.non_trainable_variables],
+    )
+    return (
+      tff.learning.templates.ClientResult(update=update, update_weight=weight),
+      sums,
+      final_weights,
+    )
+
+  return client_update
+
+
+def build_local_training_client_work(
+  keras_model_fn: model_lib.KerasModelFn,
+  element_spec: Any,
+  optimizer: tff.learning.optimizers.Optimizer,
+  regularizers: Sequence[regularizers_lib.Regularizer] = (),
+  client_weighting: aggregation.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  received_type: Optional[tff.Type] = None,
+  loss_fn: Optional[LossFn] = None,
+  dataset_computation: Optional[tff.Computation] = None,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
+) -> tff.templates.MeasuredProcess:
+  """Local training on cross-entropy plus `regularizers`, as client work.
+
+  Its state is the client optimizer's hyperparameters, or the round number
+  under `client_learning_rate_fn` (`client_hparams`), as TFF's client works.
+
+  Args:
+    keras_model_fn: Builds one of the project's multi-output Keras models
+      (`tff_methods_tasks.models`); called inside TFF computations.
+    element_spec: The spec of one batch of client data, `OrderedDict(x, y)`
+      or an `(x, y)` tuple.
+    optimizer: The client optimizer, e.g. `optimizers.build_client_sgd`.
+    regularizers: Terms added to the local objective.
+    client_weighting: How client updates are weighted in the mean.
+    received_type: What each client receives from the distributor (see
+      `build_distributor`); the model weights type by default.
+    loss_fn: The data term; cross-entropy by default.
+    dataset_computation: A client's key -> its batches
+      (`tff_methods_tasks.datasets.round_dataset_computation`). When given, the
+      clients' data are their keys and each client makes its batches inside its
+      own computation (`ClientBatches`).
+    metrics_aggregator: TFF's metrics aggregator (`aggregation`);
+      `tff.learning.metrics.sum_then_finalize` by default.
+    client_learning_rate_fn: Round number (from 0) -> the client learning
+      rate, as TFF's `build_weighted_fed_avg_with_optimizer_schedule`.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess`;
+    with `dataset_computation`, a `tff.templates.MeasuredProcess` of the
+    same form whose client data are keys (a `ClientWorkProcess` takes only
+    data sets).
+  """
+  regularizers = tuple(regularizers)
+  if regularizers_lib.needs_client_state(regularizers):
+    raise ValueError(
+      "A regularizer reads the client's previous model or keeps client "
+      'state, which needs per-client state: use '
+      'tff_methods.templates.stateful.build_stateful_client_work (or '
+      'tff_methods.templates.processes.build_local_training_process, which '
+      'picks).'
+    )
+  has_broadcast = regularizers_lib.keeps_server_state(regularizers)
+  if received_type is None:
+    received_type = model_lib.weights_type(keras_model_fn)
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
+  client_batches = client_data.ClientBatches(dataset_computation, data_type)
+  hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)
+
+  # The client's data (its key) last: as TFF's client works take their
+  # data, and as the benchmark's client profile finds the key.
+  @tff.tensorflow.computation(
+    received_type, hparams.hparams_type, client_batches.client_data_type
+  )
+  def client_update_computation(received, optimizer_hparams, client_data):
+    initial_weights, broadcast = distributors.split_received(
+      received, has_broadcast
+    )
+    client_update = build_client_update_fn(
+      keras_model_fn,
+      hparams.optimizer,
+      regularizers,
+      client_weighting,
+      loss_fn,
+    )
+    result, sums, _ = client_update(
+      initial_weights,
+      client_batches(client_data),
+      broadcast=broadcast,
+      optimizer_hparams=optimizer_hparams,
+    )
+    return result, aggregation.unfinalized_train_metrics(sums)
+
+  aggregate_metrics = aggregation.build_metrics_aggregation(
+    metrics_aggregator, client_update_computation.type_signature.result[1]
+  )
+
+  @tff.federated_computation(
+    hparams.init_fn.type_signature.result,
+    tff.FederatedType(received_type, tff.CLIENTS),
+    tff.FederatedType(client_batches.client_data_type, tff.CLIENTS),
+  )
+  def next_fn(state, received, client_data):
+    at_clients, new_state, measurements = hparams.round_values(state)
+    client_result, unfinalized_metrics = tff.federated_map(
+      client_update_computation, (received, at_clients, client_data)
+    )
+    return tff.templates.MeasuredProcessOutput(
+      new_state,
+      client_result,
+      aggregate_metrics(unfinalized_metrics, **measurements),
+    )
+
+  if dataset_computation is not None:
+    return composers.KeyedClientWork(
+      hparams.init_fn,
+      next_fn,
+      hparams.get_hparams_fn,
+      hparams.set_hparams_fn,
+    )
+  return tff.learning.templates.ClientWorkProcess(
+    hparams.init_fn,
+    next_fn,
+    get_hparams_fn=hparams.get_hparams_fn,
+    set_hparams_fn=hparams.set_hparams_fn,
+  )
