@@ -1,11 +1,13 @@
 """What every timed part of the benchmark builds: the methods it times, a
 method's process on a client-data set's keys, and the models' arguments."""
 
+import dataclasses
 import statistics
 from typing import Sequence
 
 from tff_methods.algorithms import methods as methods_lib
 from tff_methods.clients import client_keys
+from tff_methods.execution import in_process
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import experiment
@@ -103,7 +105,12 @@ def benchmark_process(
     **model_kwargs(model_name),
   )
   process = methods_lib.build_method_for_client_ids(
-    name, model_fn, *round_datasets(data, batches), hparams
+    name,
+    model_fn,
+    *round_datasets(data, batches),
+    dataclasses.replace(
+      hparams, client_states_in_memory=in_process.is_current()
+    ),
   )
   return process, model_fn
 

@@ -27,6 +27,7 @@ from tff_methods.algorithms import hyperparameters
 from tff_methods.algorithms import methods
 from tff_methods.clients import client_keys
 from tff_methods.clients import client_states
+from tff_methods.execution import in_process
 from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
@@ -111,7 +112,12 @@ def build_process(config: ExperimentConfig, data: TaskData):
   TFF's baseline tasks, the task's model, batches and loss (and its own
   `VariableModel` for TFF's algorithms).
   """
-  hparams = config.hyperparameters(len(data.client_data.client_ids))
+  hparams = dataclasses.replace(
+    config.hyperparameters(len(data.client_data.client_ids)),
+    # Run in this process (`--execution=in_process`): the clients' states
+    # stay in its memory and reach the directory with each checkpoint.
+    client_states_in_memory=in_process.is_current(),
+  )
   loss_fn = tff_model_fn = None
   if isinstance(data, tff_baselines.BaselineTask):
     keras_model_fn, batches = data.keras_model_fn, data.batches

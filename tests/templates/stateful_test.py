@@ -23,6 +23,7 @@ from tff_methods.algorithms import methods
 from tff_methods.algorithms import moon
 from tff_methods.clients import client_keys
 from tff_methods.clients import client_states
+from tff_methods.execution import in_process
 from tff_methods.templates import local_training
 from tff_methods.templates import model_lib
 from tff_methods.templates import optimizers
@@ -503,3 +504,32 @@ def test_regularizers_reading_previous_models_need_a_stateful_process(setup):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_where_states_live_is_the_builders_argument_not_the_context(setup):
+  # Built while the in-process context is current, a process keeps its
+  # clients' states where its builder says: files by default, memory when
+  # asked (the binaries ask under --execution=in_process).
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+
+  def built(**kwargs):
+    return fedcka.build_fedcka(
+      setup['model_fn'],
+      setup['spec'],
+      dataset_computation=setup['datasets_by_key'],
+      client_optimizer_fn=setup['optimizer'],
+      layers=1,
+      **kwargs,
+    )
+
+  with tff.framework.get_context_stack().install(context):
+    assert not built().client_states.in_memory
+    assert built(client_states_in_memory=True).client_states.in_memory
+  assert built(client_states_in_memory=True).client_states.in_memory
+  assert methods.build_method_for_client_ids(
+    'moon',
+    setup['model_fn'],
+    setup['datasets_by_key'],
+    setup['spec'],
+    hyperparameters.Hyperparameters(client_states_in_memory=True),
+  ).client_states.in_memory

@@ -37,6 +37,9 @@ from tff_methods.templates import regularizers
 _EPSILON = 1e-4
 # What `d` is: the paper's global move, or the FedCos code's mean update.
 DIRECTIONS = ('global_move', 'mean_client_update')
+# The FedCos paper's combinations (its Tables II-IV): FedCos added to
+# FedProx, FedAvgM and FedAdam.
+PAPER_COMBINATIONS = ('fedprox+fedcos', 'fedavgm+fedcos', 'fedadam+fedcos')
 # The strength the project uses when none is given (the paper's tables use
 # 0.01 to 0.05).
 DEFAULT_MU = 0.02

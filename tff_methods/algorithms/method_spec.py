@@ -245,6 +245,10 @@ _SHARED_ARGS_DOC = """\
     client_state_dir: For clients that keep state: where their state files
       live; a temporary directory by default, which a resumed program can't
       use (`next` refuses to start past round 1 with it).
+    client_states_in_memory: For clients that keep state: read and write
+      them in this machine's shared memory, and `client_state_dir` at each
+      checkpoint, for a process the in-process context runs
+      (`execution.in_process`); files in `client_state_dir` by default.
     model_aggregator: TFF's model aggregator, weighted or unweighted
       (`tff.learning.robust_aggregator()`, `dp_aggregator(...)`, ...;
       `tff_methods.templates.aggregation`); the weighted mean by default.
@@ -268,6 +272,7 @@ _SHARED_ARGS = (
   ('base_regularizers', ()),
   ('dataset_computation', None),
   ('client_state_dir', None),
+  ('client_states_in_memory', False),
   ('model_aggregator', None),
   ('metrics_aggregator', None),
   ('client_weighting', None),

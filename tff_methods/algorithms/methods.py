@@ -88,11 +88,7 @@ TFF_ALGORITHMS = tuple(spec.name for spec in fedavg.TFF_ALGORITHMS)
 STANDALONE = tuple(n for n, spec in REGISTRY.items() if spec.stands_alone)
 SINGLE_METHODS = tuple(REGISTRY)
 # The single methods, and the combinations of the FedCos paper.
-METHOD_NAMES = SINGLE_METHODS + (
-  'fedprox+fedcos',
-  'fedavgm+fedcos',
-  'fedadam+fedcos',
-)
+METHOD_NAMES = SINGLE_METHODS + fedcos.PAPER_COMBINATIONS
 
 
 def parse_method(name: str) -> list[str]:
@@ -326,7 +322,7 @@ def build_method_for_client_ids(
   name: str,
   keras_model_fn: model_lib.KerasModelFn,
   datasets_by_id: tff.Computation,
-  spec: Any,
+  element_spec: Any,
   hparams: hyperparameters.Hyperparameters,
   loss_fn: Optional[local_training.LossFn] = None,
   tff_model_fn: Optional[TffModelFn] = None,
@@ -339,7 +335,7 @@ def build_method_for_client_ids(
     datasets_by_id: A client's key (its id, or its id and the round, as
       `tff_methods_tasks.datasets.round_dataset_computation` takes) -> its
       batches.
-    spec: The spec of one batch.
+    element_spec: The spec of one batch.
     hparams: Optimizer settings and strengths.
     loss_fn: The methods' data term; cross-entropy on `logits` by default.
     tff_model_fn: The `VariableModel` TFF's algorithms train (see
@@ -352,7 +348,13 @@ def build_method_for_client_ids(
     must name the client and the round.
   """
   return _build(
-    name, keras_model_fn, spec, hparams, datasets_by_id, loss_fn, tff_model_fn
+    name,
+    keras_model_fn,
+    element_spec,
+    hparams,
+    datasets_by_id,
+    loss_fn,
+    tff_model_fn,
   )
 
 
@@ -389,6 +391,7 @@ def _build(
     base_regularizers=_terms(with_terms[:-1], hparams),
     dataset_computation=dataset_computation,
     client_state_dir=hparams.client_state_dir,
+    client_states_in_memory=hparams.client_states_in_memory,
     model_aggregator=hparams.model_aggregator(),
     client_weighting=hparams.weighting(),
     loss_fn=loss_fn,

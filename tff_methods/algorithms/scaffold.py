@@ -164,6 +164,7 @@ def build_scaffold(
   server_learning_rate: Optional[float] = None,
   weight_decay: float = 0.0,
   client_state_dir: Optional[str] = None,
+  client_states_in_memory: bool = False,
   client_momentum: float = 0.0,
   model_aggregator: Optional[aggregation.ModelAggregator] = None,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
@@ -206,14 +207,17 @@ def build_scaffold(
     client_state_dir: Where the clients' state files live; a temporary
       directory by default, which a resumed program can't use (`next`
       refuses to start past round 1 with it).
+    client_states_in_memory: Keep the states in this machine's shared
+      memory, written to `client_state_dir` at each checkpoint, for a
+      process run in this process (`execution.in_process`).
     client_momentum: Local SGD momentum (0, plain SGD, is the paper's),
       with `client_learning_rate`.
     model_aggregator: TFF's model aggregator, weighted or unweighted
-      (`tff_methods.templates.aggregation`); it averages the model updates,
-      while
-      `c` moves by the plain mean of the clients' control-variate changes:
-      a DP aggregator leaves those un-noised, so the process is not
-      differentially private (the binaries refuse SCAFFOLD under DP).
+      (`tff_methods.templates.aggregation`); it averages the model
+      updates, while `c` moves by the plain mean of the clients'
+      control-variate changes: a DP aggregator leaves those un-noised, so
+      the process is not differentially private (the binaries refuse
+      SCAFFOLD under DP).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_weighting: How client models are averaged: UNIFORM (the paper,
@@ -249,6 +253,7 @@ def build_scaffold(
     server_optimizer_fn=server_optimizer_fn,
     regularizers=[correction],
     client_state_dir=client_state_dir,
+    client_states_in_memory=client_states_in_memory,
     model_aggregator=model_aggregator,
     metrics_aggregator=metrics_aggregator,
     client_weighting=client_weighting,
@@ -291,6 +296,7 @@ def _build_from_settings(
     ),
     weight_decay=settings.weight_decay,
     client_state_dir=settings.client_state_dir,
+    client_states_in_memory=settings.client_states_in_memory,
     client_momentum=settings.client_momentum if own.momentum else 0.0,
     client_weighting=WEIGHTINGS[own.weighting],
     model_aggregator=settings.model_aggregator(),

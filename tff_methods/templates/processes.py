@@ -40,6 +40,7 @@ def build_local_training_process(
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
   client_state_dir: Optional[str] = None,
+  client_states_in_memory: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess`: local training with `regularizers`, then FedOpt.
 
@@ -71,6 +72,10 @@ def build_local_training_process(
     client_state_dir: For clients that keep state: where their state files
       live (default: a temporary directory, which a resumed program can't
       use).
+    client_states_in_memory: For clients that keep state: keep a working
+      copy in this machine's shared memory, written to `client_state_dir`
+      at each checkpoint (for a process run in this process, by
+      `execution.in_process`); else they are read and written there.
 
   Returns:
     A `tff.learning.templates.LearningProcess`; for clients that keep state
@@ -105,6 +110,7 @@ def build_local_training_process(
       client_optimizer_fn,
       regularizers,
       client_state_dir,
+      client_states_in_memory=client_states_in_memory,
       metrics_aggregator=metrics_aggregator,
       client_learning_rate_fn=client_learning_rate_fn,
     )

@@ -32,7 +32,6 @@ import tensorflow_federated as tff
 from tff_methods.clients import client_data
 from tff_methods.clients import client_keys
 from tff_methods.clients import client_states as client_states_lib
-from tff_methods.execution import in_process
 from tff_methods.templates import aggregation
 from tff_methods.templates import client_hparams
 from tff_methods.templates import composers
@@ -241,6 +240,7 @@ def build_stateful_client_work(
   optimizer: tff.learning.optimizers.Optimizer,
   regularizers: Sequence[regularizers_lib.Regularizer],
   client_state_dir: Optional[str] = None,
+  client_states_in_memory: bool = False,
   metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
   client_learning_rate_fn: Optional[client_hparams.LearningRateFn] = None,
 ) -> composers.LoopClientWork:
@@ -268,6 +268,10 @@ def build_stateful_client_work(
     client_state_dir: Where the clients' state files live (default: a
       temporary directory, removed at exit, which a resumed program can't
       use: `next` refuses to start past round 1 with it).
+    client_states_in_memory: Keep a working copy of the states in this
+      machine's shared memory, written to `client_state_dir` at each
+      checkpoint (`client_states.ClientStateFiles`): for a process run in
+      this process (`execution.in_process`).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning
@@ -311,9 +315,7 @@ def build_stateful_client_work(
   client_states = client_states_lib.ClientStateFiles(
     initial_client_state(regularizers, zero_weights, kept_previous),
     client_state_dir,
-    # Built to run in this process: the states stay in its memory, and
-    # reach the directory with each checkpoint.
-    in_memory=in_process.is_current(),
+    in_memory=client_states_in_memory,
   )
 
   hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)
