@@ -391,10 +391,10 @@ def build_fed2(
   )
 
 
-def _build_from_settings(
+def _build_from_hparams(
   keras_model_fn,
   element_spec,
-  settings,
+  hparams,
   *,
   dataset_computation=None,
   loss_fn=None,
@@ -404,12 +404,12 @@ def _build_from_settings(
   return build_fed2(
     keras_model_fn,
     element_spec,
-    client_optimizer_fn=settings.client_optimizer(),
-    num_groups=settings.settings_of(METHOD).groups,
-    server_optimizer_fn=settings.server_optimizer('sgd'),
+    client_optimizer_fn=hparams.client_optimizer(),
+    num_groups=hparams.settings_of(METHOD).groups,
+    server_optimizer_fn=hparams.server_optimizer('sgd'),
     dataset_computation=dataset_computation,
-    model_aggregator=settings.model_aggregator(),
-    client_weighting=settings.weighting(),
+    model_aggregator=hparams.model_aggregator(),
+    client_weighting=hparams.weighting(),
     loss_fn=loss_fn,
   )
 
@@ -443,5 +443,5 @@ METHOD = method_spec.MethodSpec(
   display_name='Fed2',
   settings=Settings,
   model_fn=_grouped_model_fn,
-  build=_build_from_settings,
+  build=_build_from_hparams,
 )

@@ -116,12 +116,13 @@ build_fedavg = method_spec.builder(FEDAVG)
 
 
 def _tff_algorithm(server_rule):
-  """TFF's `build_weighted_fed_avg` with `server_rule`, from the settings."""
+  """TFF's `build_weighted_fed_avg` with `server_rule`, from the run's
+  hyperparameters."""
 
   def build(
     keras_model_fn,
     element_spec,
-    settings,
+    hparams,
     *,
     dataset_computation=None,
     loss_fn=None,
@@ -131,10 +132,10 @@ def _tff_algorithm(server_rule):
     process = build_tff_fedavg(
       keras_model_fn,
       element_spec,
-      client_optimizer_fn=settings.client_optimizer(),
-      server_optimizer_fn=settings.server_optimizer(server_rule),
-      model_aggregator=settings.model_aggregator(),
-      client_weighting=settings.weighting(),
+      client_optimizer_fn=hparams.client_optimizer(),
+      server_optimizer_fn=hparams.server_optimizer(server_rule),
+      model_aggregator=hparams.model_aggregator(),
+      client_weighting=hparams.weighting(),
       tff_model_fn=tff_model_fn,
     )
     if dataset_computation is None:

@@ -89,8 +89,10 @@ def problems(
   return found
 
 
-# (keras_model_fn, element_spec, settings, *, dataset_computation, loss_fn,
-# tff_model_fn) -> the method's process.
+# (keras_model_fn, element_spec, hparams, *, dataset_computation, loss_fn,
+# tff_model_fn) -> the method's process; `hparams` is the run's
+# `hyperparameters.Hyperparameters`, whose `settings_of(spec)` are the
+# method's own settings.
 BuildFn = Callable[..., Any]
 
 

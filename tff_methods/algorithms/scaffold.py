@@ -272,34 +272,34 @@ WEIGHTINGS = {
 }
 
 
-def _build_from_settings(
+def _build_from_hparams(
   keras_model_fn,
   element_spec,
-  settings,
+  hparams,
   *,
   dataset_computation=None,
   loss_fn=None,
   tff_model_fn=None,
 ):
   del tff_model_fn  # The project's loop trains the Keras model.
-  own = settings.settings_of(METHOD)
+  own = hparams.settings_of(METHOD)
   return build_scaffold(
     keras_model_fn,
     element_spec,
     dataset_computation=dataset_computation,
-    client_learning_rate=settings.client_learning_rate,
-    num_clients=settings.num_clients,
+    client_learning_rate=hparams.client_learning_rate,
+    num_clients=hparams.num_clients,
     server_learning_rate=(
       1.0
-      if settings.server_learning_rate is None
-      else settings.server_learning_rate
+      if hparams.server_learning_rate is None
+      else hparams.server_learning_rate
     ),
-    weight_decay=settings.weight_decay,
-    client_state_dir=settings.client_state_dir,
-    client_states_in_memory=settings.client_states_in_memory,
-    client_momentum=settings.client_momentum if own.momentum else 0.0,
+    weight_decay=hparams.weight_decay,
+    client_state_dir=hparams.client_state_dir,
+    client_states_in_memory=hparams.client_states_in_memory,
+    client_momentum=hparams.client_momentum if own.momentum else 0.0,
     client_weighting=WEIGHTINGS[own.weighting],
-    model_aggregator=settings.model_aggregator(),
+    model_aggregator=hparams.model_aggregator(),
     loss_fn=loss_fn,
   )
 
@@ -336,7 +336,7 @@ METHOD = method_spec.MethodSpec(
   display_name='SCAFFOLD',
   settings=Settings,
   notes=_notes,
-  build=_build_from_settings,
+  build=_build_from_hparams,
   keeps_client_state=True,
   weighting_setting='weighting',
   client_reports="the control variates' changes c_i_new - c_i",
