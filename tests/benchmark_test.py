@@ -14,6 +14,7 @@ from tff_methods.execution import workers
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark
 from tff_methods_tooling import benchmark_processes
+from tff_methods_tooling import benchmark_run
 from tff_methods_tooling import plain_loops
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
@@ -141,3 +142,54 @@ def test_scaling_reports_tffs_cost_per_client(tmp_path):
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def _run_settings(**kwargs):
+  return benchmark_run.Settings(
+    **{
+      **dict(
+        output_dir='',
+        models=(),
+        methods=(),
+        num_clients=2,
+        examples_per_client=1,
+        resnet_examples_per_client=1,
+        batch_size=1,
+        local_epochs=1,
+        repeats=1,
+        passes=3,
+        seed=0,
+        client_learning_rate=0.1,
+        client_momentum=0.0,
+        max_concurrent_clients=2,
+      ),
+      **kwargs,
+    }
+  )
+
+
+@pytest.mark.parametrize('remote', [False, True])
+def test_every_pass_after_the_first_runs_on_a_new_local_worker(
+  remote, monkeypatch
+):
+  events = []
+  monkeypatch.setattr(workers, 'stop_workers', lambda: events.append('stop'))
+  passes = benchmark_run._Passes(
+    _run_settings(remote_workers=remote),
+    lambda parameters: events.append(('start', parameters)),
+    None,
+  )
+  # A pass sees the events before it: none, then a stop and a start each.
+  assert passes.on_worker(lambda: len(events)) == (
+    [0, 0, 0] if remote else [0, 2, 4]
+  )
+  events.clear()
+  # A large model gets every core: a worker of its own, started for it
+  # (where that is another number of threads than a small model's).
+  large = workers.LARGE_MODEL_PARAMETERS
+  threads = workers.threads_per_client(large, 2)
+  assert passes.use_worker_for(large) == threads
+  restarted = threads != workers.threads_per_client(None, 2) and not remote
+  assert events == (['stop', ('start', large)] if restarted else [])
+  events.clear()
+  assert passes.use_worker_for(large) == threads and not events
