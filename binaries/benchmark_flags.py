@@ -119,10 +119,10 @@ flags.DEFINE_bool(
 flags.DEFINE_bool(
   'in_process',
   True,
-  'Also time every method in this process (tff_methods.execution.in_process, '
-  'on '
-  "--in_process_devices) beside the worker: the models' tables and the "
-  'clients-per-round table, in as many passes.',
+  'Also time every method in this process '
+  '(tff_methods.execution.in_process, on --in_process_devices) beside the '
+  "worker: the models' tables and the clients-per-round table, in as many "
+  'passes.',
 )
 flags.DEFINE_list(
   'in_process_devices',

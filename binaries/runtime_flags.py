@@ -8,8 +8,7 @@
 - `--execution=in_process --devices=gpu:0,gpu:1`: the rounds' TensorFlow in
   this process, the clients spread over the devices
   (`tff_methods.execution.in_process`); what doesn't compile for it goes to a
-  local
-  worker.
+  local worker.
 """
 
 import re

@@ -13,9 +13,8 @@ Every model here is a functional `tf.keras.Model` whose output is a dict:
 
 Every layer lies on the path from the input to `logits`, so the model's
 trainable variables are exactly those of
-`tff_methods.templates.model_lib.logits_only(
-model)`, in the same
-order: the weights of the project's processes and of TFF's own builders are
+`tff_methods.templates.model_lib.logits_only(model)`, in the same order: the
+weights of the project's processes and of TFF's own builders are
 interchangeable.
 
 `get_model(name, num_classes, input_shape, ...)` builds one by name.

@@ -3,11 +3,10 @@
 Tests that run TFF computations ask for the `tff_worker` fixture (a module's
 `pytestmark = pytest.mark.usefixtures('tff_worker')`, or a test's own
 mark): the worker starts at the first of them and
-`tff_methods.execution.runtime`
-ends it when the session exits. Any other test that ran a computation would
-fail at once, with no worker left behind. Tests that start binaries or
-workers of their own are marked `slow` (`pytest -m "not slow"` skips them;
-`make test` runs everything).
+`tff_methods.execution.runtime` ends it when the session exits. Any other test
+that ran a computation would fail at once, with no worker left behind. Tests
+that start binaries or workers of their own are marked `slow`
+(`pytest -m "not slow"` skips them; `make test` runs everything).
 """
 
 from tff_methods.execution import runtime

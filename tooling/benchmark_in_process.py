@@ -1,8 +1,7 @@
 """The benchmark's in-process figures: each method's seconds per round on
 TFF's worker and in this process (`tff_methods.execution.in_process`), its ratio
-to
-FedAvg in this process, and, at small clients, the stateful methods'
-targets there, where their client states stay in memory."""
+to FedAvg in this process, and, at small clients, the stateful methods' targets
+there, where their client states stay in memory."""
 
 from typing import Optional
 
@@ -40,10 +39,9 @@ def report_lines(model: dict, num_clients: int, devices: str) -> list[str]:
     return []
   lines = [
     '',
-    f'In this process, on {devices} (`tff_methods.execution.in_process`), the '
-    f'same '
-    'rounds as the table above; the ratio is to FedAvg in this process, '
-    f'and at {SMALL_CLIENTS} examples a client or fewer the stateful '
+    f'In this process, on {devices} (`tff_methods.execution.in_process`), '
+    'the same rounds as the table above; the ratio is to FedAvg in this '
+    f'process, and at {SMALL_CLIENTS} examples a client or fewer the stateful '
     'methods (their client states in memory here) have targets:',
     '',
     '| method | worker s/round | in-process s/round | in-process / worker '

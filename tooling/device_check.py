@@ -3,9 +3,8 @@
 For each method, a few rounds on the digits task run twice from the same
 initial model: on TFF's worker and in this process on the devices asked for
 (`tff_methods.execution.in_process`). A row says how far apart the two runs'
-weights
-ended, the seconds per round of each, where the in-process clients' nodes
-ran (TensorFlow's step stats, first round), and which ops of the clients'
+weights ended, the seconds per round of each, where the in-process clients'
+nodes ran (TensorFlow's step stats, first round), and which ops of the clients'
 graphs have no GPU kernel (beside the host's input pipeline and files).
 """
 

@@ -1,6 +1,5 @@
 """Tests for tff_methods.algorithms.grouped_layers: Fed2's groups side by side,
-each
-group computed from its own block only, by hand with NumPy."""
+each group computed from its own block only, by hand with NumPy."""
 
 import sys
 

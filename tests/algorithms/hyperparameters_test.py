@@ -1,6 +1,5 @@
 """Tests for tff_methods.algorithms.hyperparameters: the settings every builder
-is
-called with, turned into optimizers, strengths and aggregators."""
+is called with, turned into optimizers, strengths and aggregators."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """Tests for tff_methods.clients.batches_in_memory: a round's batches read first
-(up
-to a cap) or sliced from its examples reduce exactly as the data set does."""
+(up to a cap) or sliced from its examples reduce exactly as the data set
+does."""
 
 import collections
 import sys

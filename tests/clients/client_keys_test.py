@@ -1,6 +1,5 @@
 """Tests for tff_methods.clients.client_keys: a client's key for a round, the
-seeded
-client sampling, and the program's data source of keys."""
+seeded client sampling, and the program's data source of keys."""
 
 import sys
 

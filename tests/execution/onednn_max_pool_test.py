@@ -1,6 +1,5 @@
 """Tests for tff_methods.execution.onednn_max_pool: MaxPool gradients on
-oneDNN's
-kernel in every build."""
+oneDNN's kernel in every build."""
 
 import platform
 import sys

@@ -1,6 +1,5 @@
 """Tests for tff_methods.execution.runtime (the execution contexts on TFF's
-workers)
-and tff_methods_tooling.process_setup (the binaries' own set-up).
+workers) and tff_methods_tooling.process_setup (the binaries' own set-up).
 
 The workers' own life is tested in workers_test.py."""
 

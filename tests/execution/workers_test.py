@@ -1,6 +1,5 @@
 """Tests for tff_methods.execution.workers: the local TFF worker's environment,
-threads
-and life, and how a signal that ends it reaches the caller."""
+threads and life, and how a signal that ends it reaches the caller."""
 
 import os
 import signal

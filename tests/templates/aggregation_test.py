@@ -1,6 +1,5 @@
 """Tests for tff_methods.templates.aggregation: the methods with TFF's four
-aggregator
-families, on digits (one method of each way a process aggregates).
+aggregator families, on digits (one method of each way a process aggregates).
 
 Each method is built from its own module's builder with TFF's
 `model_aggregator` and trained two rounds from the same weights on the same

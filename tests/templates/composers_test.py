@@ -1,6 +1,5 @@
 """Tests for tff_methods.templates.composers: the composer equals TFF's on TFF's
-own
-pieces, and a process that makes its clients' batches refuses data sets."""
+own pieces, and a process that makes its clients' batches refuses data sets."""
 
 import collections
 import sys

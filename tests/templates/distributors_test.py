@@ -1,6 +1,5 @@
 """Tests for tff_methods.templates.distributors: the loop's broadcast, with the
-terms'
-server state."""
+terms' server state."""
 
 import sys
 

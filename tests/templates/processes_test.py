@@ -1,6 +1,5 @@
 """Tests for tff_methods.templates.processes: one builder of the shared loop,
-whose
-client work follows from its terms."""
+whose client work follows from its terms."""
 
 import sys
 

@@ -1,6 +1,5 @@
 """Tests for tff_methods.templates.reference_outputs: the reference models'
-outputs
-a client reads, computed once per example and kept in tables."""
+outputs a client reads, computed once per example and kept in tables."""
 
 import collections
 import functools

@@ -1,6 +1,5 @@
 """Tests for per-client state (tff_methods.templates.stateful): MOON and FedCKA
-as
-processes.
+as processes.
 
 The TFF computations are built once per module.
 """

@@ -38,10 +38,9 @@ def round_of_key(key: Any) -> int:
   if isinstance(key, tf.data.Dataset):
     raise TypeError(
       'A process with per-client state takes client keys, [client id, '
-      'round] (tff_methods.templates.client_keys.client_key(client_id, '
-      'round_num)), and '
-      "makes each client's batches from its dataset_computation; it was "
-      'given data sets.'
+      'round] (tff_methods.clients.client_keys.client_key(client_id, '
+      "round_num)), and makes each client's batches from its "
+      'dataset_computation; it was given data sets.'
     )
   try:
     parts = np.asarray(key)

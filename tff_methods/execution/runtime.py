@@ -2,8 +2,7 @@
 
 TFF 0.87's own local context starts a C++ worker it never ends reliably
 (`tff_methods.execution.workers` says why). The contexts here run the same
-packaged
-worker, or several running ones, through TFF's own executors:
+packaged worker, or several running ones, through TFF's own executors:
 
   from tff_methods.execution import runtime
   runtime.set_local_execution_context(max_concurrent_clients=2)

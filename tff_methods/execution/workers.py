@@ -18,8 +18,7 @@ handle, and ends it on every exit path:
   `finally` blocks. Without it, the process's handlers are left alone.
 
 Importing this module changes nothing. `tff_methods.execution.runtime` builds
-TFF's
-execution contexts on these workers; `LocalWorker` and `RemoteWorker` are
+TFF's execution contexts on these workers; `LocalWorker` and `RemoteWorker` are
 the connections it uses.
 """
 

@@ -334,8 +334,8 @@ def build_local_training_client_work(
       "A regularizer reads the client's previous model or keeps client "
       'state, which needs per-client state: use '
       'tff_methods.templates.stateful.build_stateful_client_work (or '
-      'tff_methods.templates.processes.build_local_training_process, which '
-      'picks).'
+      'tff_methods.templates.processes.build_local_training_process, '
+      'which picks).'
     )
   has_broadcast = regularizers_lib.keeps_server_state(regularizers)
   if received_type is None:

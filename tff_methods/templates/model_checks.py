@@ -142,8 +142,8 @@ def checked_model_fn(
     raise TypeError(
       'Pass a function that builds the Keras model (it is called inside '
       f'TFF computations), not {type(keras_model_fn).__name__}; e.g. '
-      'lambda: tff_methods.templates.model_lib.named_outputs(make_model(), '
-      '...).'
+      'lambda: tff_methods.templates.model_lib.named_outputs('
+      'make_model(), ...).'
     )
   keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
   check_outputs(keras_model_fn, needed_outputs(regularizers))

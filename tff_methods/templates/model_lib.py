@@ -220,8 +220,7 @@ def contract_model(model: Any) -> tf.keras.Model:
       'VariableModel: pass a function that builds the tf.keras.Model '
       '(the one given to tff.learning.models.from_keras_model), wrapped '
       'in tff_methods.templates.model_lib.named_outputs(...) to name the '
-      'layers '
-      'a method reads.'
+      'layers a method reads.'
     )
   inputs = _checked_input(model)
   output = model.output
@@ -236,8 +235,8 @@ def contract_model(model: Any) -> tf.keras.Model:
   if isinstance(output, (list, tuple)):
     raise TypeError(
       f'Model {model.name!r} has {len(output)} unnamed outputs; name them '
-      'with tff_methods.templates.model_lib.named_outputs(model, logits=..., '
-      '...).'
+      'with tff_methods.templates.model_lib.named_outputs(model, '
+      'logits=..., ...).'
     )
   _check_logits(model, output)
   return tf.keras.Model(inputs, {'logits': output}, name=model.name)

@@ -96,8 +96,7 @@ class ClientState:
 
   Read before the client trains (`LocalStep.client_state[term.name]`) and
   replaced after (`tff_methods.templates.stateful`); a client whose update is
-  not
-  finite keeps its old state and reports nothing.
+  not finite keeps its old state and reports nothing.
 
   Attributes:
     initial: `trainable_zeros` -> the state of a client that has not taken

@@ -155,7 +155,7 @@ class StatefulClientsLearningProcess(composers.ClientIdsLearningProcess):
         + (f' ({repeats + 1} times)' if repeats else '')
         + f': its clients read the states written before round '
         f"{max(rounds)}, not the last round's. Give each round its own "
-        'number (tff_methods.templates.client_keys.client_key(client_id, '
+        'number (tff_methods.clients.client_keys.client_key(client_id, '
         'round_num)).',
         stacklevel=3,
       )
