@@ -285,17 +285,18 @@ def run_training(
     round_hook: Called after every round with its number and metrics;
       an exception raised there stops the run (as an interruption would).
     client_key_fn: (client id, round) -> what `process.next` takes for that
-      client (e.g. `tff_methods.clients.client_keys.client_key`, for data that
-      depends on the round); by default the client id itself. round_metrics_fn:
-      Round number -> more metrics of that round, recorded with its own (e.g. a
-      DP run's epsilon so far). client_sampling: How each round's cohort is
-      drawn, 'without_replacement' or 'poisson'
-      (`tff_methods.clients.client_keys.sample_clients`). sampling_seed: Fixes
-      the cohorts instead of `seed` (a DP run's secret one).
-      released_metrics_fn: A round's metrics -> the part of them that is written
-      (metrics.csv, TensorBoard), shown and given to `round_hook` (a DP run's:
-      what its guarantee covers); all of them by default. The loop's own checks
-      read them all.
+      client (e.g. `tff_methods.clients.client_keys.client_key`, for data
+      that depends on the round); by default the client id itself.
+    round_metrics_fn: Round number -> more metrics of that round, recorded
+      with its own (e.g. a DP run's epsilon so far).
+    client_sampling: How each round's cohort is drawn, 'without_replacement'
+      or 'poisson' (`tff_methods.clients.client_keys.sample_clients`).
+    sampling_seed: Fixes the cohorts instead of `seed` (a DP run's secret
+      one).
+    released_metrics_fn: A round's metrics -> the part of them that is
+      written (metrics.csv, TensorBoard), shown and given to `round_hook` (a
+      DP run's: what its guarantee covers); all of them by default. The
+      loop's own checks read them all.
 
   Returns:
     A dict with `rounds`, `final_weights`, `final_eval`, `rejected_rounds`
