@@ -233,6 +233,47 @@ def initial_client_state(
   return state
 
 
+def _check_terms(regularizers: Sequence[regularizers_lib.Regularizer]):
+  """Refuses terms of which none keeps client state, and a term that reads
+  client reports without the client state whose update makes them."""
+  if not regularizers_lib.needs_client_state(regularizers):
+    raise ValueError(
+      'No regularizer keeps client state (reads the previous model or '
+      'has a client_state); use '
+      'local_training.build_local_training_client_work.'
+    )
+  for r in regularizers:
+    if regularizers_lib.reads_client_reports([r]) and r.client_state is None:
+      raise ValueError(
+        f'{r.name} reads client reports (ServerState.'
+        'record_client_reports), so it must keep the client state '
+        '(a ClientState) whose update makes them.'
+      )
+
+
+def _trained_state(
+  state_keepers, kept_model, client_state, result, **update_args
+):
+  """A client's state after it trained (its kept previous model, if a term
+  reads it, and each term's own `ClientState.update`), and the reports of
+  the terms that read them (`reads_client_reports`), by term name."""
+  trained = collections.OrderedDict()
+  if kept_model is not None:
+    trained.update(has_previous=tf.constant(1), model=kept_model)
+  reports = collections.OrderedDict()
+  broadcast = update_args.pop('broadcast')
+  for r in state_keepers:
+    trained[r.name], report = r.client_state.update(
+      client_state[r.name],
+      update=result.update,
+      broadcast=broadcast[r.name] if r.server_state else None,
+      **update_args,
+    )
+    if regularizers_lib.reads_client_reports([r]):
+      reports[r.name] = report
+  return trained, reports
+
+
 def build_stateful_client_work(
   setup: composers.LoopSetup,
   element_spec: Any,
@@ -278,19 +319,7 @@ def build_stateful_client_work(
       rate (`client_hparams`); None for the client optimizer's own.
   """
   regularizers = tuple(regularizers)
-  if not regularizers_lib.needs_client_state(regularizers):
-    raise ValueError(
-      'No regularizer keeps client state (reads the previous model or '
-      'has a client_state); use '
-      'local_training.build_local_training_client_work.'
-    )
-  for r in regularizers:
-    if regularizers_lib.reads_client_reports([r]) and r.client_state is None:
-      raise ValueError(
-        f'{r.name} reads client reports (ServerState.'
-        'record_client_reports), so it must keep the client state '
-        '(a ClientState) whose update makes them.'
-      )
+  _check_terms(regularizers)
   keras_model_fn, loss_fn = setup.keras_model_fn, setup.loss_fn
   client_weighting = setup.client_weighting
   zero_weights = setup.zero_weights
@@ -344,23 +373,15 @@ def build_stateful_client_work(
       own_states or None,
       optimizer_hparams,
     )
-    trained = collections.OrderedDict()
-    if reads_previous:
-      trained.update(
-        has_previous=tf.constant(1),
-        model=kept_previous(final_weights),
-      )
-    reports = collections.OrderedDict()
-    for r in state_keepers:
-      trained[r.name], report = r.client_state.update(
-        client_state[r.name],
-        update=result.update,
-        num_steps=sums['num_batches'],
-        broadcast=broadcast[r.name] if r.server_state else None,
-        learning_rate=optimizer_hparams.get('learning_rate'),
-      )
-      if regularizers_lib.reads_client_reports([r]):
-        reports[r.name] = report
+    trained, reports = _trained_state(
+      state_keepers,
+      kept_previous(final_weights) if reads_previous else None,
+      client_state,
+      result,
+      num_steps=sums['num_batches'],
+      broadcast=broadcast,
+      learning_rate=optimizer_hparams.get('learning_rate'),
+    )
     # A diverged client (weight 0) keeps its old state, reports zeros and
     # is not counted.
     finite = result.update_weight > 0
