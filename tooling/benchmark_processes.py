@@ -12,22 +12,19 @@ from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import experiment
 
-BENCHMARK_METHODS = (
-  'fedavg',
-  'tff_fedavg',
-  'fedprox',
-  'scaffold',
-  'moon',
-  'fedcka',
-  'fedmax',
-  'fedcos',
-  'fed2',
-)
-
-
 # TFF's own `build_weighted_fed_avg`: the same weights as the project's
 # `fedavg` (tests/algorithms/fedavg_test.py), timed beside it for reference.
 TFF_FEDAVG = 'tff_fedavg'
+
+# FedAvg, TFF's FedAvg, and every method that brings a term or a process of
+# its own (the server rules' cost is FedAvg's), as the registry declares
+# them.
+BENCHMARK_METHODS = ('fedavg', TFF_FEDAVG) + tuple(
+  name
+  for name, spec in methods_lib.REGISTRY.items()
+  if spec.term is not None
+  or (spec.stands_alone and name not in methods_lib.TFF_ALGORITHMS)
+)
 
 
 def applicable_methods(

@@ -24,11 +24,23 @@ from tff_methods.execution import devices as devices_lib
 from tff_methods.execution import in_process
 from tff_methods.execution import runtime
 from tff_methods.templates import model_lib
+from tff_methods_tasks import models as task_models
 from tff_methods_tooling import experiment
 
 # Models the methods can train on digits (MOON reads a projection `z`, Fed2
 # groups its model); the rest take the small MLP.
-_MODELS = {'moon': 'fedcka_cnn', 'fed2': 'fedcka_cnn'}
+
+
+def _model_for(method: str) -> str:
+  """The digits MLP, or the FedCKA CNN for a method that reads an output
+  the MLP lacks (MOON's `z`) or trains its own form of a model (Fed2)."""
+  if methods.trains_own_form(method) or not methods.reads_outputs(
+    method
+  ) <= set(task_models.output_names('mlp')):
+    return 'fedcka_cnn'
+  return 'mlp'
+
+
 EVERY_METHOD = tuple(
   m for m in methods.SINGLE_METHODS if m not in methods.TFF_ALGORITHMS
 ) + ('tff_fedavg',)
@@ -58,7 +70,7 @@ class Row:
 def _config(method: str, output_dir: str, cache_dir: str, num_clients: int):
   return experiment.ExperimentConfig(
     method=method,
-    model=_MODELS.get(method, 'mlp'),
+    model=_model_for(method),
     task='digits',
     num_clients=num_clients,
     clients_per_round=num_clients,

@@ -32,13 +32,16 @@ from tff_methods_tooling import comparison_report
 from tff_methods_tooling import experiment
 from tff_methods_tooling import experiment_config
 
-# The server rules whose learning rate is tuned (plain averaging keeps 1).
-_SERVER_TUNED = ('fedavgm', 'fedadam', 'fedyogi')
 VALIDATION_FRACTION = 0.2
 
 
 def tunes_server_learning_rate(method: str) -> bool:
-  return any(p in _SERVER_TUNED for p in methods_lib.parse_method(method))
+  """Whether a component brings a server rule with a learning rate to tune
+  (FedAvgM's, FedAdam's, FedYogi's; plain averaging keeps 1)."""
+  return any(
+    methods_lib.REGISTRY[p].server_optimizer not in (None, 'sgd')
+    for p in methods_lib.parse_method(method)
+  )
 
 
 @dataclasses.dataclass(frozen=True)
