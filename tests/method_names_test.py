@@ -15,7 +15,6 @@ import sys
 
 import pytest
 
-from tff_methods import algorithms
 from tff_methods.algorithms import method_spec
 from tff_methods.algorithms import methods
 
@@ -27,7 +26,9 @@ def _owners():
   """A built-in method's name -> the module of `tff_methods.algorithms`
   that declares it."""
   owners = {}
-  for info in pkgutil.iter_modules(algorithms.__path__):
+  for info in pkgutil.iter_modules(
+    [os.path.join(REPO, 'tff_methods', 'algorithms')]
+  ):
     if info.name == 'methods':  # The registry lists them all.
       continue
     module = importlib.import_module(f'tff_methods.algorithms.{info.name}')
