@@ -5,6 +5,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import sys
 
 from absl import flags
@@ -109,6 +110,15 @@ def test_the_docs_table_of_the_methods_settings_is_current():
     docs_tables.with_table(docs, table) == docs
   ), 'docs/flags.md is out of date: run python tools/docs_tables.py.'
   assert '| `--fedcka_similarity` | FedCKA | `linear_cka` |' in table
+  # Each flag's row says where it is defined: a file whose settings class
+  # has the field.
+  for row in table.splitlines()[2:]:
+    declared = row.split('|')[-2]
+    path, field = re.fullmatch(
+      r' `(.+)`: `Settings\.(\w+)` ', declared
+    ).groups()
+    with open(os.path.join(REPO, path)) as f:
+      assert re.search(rf'^  {field}: ', f.read(), re.M), row
 
 
 if __name__ == '__main__':

@@ -465,8 +465,12 @@ def config_class(registry: Mapping[str, Any]) -> type:
 def method_settings_table(registry: Mapping[str, Any]) -> str:
   """The docs' table of the methods' own settings (docs/flags.md), one row
   per setting, from the methods' declarations."""
-  rows = ['| flag | method | default | meaning |', '|---|---|---|---|']
+  rows = [
+    '| flag | method | default | meaning | declared in |',
+    '|---|---|---|---|---|',
+  ]
   for spec in registry.values():
+    declared = spec.settings.__module__.replace('.', '/') + '.py'
     for field in dataclasses.fields(spec.settings):
       meaning = field.metadata['help'].replace('|', '\\|')
       if field.metadata.get('choices'):
@@ -476,7 +480,8 @@ def method_settings_table(registry: Mapping[str, Any]) -> str:
         meaning += ' `--mu` sets it when this flag is not given.'
       rows.append(
         f'| `--{spec.flag(field.name)}` | {spec.display_name} | '
-        f'`{field.default}` | {meaning} |'
+        f'`{field.default}` | {meaning} | `{declared}`: '
+        f'`{spec.settings.__name__}.{field.name}` |'
       )
   return '\n'.join(rows) + '\n'
 
