@@ -332,9 +332,18 @@ def builder(spec: MethodSpec) -> Callable[..., Any]:
       **args,
     )
 
+  build.__name__ = build.__qualname__ = f'build_{spec.name}'
+  build.__signature__ = _signature(fields, setting_names)
+  build.__doc__ = _docstring(spec, fields, setting_names)
+  return build
+
+
+def _signature(fields, setting_names) -> inspect.Signature:
+  """A generated builder's signature: TFF's builder arguments, then the
+  settings its term takes, with their declared defaults."""
   keyword = inspect.Parameter.KEYWORD_ONLY
   positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
-  build.__signature__ = inspect.Signature(
+  return inspect.Signature(
     [
       inspect.Parameter('keras_model_fn', positional),
       inspect.Parameter('element_spec', positional),
@@ -354,6 +363,11 @@ def builder(spec: MethodSpec) -> Callable[..., Any]:
     ],
     return_annotation=tff.learning.templates.LearningProcess,
   )
+
+
+def _docstring(spec, fields, setting_names) -> str:
+  """A generated builder's docstring: the shared arguments' and each
+  setting's help, default and flag."""
   settings_doc = ''.join(
     '\n'
     + textwrap.fill(
@@ -365,25 +379,24 @@ def builder(spec: MethodSpec) -> Callable[..., Any]:
     )
     for name in setting_names
   )
-  build.__name__ = build.__qualname__ = f'build_{spec.name}'
-  build.__doc__ = (
+  returns = textwrap.fill(
+    'A `tff.learning.templates.LearningProcess`; when its clients keep '
+    'state (a term reads their previous model or keeps a `ClientState`: '
+    'MOON, FedCKA) a `stateful.StatefulClientsLearningProcess`, whose '
+    '`next` takes `[client id, round]` keys.',
+    width=78,
+    initial_indent='    ',
+    subsequent_indent='    ',
+  )
+  term = f" with {spec.display_name}'s term" if spec.term else ''
+  return (
     f'Builds {spec.display_name} as a `tff.learning.templates.'
-    'LearningProcess`: the shared local-training loop'
-    + (f" with {spec.display_name}'s term" if spec.term else '')
-    + '.\n\n  Generated from its declaration (`method_spec.builder`); the '
+    f'LearningProcess`: the shared local-training loop{term}.\n\n'
+    '  Generated from its declaration (`method_spec.builder`); the '
     'registry and the binaries build it.\n\n  Args:\n'
     + _SHARED_ARGS_DOC
     + settings_doc
     + '\n\n  Returns:\n'
-    + textwrap.fill(
-      'A `tff.learning.templates.LearningProcess`; when its clients keep '
-      'state (a term reads their previous model or keeps a `ClientState`: '
-      'MOON, FedCKA) a `stateful.StatefulClientsLearningProcess`, whose '
-      '`next` takes `[client id, round]` keys.',
-      width=78,
-      initial_indent='    ',
-      subsequent_indent='    ',
-    )
+    + returns
     + '\n'
   )
-  return build
