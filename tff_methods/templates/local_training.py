@@ -88,6 +88,62 @@ def _union(names_lists):
   return tuple(sorted(set(n for names in names_lists for n in names)))
 
 
+def _objective(loss, model_losses, regularizers, step):
+  """The data term, the model's own losses and every regularizer's term."""
+  objective = loss
+  if model_losses:
+    # The model's own weight regularization, which Keras and TFF's
+    # `from_keras_model` train with (TFF's ResNets have L2 on each layer);
+    # the loss reported is the data term, as TFF's.
+    objective += tf.add_n(model_losses)
+  for regularizer in regularizers:
+    term = regularizer(step)
+    if term is not None:
+      objective += term
+  return objective
+
+
+def _added_batch(sums, loss, objective, logits, batch):
+  """The training sums (`_TRAIN_SUMS`) with one batch's added."""
+  predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  labels = _labels_like(tf.cast(batch['y'], tf.int32), predictions)
+  batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)
+  return collections.OrderedDict(
+    loss_sum=sums['loss_sum'] + loss * batch_size,
+    objective_sum=sums['objective_sum'] + objective * batch_size,
+    correct=sums['correct']
+    + tf.reduce_sum(tf.cast(tf.equal(predictions, labels), tf.float32)),
+    num_labels=sums['num_labels'] + tf.cast(tf.size(labels), tf.float32),
+    num_examples=sums['num_examples'] + batch_size,
+    num_batches=sums['num_batches'] + 1.0,
+    num_non_finite_clients=sums['num_non_finite_clients'],
+  )
+
+
+def _dropped_if_not_finite(update, weight, sums):
+  """`(update, weight, sums)`, or for a diverged client a zero update, zero
+  weight, and its metrics replaced by one count of non-finite clients: it
+  must not reach the mean.
+
+  Finite entries are not enough: an update whose l2 norm overflows (an
+  entry above about 1.8e19) turns NaN under a DP clip, so it is dropped as
+  a diverged one is, before any aggregator sees it.
+  """
+  is_finite = tf.logical_and(
+    tf.reduce_all([tf.reduce_all(tf.math.is_finite(u)) for u in update]),
+    tf.math.is_finite(tf.linalg.global_norm(update)),
+  )
+
+  def drop_client():
+    dropped = collections.OrderedDict(
+      (k, tf.zeros_like(v)) for k, v in sums.items()
+    )
+    dropped['num_non_finite_clients'] = tf.constant(1.0)
+    return [tf.zeros_like(u) for u in update], tf.constant(0.0), dropped
+
+  return tf.cond(is_finite, lambda: (update, weight, sums), drop_client)
+
+
 def build_client_update_fn(
   keras_model_fn: model_lib.KerasModelFn,
   optimizer: tff.learning.optimizers.Optimizer,
@@ -190,16 +246,7 @@ def build_client_update_fn(
           client_state,
           learning_rate,
         )
-        objective = loss
-        if model.losses:
-          # The model's own weight regularization, which Keras and TFF's
-          # `from_keras_model` train with (TFF's ResNets have L2 on each
-          # layer); the loss reported is the data term, as TFF's.
-          objective += tf.add_n(model.losses)
-        for regularizer in regularizers:
-          term = regularizer(step)
-          if term is not None:
-            objective += term
+        objective = _objective(loss, model.losses, regularizers, step)
       gradients = tape.gradient(objective, trainable)
       optimizer_state, new_weights = optimizer.next(
         optimizer_state, tuple(trainable), tuple(gradients)
@@ -211,19 +258,7 @@ def build_client_update_fn(
           trainable, regularizer.weight_correction(step)
         ):
           variable.assign_sub(delta)
-      predictions = tf.argmax(outputs['logits'], axis=-1, output_type=tf.int32)
-      labels = _labels_like(tf.cast(batch['y'], tf.int32), predictions)
-      batch_size = tf.cast(tf.shape(batch['y'])[0], tf.float32)
-      sums = collections.OrderedDict(
-        loss_sum=sums['loss_sum'] + loss * batch_size,
-        objective_sum=sums['objective_sum'] + objective * batch_size,
-        correct=sums['correct']
-        + tf.reduce_sum(tf.cast(tf.equal(predictions, labels), tf.float32)),
-        num_labels=sums['num_labels'] + tf.cast(tf.size(labels), tf.float32),
-        num_examples=sums['num_examples'] + batch_size,
-        num_batches=sums['num_batches'] + 1.0,
-        num_non_finite_clients=sums['num_non_finite_clients'],
-      )
+      sums = _added_batch(sums, loss, objective, outputs['logits'], batch)
       if counts_tokens:
         tokens += weighting.count(batch['y'])
       return sums, optimizer_state, (carried_tables, has_previous), tokens
@@ -250,26 +285,7 @@ def build_client_update_fn(
       tff.learning.ClientWeighting.NUM_EXAMPLES: sums['num_examples'],
       tff.learning.ClientWeighting.UNIFORM: tf.constant(1.0),
     }.get(weighting, tokens)
-    # Finite entries are not enough: an update whose l2 norm overflows (an
-    # entry above about 1.8e19) turns NaN under a DP clip, so it is dropped
-    # as a diverged one is, before any aggregator sees it.
-    is_finite = tf.logical_and(
-      tf.reduce_all([tf.reduce_all(tf.math.is_finite(u)) for u in update]),
-      tf.math.is_finite(tf.linalg.global_norm(update)),
-    )
-
-    def drop_client():
-      # A diverged client must not reach the mean: zero update, zero weight,
-      # and its metrics replaced by one count of non-finite clients.
-      dropped = collections.OrderedDict(
-        (k, tf.zeros_like(v)) for k, v in sums.items()
-      )
-      dropped['num_non_finite_clients'] = tf.constant(1.0)
-      return [tf.zeros_like(u) for u in update], tf.constant(0.0), dropped
-
-    update, weight, sums = tf.cond(
-      is_finite, lambda: (update, weight, sums), drop_client
-    )
+    update, weight, sums = _dropped_if_not_finite(update, weight, sums)
     final_weights = tff.learning.models.ModelWeights(
       trainable=[tf.identity(v) for v in model.trainable_variables],
       non_trainable=[tf.identity(v) for v in model.non_trainable_variables],
