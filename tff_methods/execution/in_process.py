@@ -390,8 +390,8 @@ def create_in_process_execution_context(
 
 def is_current() -> bool:
   """Whether TFF's current context is an in-process one: computations built
-  now run their TensorFlow in this process (`stateful` then keeps the
-  clients' states in this process's memory)."""
+  now run their TensorFlow in this process (the binaries then build
+  stateful processes with `client_states_in_memory=True`)."""
   from tensorflow_federated.python.core.impl.context_stack import (
     context_stack_impl,
   )

@@ -6,8 +6,8 @@ read of it, `reference_outputs.kept_previous_weights`), and SCAFFOLD its
 control variate.
 Here each client's state lives in files that the client's
 own TensorFlow reads and writes (`client_states.ClientStateFiles`; in
-memory for a process built under the in-process execution context, which
-runs it in this process, and on disk with each checkpoint), and the
+memory with `client_states_in_memory=True`, for a process the in-process
+context runs, and on disk with each checkpoint), and the
 processes are ordinary `LearningProcess`es whose clients are keys,
 `[client_id, round_num]` (`client_key`):
 
