@@ -333,6 +333,8 @@ def builder(spec: MethodSpec) -> Callable[..., Any]:
     )
 
   build.__name__ = build.__qualname__ = f'build_{spec.name}'
+  if spec.term is not None:  # Where help() and tracebacks say it is.
+    build.__module__ = spec.term.__module__
   build.__signature__ = _signature(fields, setting_names)
   build.__doc__ = _docstring(spec, fields, setting_names)
   return build
