@@ -255,52 +255,11 @@ def build_model_aggregator(
       f'{clients_per_round!r}.'
     )
   if clip is None:
-    if not 0 < target_unclipped_quantile < 1:
-      raise ValueError(
-        "the adaptive clip's target unclipped quantile must be in (0, 1), "
-        f'got {target_unclipped_quantile!r}.'
-      )
-    if clipped_count_stddev is not None and not clipped_count_stddev > 0:
-      raise ValueError(
-        f'the clipped-count noise must be > 0, got {clipped_count_stddev!r}.'
-      )
-    # TFF's adaptive clip spends part of the budget on counting clipped
-    # clients (Andrew et al., 2021); the count's noise must exceed half the
-    # noise multiplier, or TFF refuses.
-    count_stddev = (
-      0.05 * clients_per_round
-      if clipped_count_stddev is None
-      else clipped_count_stddev
-    )
-    if 0 < noise_multiplier >= 2 * count_stddev:
-      raise ValueError(
-        f'adaptive clipping at noise multiplier {noise_multiplier} needs a '
-        f'clipped-count noise above {noise_multiplier / 2:g}, got '
-        f'{count_stddev:g}'
-        + (
-          f' (0.05 x {clients_per_round} clients per round)'
-          if clipped_count_stddev is None
-          else ''
-        )
-        + ': raise clients_per_round'
-        + (
-          f' above {int(10 * noise_multiplier)}'
-          if clipped_count_stddev is None
-          else ''
-        )
-        + f' or clipped_count_stddev above {noise_multiplier / 2:g}, lower '
-        f'noise_multiplier below {2 * count_stddev:g}, or fix the clip '
-        '(clip=...).'
-      )
-    return ZeroingNonFiniteNorms(
-      tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
-        float(noise_multiplier),
-        clients_per_round,
-        target_unclipped_quantile=float(target_unclipped_quantile),
-        clipped_count_stddev=(
-          None if clipped_count_stddev is None else float(count_stddev)
-        ),
-      )
+    return _adaptive_dp(
+      noise_multiplier,
+      clients_per_round,
+      clipped_count_stddev,
+      target_unclipped_quantile,
     )
   if not isinstance(clip, (int, float)) or clip <= 0:
     raise ValueError(
@@ -309,6 +268,53 @@ def build_model_aggregator(
   return ZeroingNonFiniteNorms(
     tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
       float(noise_multiplier), clients_per_round, float(clip)
+    )
+  )
+
+
+def _adaptive_dp(
+  noise_multiplier, clients_per_round, clipped_count_stddev, target_quantile
+):
+  """TFF's DP factory with the adaptive clip, after the checks TFF would
+  make later, named with the arguments' names."""
+  if not 0 < target_quantile < 1:
+    raise ValueError(
+      "the adaptive clip's target unclipped quantile must be in (0, 1), "
+      f'got {target_quantile!r}.'
+    )
+  if clipped_count_stddev is not None and not clipped_count_stddev > 0:
+    raise ValueError(
+      f'the clipped-count noise must be > 0, got {clipped_count_stddev!r}.'
+    )
+  # TFF's adaptive clip spends part of the budget on counting clipped
+  # clients (Andrew et al., 2021); the count's noise must exceed half the
+  # noise multiplier, or TFF refuses.
+  default_count = clipped_count_stddev is None
+  count_stddev = (
+    0.05 * clients_per_round if default_count else clipped_count_stddev
+  )
+  if 0 < noise_multiplier >= 2 * count_stddev:
+    raise ValueError(
+      f'adaptive clipping at noise multiplier {noise_multiplier} needs a '
+      f'clipped-count noise above {noise_multiplier / 2:g}, got '
+      f'{count_stddev:g}'
+      + (
+        f' (0.05 x {clients_per_round} clients per round)'
+        if default_count
+        else ''
+      )
+      + ': raise clients_per_round'
+      + (f' above {int(10 * noise_multiplier)}' if default_count else '')
+      + f' or clipped_count_stddev above {noise_multiplier / 2:g}, lower '
+      f'noise_multiplier below {2 * count_stddev:g}, or fix the clip '
+      '(clip=...).'
+    )
+  return ZeroingNonFiniteNorms(
+    tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+      float(noise_multiplier),
+      clients_per_round,
+      target_unclipped_quantile=float(target_quantile),
+      clipped_count_stddev=None if default_count else float(count_stddev),
     )
   )
 
