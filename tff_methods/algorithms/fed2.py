@@ -141,6 +141,53 @@ def _block(x, spec, width, name, padding, normalization, norm_groups=None):
   return tf.keras.layers.ReLU()(x)
 
 
+def _flattened_for(t, spec):
+  """`t` flattened before a dense layer (`spec` 'fc'), else as it is."""
+  if spec[0] == 'fc' and len(t.shape) > 2:
+    return tf.keras.layers.Flatten()(t)
+  return t
+
+
+def _decoupled_layer(x, spec, i, grouped, num_groups, padding, normalization):
+  """Layer `i` split into `num_groups` groups side by side; `grouped`: `x`
+  holds the groups' blocks already (else every group reads all of it)."""
+  width = math.ceil(spec[1] / num_groups)
+  if spec[0] == 'fc':
+    x = (
+      grouped_layers.flatten_groups(x, num_groups)
+      if grouped
+      else (_flattened_for(x, spec))
+    )
+    return grouped_layers.GroupedDense(
+      [width] * num_groups,
+      grouped,
+      activation='relu',
+      name=f'fed2_groups_{i + 1}',
+    )(x)
+  branches = (
+    grouped_layers.split_groups(x, num_groups)
+    if grouped
+    else ([x] * num_groups)
+  )
+  new = []
+  for g, t in enumerate(branches):
+    # One normalization group per Fed2 group: GN with G groups over the
+    # layer, whose G channel blocks are the Fed2 groups.
+    t = _block(
+      t,
+      spec,
+      width,
+      f'fed2_group{g}_{i + 1}',
+      padding,
+      normalization,
+      norm_groups=1,
+    )
+    if spec[0] == 'conv' and spec[3]:
+      t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
+    new.append(t)
+  return grouped_layers.side_by_side(new)
+
+
 def grouped_model(
   plan: LayerPlan,
   num_classes: int,
@@ -186,14 +233,9 @@ def grouped_model(
   x = inputs
   layer_outputs = []
 
-  def flatten_if_needed(t, spec):
-    if spec[0] == 'fc' and len(t.shape) > 2:
-      return tf.keras.layers.Flatten()(t)
-    return t
-
   for i in range(first_decoupled):
     spec = layers[i]
-    x = flatten_if_needed(x, spec)
+    x = _flattened_for(x, spec)
     x = _block(x, spec, spec[1], f'shared_{i + 1}', padding, plan.normalization)
     if spec[0] == 'conv' and spec[3]:
       x = tf.keras.layers.MaxPool2D(2, padding='same')(x)
@@ -203,43 +245,9 @@ def grouped_model(
   # (`grouped`), each group reading back only its own block.
   grouped = False
   for i in range(first_decoupled, len(layers)):
-    spec = layers[i]
-    width = math.ceil(spec[1] / num_groups)
-    if spec[0] == 'fc':
-      x = (
-        grouped_layers.flatten_groups(x, num_groups)
-        if grouped
-        else (flatten_if_needed(x, spec))
-      )
-      x = grouped_layers.GroupedDense(
-        [width] * num_groups,
-        grouped,
-        activation='relu',
-        name=f'fed2_groups_{i + 1}',
-      )(x)
-    else:
-      branches = (
-        grouped_layers.split_groups(x, num_groups)
-        if grouped
-        else ([x] * num_groups)
-      )
-      new = []
-      for g, t in enumerate(branches):
-        # One normalization group per Fed2 group: GN with G groups over
-        # the layer, whose G channel blocks are the Fed2 groups.
-        t = _block(
-          t,
-          spec,
-          width,
-          f'fed2_group{g}_{i + 1}',
-          padding,
-          plan.normalization,
-          norm_groups=1,
-        )
-        if spec[0] == 'conv' and spec[3]:
-          t = tf.keras.layers.MaxPool2D(2, padding='same')(t)
-        new.append(t)
-      x = grouped_layers.side_by_side(new)
+    x = _decoupled_layer(
+      x, layers[i], i, grouped, num_groups, padding, plan.normalization
+    )
     grouped = num_groups > 1
     layer_outputs.append(x)
 
@@ -250,7 +258,7 @@ def grouped_model(
     features = (
       grouped_layers.flatten_groups(x, num_groups)
       if grouped
-      else (flatten_if_needed(x, ('fc',)))
+      else (_flattened_for(x, ('fc',)))
     )
   group_logits = grouped_layers.GroupedDense(
     [len(classes) for classes in groups], grouped, name='fed2_groups_logits'
