@@ -73,29 +73,10 @@ class ClientHparams:
     optimizer: tff.learning.optimizers.Optimizer,
     learning_rate_fn: Optional[LearningRateFn] = None,
   ):
-    if learning_rate_fn is not None:  # TFF's schedule form is taken too.
-      optimizer = as_optimizer(optimizer)
-    elif not isinstance(optimizer, tff.learning.optimizers.Optimizer):
-      raise TypeError(
-        'client_optimizer_fn must be a tff.learning.optimizers.Optimizer '
-        '(e.g. tff.learning.optimizers.build_sgdm(0.1)), got '
-        f'{optimizer!r}.'
-      )
-    self.optimizer = optimizer
+    self.optimizer = _checked_optimizer(optimizer, learning_rate_fn)
     self.learning_rate_fn = learning_rate_fn
-    self.initial = initial_hparams(optimizer)
-    if learning_rate_fn is not None:
-      if not callable(learning_rate_fn):
-        raise TypeError(
-          'client_learning_rate_fn must be a function of the round number '
-          f'(from 0) returning the learning rate, got {learning_rate_fn!r}.'
-        )
-      if 'learning_rate' not in self.initial:
-        raise ValueError(
-          "client_learning_rate_fn schedules the client optimizer's "
-          "'learning_rate', which this optimizer does not have (its "
-          f'hyperparameters are {sorted(self.initial)}).'
-        )
+    self.initial = initial_hparams(self.optimizer)
+    _check_schedule(learning_rate_fn, self.initial)
 
     @tff.federated_computation
     def init_fn():
@@ -129,33 +110,10 @@ class ClientHparams:
 
     self._next_state = next_state
 
-    if learning_rate_fn is None:
-
-      @tff.tensorflow.computation(self.state_type)
-      def get_hparams_fn(state):
-        return state
-
-      @tff.tensorflow.computation(self.state_type, self.state_type)
-      def set_hparams_fn(state, hparams):
-        del state
-        return hparams
-
-      self.get_hparams_fn, self.set_hparams_fn = get_hparams_fn, set_hparams_fn
-    else:
-      # As TFF's scheduled client work: no hyperparameters of its own.
-      @tff.tensorflow.computation(self.state_type)
-      def get_no_hparams(state):
-        del state
-        return collections.OrderedDict()
-
-      @tff.tensorflow.computation(
-        self.state_type, get_no_hparams.type_signature.result
-      )
-      def set_no_hparams(state, hparams):
-        del hparams
-        return state
-
-      self.get_hparams_fn, self.set_hparams_fn = get_no_hparams, set_no_hparams
+    self.get_hparams_fn, self.set_hparams_fn = _hparams_fns(
+      self.state_type, scheduled=learning_rate_fn is not None
+    )
+    if learning_rate_fn is not None:
 
       @tff.tensorflow.computation(self.hparams_type)
       def learning_rate(hparams):
@@ -177,3 +135,63 @@ class ClientHparams:
       tff.federated_map(self._next_state, state),
       measurements,
     )
+
+
+def _checked_optimizer(optimizer, learning_rate_fn):
+  """The client optimizer, checked (TFF's schedule form is taken too with a
+  `learning_rate_fn`)."""
+  if learning_rate_fn is not None:
+    return as_optimizer(optimizer)
+  if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+      'client_optimizer_fn must be a tff.learning.optimizers.Optimizer '
+      '(e.g. tff.learning.optimizers.build_sgdm(0.1)), got '
+      f'{optimizer!r}.'
+    )
+  return optimizer
+
+
+def _check_schedule(learning_rate_fn, initial):
+  if learning_rate_fn is None:
+    return
+  if not callable(learning_rate_fn):
+    raise TypeError(
+      'client_learning_rate_fn must be a function of the round number '
+      f'(from 0) returning the learning rate, got {learning_rate_fn!r}.'
+    )
+  if 'learning_rate' not in initial:
+    raise ValueError(
+      "client_learning_rate_fn schedules the client optimizer's "
+      "'learning_rate', which this optimizer does not have (its "
+      f'hyperparameters are {sorted(initial)}).'
+    )
+
+
+def _hparams_fns(state_type, scheduled: bool):
+  """The client work's `get_hparams_fn` and `set_hparams_fn`: its state is
+  the optimizer's hyperparameters; scheduled, it has none of its own (as
+  TFF's scheduled client work)."""
+  if not scheduled:
+
+    @tff.tensorflow.computation(state_type)
+    def get_hparams_fn(state):
+      return state
+
+    @tff.tensorflow.computation(state_type, state_type)
+    def set_hparams_fn(state, hparams):
+      del state
+      return hparams
+
+    return get_hparams_fn, set_hparams_fn
+
+  @tff.tensorflow.computation(state_type)
+  def get_no_hparams(state):
+    del state
+    return collections.OrderedDict()
+
+  @tff.tensorflow.computation(state_type, get_no_hparams.type_signature.result)
+  def set_no_hparams(state, hparams):
+    del hparams
+    return state
+
+  return get_no_hparams, set_no_hparams
