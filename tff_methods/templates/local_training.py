@@ -384,27 +384,62 @@ def build_local_training_client_work(
     )
     return result, aggregation.unfinalized_train_metrics(sums)
 
+  return client_work(
+    hparams,
+    client_update_computation,
+    metrics_aggregator,
+    keyed=dataset_computation is not None,
+  )
+
+
+def client_work(
+  hparams: client_hparams.ClientHparams,
+  client_computation: tff.Computation,
+  metrics_aggregator: Optional[aggregation.MetricsAggregator] = None,
+  keyed: bool = False,
+  more_measurements: Optional[Callable[..., dict]] = None,
+) -> tff.templates.MeasuredProcess:
+  """The client work around one client's computation, with or without
+  client state: the round's optimizer hyperparameters to every client,
+  `client_computation` on each, their metrics aggregated.
+
+  Args:
+    hparams: The client optimizer's hyperparameters as the work's state.
+    client_computation: `(received, optimizer hparams, client data) ->
+      (client output, unfinalized train metrics, *more)`.
+    metrics_aggregator: TFF's metrics aggregator;
+      `tff.learning.metrics.sum_then_finalize` by default.
+    keyed: Whether the client data are keys (a `composers.KeyedClientWork`)
+      rather than data sets (TFF's `ClientWorkProcess`).
+    more_measurements: `(*more at CLIENTS) -> {name: value at SERVER}`,
+      measured beside `train` (the stateful work's state-file counts).
+  """
+  received_type, _, client_data_type = (
+    client_computation.type_signature.parameter
+  )
   aggregate_metrics = aggregation.build_metrics_aggregation(
-    metrics_aggregator, client_update_computation.type_signature.result[1]
+    metrics_aggregator, client_computation.type_signature.result[1]
   )
 
   @tff.federated_computation(
     hparams.init_fn.type_signature.result,
     tff.FederatedType(received_type, tff.CLIENTS),
-    tff.FederatedType(client_batches.client_data_type, tff.CLIENTS),
+    tff.FederatedType(client_data_type, tff.CLIENTS),
   )
   def next_fn(state, received, client_data):
     at_clients, new_state, measurements = hparams.round_values(state)
-    client_result, unfinalized_metrics = tff.federated_map(
-      client_update_computation, (received, at_clients, client_data)
+    client_output, unfinalized, *more = tff.federated_map(
+      client_computation, (received, at_clients, client_data)
     )
+    if more_measurements is not None:
+      measurements = dict(more_measurements(*more), **measurements)
     return tff.templates.MeasuredProcessOutput(
       new_state,
-      client_result,
-      aggregate_metrics(unfinalized_metrics, **measurements),
+      client_output,
+      aggregate_metrics(unfinalized, **measurements),
     )
 
-  if dataset_computation is not None:
+  if keyed:
     return composers.KeyedClientWork(
       hparams.init_fn,
       next_fn,

@@ -408,35 +408,14 @@ def build_stateful_client_work(
       collections.OrderedDict(written=written, read_version_sum=read_version),
     )
 
-  aggregate_metrics = aggregation.build_metrics_aggregation(
-    metrics_aggregator, client_update_computation.type_signature.result[1]
-  )
-
-  @tff.federated_computation(
-    hparams.init_fn.type_signature.result,
-    tff.FederatedType(received_type, tff.CLIENTS),
-    tff.FederatedType(key_type, tff.CLIENTS),
-  )
-  def client_work_next(state, received, keys):
-    at_clients, new_state, measurements = hparams.round_values(state)
-    client_outputs, unfinalized, state_counts = tff.federated_map(
-      client_update_computation, (received, at_clients, keys)
-    )
-    return tff.templates.MeasuredProcessOutput(
-      new_state,
-      client_outputs,
-      aggregate_metrics(
-        unfinalized,
-        client_states=client_states_lib.summed_counts(state_counts),
-        **measurements,
-      ),
-    )
-
-  client_work = composers.KeyedClientWork(
-    hparams.init_fn,
-    client_work_next,
-    hparams.get_hparams_fn,
-    hparams.set_hparams_fn,
+  client_work = local_training.client_work(
+    hparams,
+    client_update_computation,
+    metrics_aggregator,
+    keyed=True,
+    more_measurements=lambda state_counts: dict(
+      client_states=client_states_lib.summed_counts(state_counts)
+    ),
   )
   recorders = []
   report_recorder = distributors.build_report_recorder(
