@@ -251,12 +251,17 @@ def _check_terms(regularizers: Sequence[regularizers_lib.Regularizer]):
       )
 
 
-def _trained_state(
+def _new_state_and_reports(
   state_keepers, kept_model, client_state, result, **update_args
 ):
   """A client's state after it trained (its kept previous model, if a term
   reads it, and each term's own `ClientState.update`), and the reports of
-  the terms that read them (`reads_client_reports`), by term name."""
+  the terms that read them (`reads_client_reports`) with their count.
+
+  A diverged client (update weight 0) keeps its old state and reports
+  zeros, uncounted. The reports and their count are summed in one
+  reduction: their mean is the sum over the count.
+  """
   trained = collections.OrderedDict()
   if kept_model is not None:
     trained.update(has_previous=tf.constant(1), model=kept_model)
@@ -271,7 +276,17 @@ def _trained_state(
     )
     if regularizers_lib.reads_client_reports([r]):
       reports[r.name] = report
-  return trained, reports
+  finite = result.update_weight > 0
+  new_state = tf.cond(finite, lambda: trained, lambda: client_state)
+  if reports:
+    reports = tf.cond(
+      finite,
+      lambda: reports,
+      lambda: tf.nest.map_structure(tf.zeros_like, reports),
+    )
+  return new_state, collections.OrderedDict(
+    reports=reports, reported=tf.cast(finite, tf.float32)
+  )
 
 
 def build_stateful_client_work(
@@ -373,7 +388,7 @@ def build_stateful_client_work(
       own_states or None,
       optimizer_hparams,
     )
-    trained, reports = _trained_state(
+    new_state, report_sum = _new_state_and_reports(
       state_keepers,
       kept_previous(final_weights) if reads_previous else None,
       client_state,
@@ -382,25 +397,11 @@ def build_stateful_client_work(
       broadcast=broadcast,
       learning_rate=optimizer_hparams.get('learning_rate'),
     )
-    # A diverged client (weight 0) keeps its old state, reports zeros and
-    # is not counted.
-    finite = result.update_weight > 0
-    new_state = tf.cond(finite, lambda: trained, lambda: client_state)
-    if reports:
-      reports = tf.cond(
-        finite,
-        lambda: reports,
-        lambda: tf.nest.map_structure(tf.zeros_like, reports),
-      )
     written = client_states.write(client_id, round_num, new_state)
-    # The reports (zeros from a diverged client) and their count, summed in
-    # one reduction: their mean is the sum over the count.
     client_output = collections.OrderedDict(
       update=result.update,
       update_weight=result.update_weight,
-      report_sum=collections.OrderedDict(
-        reports=reports, reported=tf.cast(finite, tf.float32)
-      ),
+      report_sum=report_sum,
     )
     return (
       client_output,
