@@ -144,6 +144,47 @@ def _dropped_if_not_finite(update, weight, sums):
   return tf.cond(is_finite, lambda: (update, weight, sums), drop_client)
 
 
+def _models(keras_model_fn, regularizers, cache_reference_outputs):
+  """The model a client trains, the truncated global and previous models
+  for the outputs the regularizers declare (None where none is read), and
+  their outputs' tables (`ReferenceOutputs`)."""
+  # Every model here is assigned its weights before its first use.
+  with model_lib.weights_assigned_before_use():
+    model = keras_model_fn()
+    global_reference = reference_outputs.reference_view(
+      keras_model_fn, _union(r.global_outputs for r in regularizers)
+    )
+    previous_reference = reference_outputs.reference_view(
+      keras_model_fn, _union(r.previous_outputs for r in regularizers)
+    )
+  views = {
+    key: view
+    for key, view in (
+      ('global', global_reference),
+      ('previous', previous_reference),
+    )
+    if view is not None
+  }
+  reference = reference_outputs.ReferenceOutputs(
+    views,
+    reference_outputs.REFERENCE_CACHE_MAX_MB,
+    cache=cache_reference_outputs,
+  )
+  return model, global_reference, previous_reference, reference
+
+
+def _applied(optimizer, state, trainable, gradients, weight_correctors, step):
+  """The optimizer's step on the trainable variables, then each weight
+  correction (SCAFFOLD's); the optimizer's new state."""
+  state, new_weights = optimizer.next(state, tuple(trainable), tuple(gradients))
+  for variable, value in zip(trainable, new_weights):
+    variable.assign(value)
+  for regularizer in weight_correctors:
+    for variable, delta in zip(trainable, regularizer.weight_correction(step)):
+      variable.assign_sub(delta)
+  return state
+
+
 def build_client_update_fn(
   keras_model_fn: model_lib.KerasModelFn,
   optimizer: tff.learning.optimizers.Optimizer,
@@ -174,27 +215,8 @@ def build_client_update_fn(
   """
   loss_fn = loss_fn or cross_entropy
   counts_tokens = isinstance(weighting, aggregation.NumTokens)
-  # Every model here is assigned its weights before its first use.
-  with model_lib.weights_assigned_before_use():
-    model = keras_model_fn()
-    global_reference = reference_outputs.reference_view(
-      keras_model_fn, _union(r.global_outputs for r in regularizers)
-    )
-    previous_reference = reference_outputs.reference_view(
-      keras_model_fn, _union(r.previous_outputs for r in regularizers)
-    )
-  views = {
-    key: view
-    for key, view in (
-      ('global', global_reference),
-      ('previous', previous_reference),
-    )
-    if view is not None
-  }
-  reference = reference_outputs.ReferenceOutputs(
-    views,
-    reference_outputs.REFERENCE_CACHE_MAX_MB,
-    cache=cache_reference_outputs,
+  model, global_reference, previous_reference, reference = _models(
+    keras_model_fn, regularizers, cache_reference_outputs
   )
   weight_correctors = [r for r in regularizers if r.weight_correction]
 
@@ -248,16 +270,14 @@ def build_client_update_fn(
         )
         objective = _objective(loss, model.losses, regularizers, step)
       gradients = tape.gradient(objective, trainable)
-      optimizer_state, new_weights = optimizer.next(
-        optimizer_state, tuple(trainable), tuple(gradients)
+      optimizer_state = _applied(
+        optimizer,
+        optimizer_state,
+        trainable,
+        gradients,
+        weight_correctors,
+        step,
       )
-      for variable, value in zip(trainable, new_weights):
-        variable.assign(value)
-      for regularizer in weight_correctors:
-        for variable, delta in zip(
-          trainable, regularizer.weight_correction(step)
-        ):
-          variable.assign_sub(delta)
       sums = _added_batch(sums, loss, objective, outputs['logits'], batch)
       if counts_tokens:
         tokens += weighting.count(batch['y'])
