@@ -360,6 +360,7 @@ def _job(pending, max_concurrent_clients, done, parent_pid):
   workers.end_with_parent(signal.SIGTERM)
   if os.getppid() != parent_pid:  # The parent died before the line above.
     return
+  process_setup.exit_when_orphaned(parent_pid)
   try:
     _train_runs(pending, max_concurrent_clients, done)
   except (KeyboardInterrupt, workers.WorkerEndedBySignalError):

@@ -19,8 +19,10 @@ binaries' choices (and a comparison's jobs', which are binaries' children):
 import importlib
 import logging as py_logging
 import os
+import signal
 import sys
 import threading
+import time
 from typing import Optional, Sequence
 
 from absl import logging
@@ -152,3 +154,30 @@ def quiet(verbosity: int = 0) -> None:
 
   tf.get_logger().setLevel(py_logging.ERROR)
   tf.autograph.set_verbosity(0)
+
+
+# How long a job whose parent died may take to end by its SIGTERM handler
+# before it is ended without it.
+ORPHAN_GRACE_SECONDS = 5.0
+
+
+def exit_when_orphaned(
+  parent_pid: int, grace_seconds: float = ORPHAN_GRACE_SECONDS
+) -> None:
+  """Ends this process `grace_seconds` after `parent_pid` stops being its
+  parent, whatever its main thread is doing.
+
+  The backstop of `PR_SET_PDEATHSIG`'s SIGTERM: Python runs that signal's
+  handler only when the main thread returns to the interpreter, so a job
+  blocked in a native call (a gRPC wait on its worker) could outlive the
+  comparison with its worker. A watching thread `os._exit`s instead; the
+  job's workers, started with PDEATHSIG, end with it.
+  """
+
+  def watch():
+    while os.getppid() == parent_pid:
+      time.sleep(0.5)
+    time.sleep(grace_seconds)
+    os._exit(128 + signal.SIGTERM)
+
+  threading.Thread(target=watch, name='exit_when_orphaned', daemon=True).start()

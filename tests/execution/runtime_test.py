@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -202,3 +203,49 @@ def test_a_binary_ends_on_the_interruption_as_on_the_signal(
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+_ORPHAN = """
+import os, signal, time
+from tff_methods_tooling import process_setup
+# A job whose SIGTERM handler never runs (its main thread in a native call).
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+process_setup.exit_when_orphaned(os.getppid(), grace_seconds=0.5)
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid):
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False
+
+
+def test_an_orphaned_job_ends_though_its_sigterm_handler_cannot_run():
+  parent = subprocess.Popen(
+    [
+      sys.executable,
+      '-c',
+      'import subprocess, sys, time\n'
+      'subprocess.Popen([sys.executable, "-c", sys.argv[1]])\n'
+      'time.sleep(120)',
+      _ORPHAN,
+    ],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    text=True,
+  )
+  try:
+    job = int(parent.stdout.readline())
+    time.sleep(1.5)  # Longer than the grace: its parent lives, so must it.
+    assert _alive(job)
+  finally:
+    parent.kill()
+    parent.wait()
+  deadline = time.monotonic() + 10
+  while time.monotonic() < deadline and _alive(job):
+    time.sleep(0.2)
+  assert not _alive(job)
