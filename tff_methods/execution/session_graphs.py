@@ -112,6 +112,28 @@ def leaves_of_type(type_spec) -> list:
   return structure.flatten(type_spec)
 
 
+def _parameter_inputs(tf_proto, bound, results, named):
+  """A part's parameter leaves: ({graph tensor: the earlier part's result
+  it is bound to, or a data set made on the host from a fed serialized
+  graph}, the feeds: tensor names or placeholders, in order)."""
+  input_map, fed = {}, []
+  for k, leaf in enumerate(leaves(tf_proto.parameter)):
+    if k in bound:
+      input_map[leaf.tensor.tensor_name] = results[bound[k]]
+    elif leaf.WhichOneof('binding') == 'tensor':
+      fed.append(named(leaf.tensor.tensor_name))
+    elif leaf.sequence.WhichOneof('binding') == 'graph_def_tensor_name':
+      fed.append(named(leaf.sequence.graph_def_tensor_name))
+    else:
+      with tf.device(devices.HOST):
+        serialized = tf.compat.v1.placeholder(tf.string, [])
+        input_map[leaf.sequence.variant_tensor_name] = (
+          tf.raw_ops.DatasetFromGraph(graph_def=serialized)
+        )
+      fed.append(serialized)
+  return input_map, fed
+
+
 class SessionGraph:
   """TFF TensorFlow computations imported into one session on a device.
 
@@ -137,35 +159,12 @@ class SessionGraph:
         tf_proto = computation_impl.ConcreteComputation.get_proto(
           computation
         ).tensorflow
-        graph_def = tf.compat.v1.GraphDef()
-        tf_proto.graph_def.Unpack(graph_def)
-        for node in graph_def.node:
-          if not node.device:
-            node.device = (
-              devices.HOST if self._host_only(node.op, device) else device
-            )
-        self.op_types |= {n.op for n in graph_def.node} | {
-          n.op for f in graph_def.library.function for n in f.node_def
-        }
+        graph_def = self._placed_graph_def(tf_proto, device)
         prefix = f'part{index}' if len(parts) > 1 else ''
         named = (
           lambda name, prefix=prefix: f'{prefix}/{name}' if prefix else name
         )
-        input_map, fed = {}, []
-        for k, leaf in enumerate(leaves(tf_proto.parameter)):
-          if k in bound:
-            input_map[leaf.tensor.tensor_name] = results[bound[k]]
-          elif leaf.WhichOneof('binding') == 'tensor':
-            fed.append(named(leaf.tensor.tensor_name))
-          elif leaf.sequence.WhichOneof('binding') == 'graph_def_tensor_name':
-            fed.append(named(leaf.sequence.graph_def_tensor_name))
-          else:
-            with tf.device(devices.HOST):
-              serialized = tf.compat.v1.placeholder(tf.string, [])
-              input_map[leaf.sequence.variant_tensor_name] = (
-                tf.raw_ops.DatasetFromGraph(graph_def=serialized)
-              )
-            fed.append(serialized)
+        input_map, fed = _parameter_inputs(tf_proto, bound, results, named)
         names = {n.name for n in graph_def.node}
         token = tf_proto.session_token_tensor_name
         if token and token.split(':')[0] in names:
@@ -207,6 +206,21 @@ class SessionGraph:
     )
     self.traced = None
     self.elsewhere = None
+
+  def _placed_graph_def(self, tf_proto, device: str):
+    """The computation's graph, each node without a device placed on
+    `device` or, if it belongs there, on the host; its op types noted."""
+    graph_def = tf.compat.v1.GraphDef()
+    tf_proto.graph_def.Unpack(graph_def)
+    for node in graph_def.node:
+      if not node.device:
+        node.device = (
+          devices.HOST if self._host_only(node.op, device) else device
+        )
+    self.op_types |= {n.op for n in graph_def.node} | {
+      n.op for f in graph_def.library.function for n in f.node_def
+    }
+    return graph_def
 
   @staticmethod
   def _host_only(op: str, device: str) -> bool:

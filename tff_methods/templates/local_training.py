@@ -185,6 +185,81 @@ def _applied(optimizer, state, trainable, gradients, weight_correctors, step):
   return state
 
 
+def _training_step(
+  model, loss_fn, regularizers, reference, optimizer, weighting, round_values
+):
+  """One batch of a client's training, as `batches.reduce` takes it:
+  `(sums, optimizer state, (tables, has_previous), tokens), batch` -> the
+  same after the batch. `round_values` are what the regularizers read of
+  the round: (trainable variables, global weights, broadcast, client
+  state, learning rate)."""
+  trainable, global_weights, broadcast, client_state, learning_rate = (
+    round_values
+  )
+  counts_tokens = isinstance(weighting, aggregation.NumTokens)
+  weight_correctors = [r for r in regularizers if r.weight_correction]
+
+  def reduce_fn(state, batch):
+    batch = client_data.named_batch(batch)
+    sums, optimizer_state, (carried_tables, has_previous), tokens = state
+    # Reference models: inference mode, outside the tape.
+    references = reference.outputs(batch, carried_tables or None)
+    global_outputs = references.get('global')
+    previous_outputs = references.get('previous')
+    with tf.GradientTape() as tape:
+      outputs = model(batch['x'], training=True)
+      loss = loss_fn(batch['y'], outputs)
+      step = regularizers_lib.LocalStep(
+        trainable,
+        global_weights,
+        outputs,
+        batch,
+        global_outputs,
+        previous_outputs,
+        has_previous,
+        broadcast,
+        client_state,
+        learning_rate,
+      )
+      objective = _objective(loss, model.losses, regularizers, step)
+    gradients = tape.gradient(objective, trainable)
+    optimizer_state = _applied(
+      optimizer,
+      optimizer_state,
+      trainable,
+      gradients,
+      weight_correctors,
+      step,
+    )
+    sums = _added_batch(sums, loss, objective, outputs['logits'], batch)
+    if counts_tokens:
+      tokens += weighting.count(batch['y'])
+    return sums, optimizer_state, (carried_tables, has_previous), tokens
+
+  return reduce_fn
+
+
+def _client_result(model, global_weights, weighting, sums, tokens):
+  """(`ClientResult`: the update `w_g - w` and its weight, the training
+  sums, the final weights), a diverged client's dropped."""
+  trainable = model.trainable_variables
+  update = [g - w for g, w in zip(global_weights, trainable)]
+  weight = {
+    tff.learning.ClientWeighting.NUM_EXAMPLES: sums['num_examples'],
+    tff.learning.ClientWeighting.UNIFORM: tf.constant(1.0),
+  }.get(weighting, tokens)
+  update, weight, sums = _dropped_if_not_finite(update, weight, sums)
+  final_weights = tff.learning.models.ModelWeights(
+    trainable=[tf.identity(v) for v in model.trainable_variables],
+    non_trainable=[tf.identity(v) for v in model.non_trainable_variables],
+  )
+  return (
+    tff.learning.templates.ClientResult(update=update, update_weight=weight),
+    sums,
+    final_weights,
+  )
+
+
 def build_client_update_fn(
   keras_model_fn: model_lib.KerasModelFn,
   optimizer: tff.learning.optimizers.Optimizer,
@@ -214,11 +289,9 @@ def build_client_update_fn(
     hyperparameters of the optimizer (`client_hparams`), its own when None.
   """
   loss_fn = loss_fn or cross_entropy
-  counts_tokens = isinstance(weighting, aggregation.NumTokens)
   model, global_reference, previous_reference, reference = _models(
     keras_model_fn, regularizers, cache_reference_outputs
   )
-  weight_correctors = [r for r in regularizers if r.weight_correction]
 
   @tf.function
   def client_update(
@@ -246,42 +319,21 @@ def build_client_update_fn(
       batches = batches_in_memory.BatchesInMemory(dataset)
     tables = reference.tabulate(batches)
 
-    def reduce_fn(state, batch):
-      batch = client_data.named_batch(batch)
-      sums, optimizer_state, (carried_tables, has_previous), tokens = state
-      # Reference models: inference mode, outside the tape.
-      references = reference.outputs(batch, carried_tables or None)
-      global_outputs = references.get('global')
-      previous_outputs = references.get('previous')
-      with tf.GradientTape() as tape:
-        outputs = model(batch['x'], training=True)
-        loss = loss_fn(batch['y'], outputs)
-        step = regularizers_lib.LocalStep(
-          trainable,
-          global_weights,
-          outputs,
-          batch,
-          global_outputs,
-          previous_outputs,
-          has_previous,
-          broadcast,
-          client_state,
-          learning_rate,
-        )
-        objective = _objective(loss, model.losses, regularizers, step)
-      gradients = tape.gradient(objective, trainable)
-      optimizer_state = _applied(
-        optimizer,
-        optimizer_state,
+    reduce_fn = _training_step(
+      model,
+      loss_fn,
+      regularizers,
+      reference,
+      optimizer,
+      weighting,
+      round_values=(
         trainable,
-        gradients,
-        weight_correctors,
-        step,
-      )
-      sums = _added_batch(sums, loss, objective, outputs['logits'], batch)
-      if counts_tokens:
-        tokens += weighting.count(batch['y'])
-      return sums, optimizer_state, (carried_tables, has_previous), tokens
+        global_weights,
+        broadcast,
+        client_state,
+        learning_rate,
+      ),
+    )
 
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     initial_sums = collections.OrderedDict(
@@ -300,21 +352,7 @@ def build_client_update_fn(
     sums, _, _, tokens = batches.reduce(
       (initial_sums, optimizer_state, carried, tf.constant(0.0)), reduce_fn
     )
-    update = [g - w for g, w in zip(global_weights, trainable)]
-    weight = {
-      tff.learning.ClientWeighting.NUM_EXAMPLES: sums['num_examples'],
-      tff.learning.ClientWeighting.UNIFORM: tf.constant(1.0),
-    }.get(weighting, tokens)
-    update, weight, sums = _dropped_if_not_finite(update, weight, sums)
-    final_weights = tff.learning.models.ModelWeights(
-      trainable=[tf.identity(v) for v in model.trainable_variables],
-      non_trainable=[tf.identity(v) for v in model.non_trainable_variables],
-    )
-    return (
-      tff.learning.templates.ClientResult(update=update, update_weight=weight),
-      sums,
-      final_weights,
-    )
+    return _client_result(model, global_weights, weighting, sums, tokens)
 
   return client_update
 

@@ -289,6 +289,90 @@ def _new_state_and_reports(
   )
 
 
+def _report_recorders(distributor, reporters, report_sum_type) -> list:
+  """The recorder that gives the terms' server state the sum of their
+  clients' reports after aggregation, if a term reads them."""
+  report_recorder = distributors.build_report_recorder(
+    distributor, reporters, report_sum_type
+  )
+  if report_recorder is None:
+    return []
+
+  def record_reports(distributor_state, mean_update, client_outputs):
+    del mean_update
+    return tff.federated_map(
+      report_recorder,
+      (distributor_state, tff.federated_sum(client_outputs.report_sum)),
+    )
+
+  return [record_reports]
+
+
+def _client_computation(
+  setup, regularizers, hparams, client_batches, client_states, kept_previous
+) -> tff.Computation:
+  """A client's round, keyed by `[client id, round]`: its batches made from
+  its key, its state read, its training (`local_training`), its new state
+  written; -> (update, weight and reports; train metrics; state counts)."""
+  keras_model_fn, loss_fn = setup.keras_model_fn, setup.loss_fn
+  has_broadcast = regularizers_lib.keeps_server_state(regularizers)
+  reads_previous = regularizers_lib.needs_previous_model(regularizers)
+  state_keepers = [r for r in regularizers if r.client_state is not None]
+
+  # The key last, as the benchmark's client profile finds it.
+  @tff.tensorflow.computation(
+    setup.received_type, hparams.hparams_type, client_keys.CLIENT_KEY_TYPE
+  )
+  def client_update_computation(received, optimizer_hparams, key):
+    dataset = client_batches(key)
+    client_id, round_num = client_keys.split_client_key(key)
+    client_state, read_version = client_states.read_with_version(
+      client_id, round_num
+    )
+    initial_weights, broadcast = distributors.split_received(
+      received, has_broadcast
+    )
+    client_update = local_training.build_client_update_fn(
+      keras_model_fn,
+      hparams.optimizer,
+      regularizers,
+      setup.client_weighting,
+      loss_fn,
+    )
+    own_states = {r.name: client_state[r.name] for r in state_keepers}
+    result, sums, final_weights = client_update(
+      initial_weights,
+      dataset,
+      client_state['model'] if reads_previous else None,
+      client_state['has_previous'] > 0 if reads_previous else False,
+      broadcast,
+      own_states or None,
+      optimizer_hparams,
+    )
+    new_state, report_sum = _new_state_and_reports(
+      state_keepers,
+      kept_previous(final_weights) if reads_previous else None,
+      client_state,
+      result,
+      num_steps=sums['num_batches'],
+      broadcast=broadcast,
+      learning_rate=optimizer_hparams.get('learning_rate'),
+    )
+    written = client_states.write(client_id, round_num, new_state)
+    client_output = collections.OrderedDict(
+      update=result.update,
+      update_weight=result.update_weight,
+      report_sum=report_sum,
+    )
+    return (
+      client_output,
+      aggregation.unfinalized_train_metrics(sums),
+      collections.OrderedDict(written=written, read_version_sum=read_version),
+    )
+
+  return client_update_computation
+
+
 def build_stateful_client_work(
   setup: composers.LoopSetup,
   element_spec: Any,
@@ -335,80 +419,36 @@ def build_stateful_client_work(
   """
   regularizers = tuple(regularizers)
   _check_terms(regularizers)
-  keras_model_fn, loss_fn = setup.keras_model_fn, setup.loss_fn
-  client_weighting = setup.client_weighting
-  zero_weights = setup.zero_weights
-  received_type = setup.received_type
   dataset_computation = client_data.key_dataset_computation(dataset_computation)
-  key_type = client_keys.CLIENT_KEY_TYPE
   # Each client makes its batches from its key in its own computation
   # (`ClientBatches`); checked here, before any state file is written.
   client_batches = client_data.ClientBatches(
     dataset_computation,
     tff.SequenceType(tff.types.tensorflow_to_type(element_spec)),
   )
-  has_broadcast = regularizers_lib.keeps_server_state(regularizers)
-  reads_previous = regularizers_lib.needs_previous_model(regularizers)
   state_keepers = [r for r in regularizers if r.client_state is not None]
   reporters = [
     r for r in state_keepers if regularizers_lib.reads_client_reports([r])
   ]
   kept_previous = reference_outputs.kept_previous_weights(
-    keras_model_fn, regularizers
+    setup.keras_model_fn, regularizers
   )
   client_states = client_states_lib.ClientStateFiles(
-    initial_client_state(regularizers, zero_weights, kept_previous),
+    initial_client_state(regularizers, setup.zero_weights, kept_previous),
     client_state_dir,
     in_memory=client_states_in_memory,
   )
 
   hparams = client_hparams.ClientHparams(optimizer, client_learning_rate_fn)
 
-  # The key last, as the benchmark's client profile finds it.
-  @tff.tensorflow.computation(received_type, hparams.hparams_type, key_type)
-  def client_update_computation(received, optimizer_hparams, key):
-    dataset = client_batches(key)
-    client_id, round_num = client_keys.split_client_key(key)
-    client_state, read_version = client_states.read_with_version(
-      client_id, round_num
-    )
-    initial_weights, broadcast = distributors.split_received(
-      received, has_broadcast
-    )
-    client_update = local_training.build_client_update_fn(
-      keras_model_fn, hparams.optimizer, regularizers, client_weighting, loss_fn
-    )
-    own_states = {r.name: client_state[r.name] for r in state_keepers}
-    result, sums, final_weights = client_update(
-      initial_weights,
-      dataset,
-      client_state['model'] if reads_previous else None,
-      client_state['has_previous'] > 0 if reads_previous else False,
-      broadcast,
-      own_states or None,
-      optimizer_hparams,
-    )
-    new_state, report_sum = _new_state_and_reports(
-      state_keepers,
-      kept_previous(final_weights) if reads_previous else None,
-      client_state,
-      result,
-      num_steps=sums['num_batches'],
-      broadcast=broadcast,
-      learning_rate=optimizer_hparams.get('learning_rate'),
-    )
-    written = client_states.write(client_id, round_num, new_state)
-    client_output = collections.OrderedDict(
-      update=result.update,
-      update_weight=result.update_weight,
-      report_sum=report_sum,
-    )
-    return (
-      client_output,
-      aggregation.unfinalized_train_metrics(sums),
-      collections.OrderedDict(written=written, read_version_sum=read_version),
-    )
-
+  client_update_computation = _client_computation(
+    setup,
+    regularizers,
+    hparams,
+    client_batches,
+    client_states,
+    kept_previous,
+  )
   client_work = local_training.client_work(
     hparams,
     client_update_computation,
@@ -418,25 +458,13 @@ def build_stateful_client_work(
       client_states=client_states_lib.summed_counts(state_counts)
     ),
   )
-  recorders = []
-  report_recorder = distributors.build_report_recorder(
-    setup.distributor,
-    reporters,
-    client_update_computation.type_signature.result[0]['report_sum'],
-  )
-  if report_recorder is not None:
-
-    def record_reports(distributor_state, mean_update, client_outputs):
-      del mean_update
-      return tff.federated_map(
-        report_recorder,
-        (distributor_state, tff.federated_sum(client_outputs.report_sum)),
-      )
-
-    recorders.append(record_reports)
   return composers.LoopClientWork(
     process=client_work,
-    recorders=recorders,
+    recorders=_report_recorders(
+      setup.distributor,
+      reporters,
+      client_update_computation.type_signature.result[0]['report_sum'],
+    ),
     make_process=lambda initialize_fn, next_fn, hparams_fns: build_process(
       initialize_fn, next_fn, client_states, hparams_fns
     ),
