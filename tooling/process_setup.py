@@ -167,11 +167,11 @@ def exit_when_orphaned(
   """Ends this process `grace_seconds` after `parent_pid` stops being its
   parent, whatever its main thread is doing.
 
-  The backstop of `PR_SET_PDEATHSIG`'s SIGTERM: Python runs that signal's
-  handler only when the main thread returns to the interpreter, so a job
-  blocked in a native call (a gRPC wait on its worker) could outlive the
-  comparison with its worker. A watching thread `os._exit`s instead; the
-  job's workers, started with PDEATHSIG, end with it.
+  The backstop of `PR_SET_PDEATHSIG`'s SIGTERM, whose handler
+  (`workers.install_signal_handlers`) runs only when the main thread
+  returns to the interpreter: a job blocked in a native call would outlive
+  the comparison with its worker. A watching thread `os._exit`s instead;
+  the job's workers, started with PDEATHSIG, end with it.
   """
 
   def watch():

@@ -225,3 +225,33 @@ def test_from_another_thread_the_interruption_is_an_error_naming_the_signal(
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+_SIGNAL_WHILE_LOCKED = """
+import os, signal, subprocess, sys
+from tff_methods.execution import workers
+workers.install_signal_handlers()
+sleeper = subprocess.Popen(['sleep', '60'])
+workers._workers.append(sleeper)  # As a started worker is.
+print(sleeper.pid, flush=True)
+with workers._workers_lock:  # A SIGTERM lands while the lock is held.
+  os.kill(os.getpid(), signal.SIGTERM)
+  sum(range(10))
+"""
+
+
+def test_a_signal_while_the_workers_lock_is_held_still_ends_them():
+  # The handler (`stop_workers`) took the lock its own thread held: the
+  # job and its worker hung for ever.
+  result = subprocess.run(
+    [sys.executable, '-c', _SIGNAL_WHILE_LOCKED],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
+  sleeper = int(result.stdout.split()[0])
+  assert not os.path.exists(f'/proc/{sleeper}') or (
+    open(f'/proc/{sleeper}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z'
+  )

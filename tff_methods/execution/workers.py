@@ -94,7 +94,10 @@ class WorkerUnreachableError(RuntimeError):
 
 
 _workers: list[subprocess.Popen] = []
-_workers_lock = threading.Lock()
+# Reentrant: the signal handler (`stop_workers`) runs on the main thread
+# between any two bytecodes, also while that thread holds the lock, or in a
+# handler interrupted by a second signal.
+_workers_lock = threading.RLock()
 _atexit_registered = False
 _signal_handlers_installed = False
 
