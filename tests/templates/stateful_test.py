@@ -23,7 +23,7 @@ from tff_methods.algorithms import moon
 from tff_methods.clients import client_keys
 from tff_methods.clients import client_states
 from tff_methods.execution import in_process
-from tff_methods.templates import local_training
+from tff_methods.templates import client_works
 from tff_methods.templates import model_lib
 from tff_methods.templates import optimizers
 from tff_methods.templates import reference_outputs
@@ -492,7 +492,7 @@ def test_moon_without_a_projection_head_is_refused(tmp_path):
 
 def test_regularizers_reading_previous_models_need_a_stateful_process(setup):
   with pytest.raises(ValueError, match='needs per-client state'):
-    local_training.build_local_training_client_work(
+    client_works.build_local_training_client_work(
       setup['model_fn'],
       setup['spec'],
       setup['optimizer'],

@@ -5,7 +5,7 @@ client update (`local_training.build_client_update_fn`), run by one of two
 client works, the distributor, aggregator and finalizer around it
 (`composers.set_up_loop`), and the composer (`composers.compose_loop`).
 The client work follows from the terms: clients without state train as
-`local_training.build_local_training_client_work`; when a term reads the
+`client_works.build_local_training_client_work`; when a term reads the
 client's previous model or keeps client state (MOON, FedCKA, SCAFFOLD),
 as `stateful.build_stateful_client_work`, whose clients are keys and keep
 their state in files. Every method of the shared loop, alone or combined,
@@ -20,6 +20,7 @@ import tensorflow_federated as tff
 
 from tff_methods.templates import aggregation
 from tff_methods.templates import client_hparams
+from tff_methods.templates import client_works
 from tff_methods.templates import composers
 from tff_methods.templates import local_training
 from tff_methods.templates import model_lib
@@ -116,7 +117,7 @@ def build_local_training_process(
     )
   else:
     work = composers.LoopClientWork(
-      local_training.build_local_training_client_work(
+      client_works.build_local_training_client_work(
         setup.keras_model_fn,
         element_spec,
         client_optimizer_fn,

@@ -34,6 +34,7 @@ from tff_methods.clients import client_keys
 from tff_methods.clients import client_states as client_states_lib
 from tff_methods.templates import aggregation
 from tff_methods.templates import client_hparams
+from tff_methods.templates import client_works
 from tff_methods.templates import composers
 from tff_methods.templates import distributors
 from tff_methods.templates import local_training
@@ -240,7 +241,7 @@ def _check_terms(regularizers: Sequence[regularizers_lib.Regularizer]):
     raise ValueError(
       'No regularizer keeps client state (reads the previous model or '
       'has a client_state); use '
-      'local_training.build_local_training_client_work.'
+      'client_works.build_local_training_client_work.'
     )
   for r in regularizers:
     if regularizers_lib.reads_client_reports([r]) and r.client_state is None:
@@ -449,7 +450,7 @@ def build_stateful_client_work(
     client_states,
     kept_previous,
   )
-  client_work = local_training.client_work(
+  client_work = client_works.client_work(
     hparams,
     client_update_computation,
     metrics_aggregator,
