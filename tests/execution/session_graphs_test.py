@@ -62,5 +62,62 @@ def test_a_data_set_reaches_its_graph_serialized():
   graph.close()
 
 
+def _fresh_variable_work():
+  """A client that counts in a variable of its own: its result is its
+  value times the shared weight, only if the variable starts at zero."""
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def work(value, weight):
+    counter = tf.Variable(0.0)
+    with tf.control_dependencies([counter.assign_add(value * weight)]):
+      return counter.read_value()
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def accumulate(total, update):
+    return total + update
+
+  return work, accumulate
+
+
+def test_a_loop_trains_each_client_from_fresh_variables_and_sums_them():
+  work, accumulate = _fresh_variable_work()
+  loop = session_graphs.ClientLoopGraph(work, accumulate, 1, '/device:CPU:0')
+  clients = [[np.float32(v)] for v in (1.0, 2.0, 3.0)]
+  # Fresh variables: 2 + 4 + 6 on top of 10. A variable that kept its
+  # value between clients would give 2 + 6 + 12.
+  total = loop.run(
+    session_graphs.stack(clients) + [np.float32(2.0), np.float32(10.0)]
+  )
+  assert total == [22.0]
+  # Traced, the loop ran on its device (its control flow beside the host's
+  # ops excepted).
+  loop.run(session_graphs.stack(clients[:1]) + [np.float32(1.0)] * 2, True)
+  assert '/device:CPU:0' in loop.traced
+  assert not loop.elsewhere
+  loop.close()
+
+
+def test_a_loop_reads_each_clients_data_set_from_its_serialized_graph():
+  @tff.tensorflow.computation(tff.SequenceType(np.int32), np.int32)
+  def work(ds, offset):
+    return ds.reduce(np.int32(0), lambda s, x: s + x) + offset
+
+  @tff.tensorflow.computation(np.int32, np.int32)
+  def accumulate(total, update):
+    return total + update
+
+  loop = session_graphs.ClientLoopGraph(work, accumulate, 1, '/device:CPU:0')
+  clients = [
+    session_graphs.flatten(
+      tf.data.Dataset.range(n).map(lambda x: tf.cast(x, tf.int32)),
+      work.type_signature.parameter[0],
+    )
+    for n in (3, 5)
+  ]
+  # (0+1+2 + 100) + (0+1+2+3+4 + 100)
+  assert loop.run(session_graphs.stack(clients) + [np.int32(100), 0]) == [213]
+  loop.close()
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

@@ -29,7 +29,8 @@ HOST_OP = re.compile(
 # arguments and results of the host's functions, and the control flow and
 # constants around them.
 PLUMBING = re.compile(
-  r'^(_Arg|_Retval|_Send|_Recv|NoOp|Switch|Merge|Identity|Const)$'
+  r'^(_Arg|_Retval|_Send|_Recv|NoOp|Switch|Merge|Identity|Const|Enter|Exit|'
+  r'NextIteration|LoopCond)$'
 )
 
 

@@ -74,24 +74,21 @@ class _MapReduceRound:
     self._report = one(form.report, server)
     self._update = one(form.update, server)
     self._zero = {d: one(form.zero, d) for d in self._devices}
-    # A client's step: `work`, then `accumulate` of the running sum and
-    # work's update (its first result; the secure sums' inputs are empty),
-    # in one call: the update never leaves the device.
-    accumulated = len(
-      session_graphs.leaves_of_type(form.zero.type_signature.result)
+    # A device's clients in one call: `work`, then `accumulate` of the
+    # running sum and work's update (its first result; the secure sums'
+    # inputs are empty), client after client in a loop on the device.
+    client_leaves = len(
+      session_graphs.leaves_of_type(form.work.type_signature.parameter[0])
     )
-    update = {
-      accumulated + k: k
-      for k in range(len(session_graphs.leaves_of_type(work_result[0])))
-    }
     self._step = {
-      d: session_graphs.SessionGraph(
-        [(form.work, {}), (form.accumulate, update)], d
+      d: session_graphs.ClientLoopGraph(
+        form.work, form.accumulate, client_leaves, d
       )
       for d in self._devices
     }
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self._devices))
     self.trace = False
+    self.clients_per_call = 100
 
   def graphs(self):
     """Every graph of the round, server's first."""
@@ -119,10 +116,14 @@ class _MapReduceRound:
 
     def train(device):
       total = list(self._zero[device].run([]))
-      for client in shares[device]:
+      share = shares[device]
+      for start in range(0, len(share), self.clients_per_call):
+        clients = [
+          session_graphs.flatten(client, client_type)
+          for client in share[start : start + self.clients_per_call]
+        ]
         total = self._step[device].run(
-          session_graphs.flatten(client, client_type) + broadcast + total,
-          trace=self.trace,
+          session_graphs.stack(clients) + broadcast + total, trace=self.trace
         )
       return total
 

@@ -134,31 +134,32 @@ def _parameter_inputs(tf_proto, bound, results, named):
   return input_map, fed
 
 
+def _tensorflow_proto(computation):
+  from tensorflow_federated.python.core.impl.computation import (
+    computation_impl,
+  )
+
+  return computation_impl.ConcreteComputation.get_proto(computation).tensorflow
+
+
 class SessionGraph:
   """TFF TensorFlow computations imported into one session on a device.
 
   Usually one computation. Given several (`parts`: (computation, bound)
   pairs), each after the first may take parameters from the results of the
   one before, `bound` mapping its parameter's leaves to that one's result
-  leaves: a client's training and the sum of its update in one call. The
-  feeds are every part's other parameter leaves, part by part; the results
-  the last part's.
+  leaves. The feeds are every part's other parameter leaves, part by part;
+  the results the last part's.
   """
 
   def __init__(self, parts, device: str):
-    from tensorflow_federated.python.core.impl.computation import (
-      computation_impl,
-    )
-
     self.device = device
     self.op_types = set()
     self._graph = tf.Graph()
     feeds, init_ops, tokens, results = [], [], [], []
     with self._graph.as_default():
       for index, (computation, bound) in enumerate(parts):
-        tf_proto = computation_impl.ConcreteComputation.get_proto(
-          computation
-        ).tensorflow
+        tf_proto = _tensorflow_proto(computation)
         graph_def = self._placed_graph_def(tf_proto, device)
         prefix = f'part{index}' if len(parts) > 1 else ''
         named = (
@@ -183,15 +184,19 @@ class SessionGraph:
           f if isinstance(f, tf.Tensor) else self._graph.get_tensor_by_name(f)
           for f in fed
         ]
+    self._open(feeds, list(results), tokens, init_ops)
+
+  def _open(self, feeds, fetches, tokens=(), init_ops=()):
+    """The session, and callables: less Python per call than `Session.run`
+    (a computation with variables is two calls: their initialization, then
+    the computation)."""
     self._feeds = feeds
-    self._fetches = list(results)
+    self._fetches = fetches
     self._tokens = {self._graph.get_tensor_by_name(t): b'' for t in tokens}
     self._init_ops = [self._graph.get_operation_by_name(o) for o in init_ops]
     self._session = tf.compat.v1.Session(
       graph=self._graph, config=_session_config()
     )
-    # Callables: less Python per call than `Session.run` (a client's
-    # training is two calls: its variables' initialization, then the step).
     self._initialize = (
       self._session.make_callable(self._init_ops, feed_list=list(self._tokens))
       if self._init_ops
@@ -266,3 +271,153 @@ class SessionGraph:
 
   def close(self):
     self._session.close()
+
+
+def _initialized_first(graph_def, initialize_op: str):
+  """`graph_def` with every node its variables' initialization does not
+  need made to wait for it: inside a loop, one call runs both (a session
+  runs them as two calls)."""
+  if not initialize_op:
+    return graph_def
+  by_name = {node.name: node for node in graph_def.node}
+  needed, pending = set(), [initialize_op]
+  while pending:
+    name = pending.pop()
+    if name in needed or name not in by_name:
+      continue
+    needed.add(name)
+    pending += [re.sub(r'^\^|:\d+$', '', i) for i in by_name[name].input]
+  for node in graph_def.node:
+    if node.name not in needed and node.op != 'Placeholder':
+      node.input.append(f'^{initialize_op}')
+  return graph_def
+
+
+class ClientLoopGraph(SessionGraph):
+  """Many clients in one session call: `work` and the `accumulate` of its
+  update in a `tf.while_loop` over the clients, one after the other (their
+  variables are one set, initialized at each client's start), the running
+  sum kept on the device.
+
+  `accumulate` takes (sum so far, update), the update being the first
+  leaves of `work`'s result (MapReduceForm's `work` and `accumulate`).
+
+  Feeds: each of the first `client_leaves` leaves of `work`'s parameter
+  stacked over the clients (a data set as its serialized graph, a string
+  per client), then `work`'s other leaves (the same for every client), then
+  the sum so far (`accumulate`'s leaves before the update's). Results: the
+  sum after the last client.
+  """
+
+  def __init__(self, work, accumulate, client_leaves: int, device: str):
+    self.device = device
+    self.op_types = set()
+    self._graph = tf.Graph()
+    work_proto, sum_proto = (
+      _tensorflow_proto(work),
+      _tensorflow_proto(accumulate),
+    )
+    work_def = _initialized_first(
+      self._placed_graph_def(work_proto, device), work_proto.initialize_op
+    )
+    sum_def = _initialized_first(
+      self._placed_graph_def(sum_proto, device), sum_proto.initialize_op
+    )
+    work_leaves, sum_leaves = (
+      leaves(work_proto.parameter),
+      leaves(sum_proto.parameter),
+    )
+    work_types = leaves_of_type(work.type_signature.parameter)
+    # accumulate: (<sum so far, update> -> sum), the update being the
+    # first leaves of work's result.
+    sum_types = leaves_of_type(accumulate.type_signature.parameter[0])
+    update_leaves = len(sum_leaves) - len(sum_types)
+    with self._graph.as_default(), tf.device(device):
+      stacked = [
+        _placeholder(t, stacked=True) for t in work_types[:client_leaves]
+      ]
+      shared = [_placeholder(t) for t in work_types[client_leaves:]]
+      sums = [_placeholder(t) for t in sum_types]
+
+      def one_client(i, *running):
+        inputs = _client_inputs(work_leaves[:client_leaves], stacked, i)
+        # The importer connects to the tensors it is given: those of this
+        # loop's body, so the body captures what it reads from outside.
+        for leaf, value in zip(work_leaves[client_leaves:], shared):
+          inputs[leaf.tensor.tensor_name] = tf.identity(value)
+        token = work_proto.session_token_tensor_name
+        if token and token.split(':')[0] in {n.name for n in work_def.node}:
+          inputs[token] = tf.constant(b'')
+        update = tf.graph_util.import_graph_def(
+          work_def,
+          input_map=inputs,
+          return_elements=[
+            leaf.tensor.tensor_name
+            for leaf in leaves(work_proto.result)[:update_leaves]
+          ],
+          name='work',
+        )
+        operands = list(running) + list(update)
+        total = tf.graph_util.import_graph_def(
+          sum_def,
+          input_map={
+            leaf.tensor.tensor_name: value
+            for leaf, value in zip(sum_leaves, operands)
+          },
+          return_elements=[
+            leaf.tensor.tensor_name for leaf in leaves(sum_proto.result)
+          ],
+          name='accumulate',
+        )
+        return [i + 1] + list(total)
+
+      count = tf.shape(stacked[0])[0] if stacked else tf.constant(0)
+      # One client at a time: each client's variables are the same ones.
+      results = tf.while_loop(
+        lambda i, *_: i < count,
+        one_client,
+        [tf.constant(0)] + sums,
+        parallel_iterations=1,
+      )[1:]
+    self._open(stacked + shared + sums, list(results))
+
+
+def _placeholder(type_spec, stacked: bool = False):
+  """A feed for a leaf of `type_spec` (a data set: its serialized graph),
+  with a leading dimension over clients when `stacked`."""
+  from tensorflow_federated.python.core.impl.types import computation_types
+
+  if isinstance(type_spec, computation_types.SequenceType):
+    dtype, shape = tf.string, []
+  else:
+    dtype, shape = type_spec.dtype, list(type_spec.shape)
+  return tf.compat.v1.placeholder(dtype, [None] + shape if stacked else shape)
+
+
+def _client_inputs(client_leaves, stacked, i) -> dict:
+  """The `i`th client's parameter leaves, from their stacks: a data set is
+  made from its serialized graph on the host."""
+  inputs = {}
+  for leaf, values in zip(client_leaves, stacked):
+    value = tf.gather(values, i)
+    if leaf.WhichOneof('binding') == 'tensor':
+      inputs[leaf.tensor.tensor_name] = value
+    elif leaf.sequence.WhichOneof('binding') == 'graph_def_tensor_name':
+      inputs[leaf.sequence.graph_def_tensor_name] = value
+    else:
+      with tf.device(devices.HOST):
+        inputs[leaf.sequence.variant_tensor_name] = tf.raw_ops.DatasetFromGraph(
+          graph_def=value
+        )
+  return inputs
+
+
+def stack(clients: list) -> list:
+  """Clients' flat leaves (`flatten`, one list a client) as the stacks
+  `ClientLoopGraph` takes: one array a leaf, over the clients."""
+  return [
+    np.array(column, dtype=object)
+    if isinstance(column[0], bytes)
+    else np.stack(column)
+    for column in zip(*clients)
+  ]
