@@ -135,9 +135,7 @@ def _parameter_inputs(tf_proto, bound, results, named):
 
 
 def _tensorflow_proto(computation):
-  from tensorflow_federated.python.core.impl.computation import (
-    computation_impl,
-  )
+  from tensorflow_federated.python.core.impl.computation import computation_impl
 
   return computation_impl.ConcreteComputation.get_proto(computation).tensorflow
 
