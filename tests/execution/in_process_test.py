@@ -121,6 +121,33 @@ def test_a_round_runs_in_process_and_sums_clients_from_every_device():
   assert context.on_fallback == []
 
 
+@tff.federated_computation(
+  tff.FederatedType(np.float32, tff.SERVER),
+  tff.FederatedType(np.float32, tff.CLIENTS),
+)
+def _float_sum_round(state, values):
+  return state, tff.federated_sum(values)
+
+
+@pytest.mark.parametrize('clients_per_call', [1, 2, 100])
+def test_a_devices_clients_are_summed_in_their_order_whatever_the_calls(
+  clients_per_call,
+):
+  context = in_process.InProcessExecutionContext(
+    ['cpu:0'], fallback_fn=None, clients_per_call=clients_per_call
+  )
+  # In float32, in this order: 1e8 + 1 is 1e8, less 1e8 is 0, + 1 is 1; any
+  # other order of the same clients gives 0 or 2.
+  with tff.framework.get_context_stack().install(context):
+    _, total = _float_sum_round(0.0, [1e8, 1.0, -1e8, 1.0])
+  assert total == 1.0
+
+
+def test_clients_per_call_below_one_is_refused_naming_it():
+  with pytest.raises(ValueError, match=r'clients_per_call=0 must be >= 1'):
+    in_process.InProcessExecutionContext(['cpu:0'], clients_per_call=0)
+
+
 def test_what_does_not_compile_fails_in_one_line_or_goes_to_the_fallback():
   context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
   with tff.framework.get_context_stack().install(context):

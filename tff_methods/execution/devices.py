@@ -6,10 +6,13 @@ multi-device path runs without a GPU, TensorFlow's determinism switches,
 and which ops belong on the host CPU whatever a client's device.
 """
 
+import os
 import re
 from typing import Optional, Sequence
 
 import tensorflow as tf
+
+from tff_methods.execution import workers
 
 DEVICE_PATTERN = re.compile(r'^(cpu|gpu):(\d+)$')
 HOST = '/device:CPU:0'
@@ -94,6 +97,7 @@ def configure_devices(devices: Optional[Sequence[str]] = None) -> list[str]:
   )
   cpu = tf.config.list_physical_devices('CPU')[0]
   if cpus_needed > 1:
+    _sessions_get_their_own_threads()
     configured = tf.config.get_logical_device_configuration(cpu) or []
     if len(configured) < cpus_needed:
       try:
@@ -118,6 +122,44 @@ def configure_devices(devices: Optional[Sequence[str]] = None) -> list[str]:
       f'{", ".join(sorted(there))}.'
     )
   return names
+
+
+# TensorFlow reads it once, when it makes its first device: with it, each
+# session's CPU devices get an intra-op thread pool of the session's own
+# size (`intra_op_threads`), not the one pool of the process.
+_OWN_THREAD_POOLS = 'TF_OVERRIDE_GLOBAL_THREADPOOL'
+
+
+def _sessions_get_their_own_threads() -> None:
+  """Before TensorFlow starts: logical CPU devices that train clients at
+  once each get threads of their own, as a TFF worker gives each of its
+  clients (cores split between them), instead of every device's ops
+  sharing one pool of every core."""
+  from tensorflow.python.eager import context
+
+  if _OWN_THREAD_POOLS in os.environ:
+    return
+  if not context.context()._initialized:  # pylint: disable=protected-access
+    os.environ[_OWN_THREAD_POOLS] = '1'
+    workers.not_for_workers(_OWN_THREAD_POOLS)
+
+
+def intra_op_threads(device: str, devices: Sequence[str]) -> int:
+  """The intra-op threads of a session whose clients run on `device`, one
+  of `devices` that train at once: on a CPU split into logical devices
+  (with their own pools, `configure_devices`), the cores split between
+  them; 0 (TensorFlow's default, every core) otherwise."""
+  cpus = [d for d in devices if ':CPU:' in d]
+  if ':CPU:' not in device or len(cpus) < 2:
+    return 0
+  if os.environ.get(_OWN_THREAD_POOLS) != '1':
+    return 0
+  cores = (
+    len(os.sched_getaffinity(0))
+    if hasattr(os, 'sched_getaffinity')
+    else (os.cpu_count() or 1)
+  )
+  return max(1, cores // len(cpus))
 
 
 def configure_determinism(deterministic: bool) -> None:

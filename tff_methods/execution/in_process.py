@@ -47,6 +47,11 @@ from tff_methods.execution import devices as devices_lib
 from tff_methods.execution import session_graphs
 
 
+# A device's clients per session call, by default: enough that a round of
+# small clients is a call or two a device.
+CLIENTS_PER_CALL = 100
+
+
 class NotRunnableError(RuntimeError):
   """A computation this context can't run and has no worker to send to."""
 
@@ -54,8 +59,9 @@ class NotRunnableError(RuntimeError):
 class _MapReduceRound:
   """A round compiled to TFF's MapReduceForm, with its graphs on devices."""
 
-  def __init__(self, form, devices: Sequence[str]):
+  def __init__(self, form, devices: Sequence[str], clients_per_call: int):
     self._form = form
+    self.clients_per_call = clients_per_call
     self._devices = list(devices)
     work_result = form.work.type_signature.result
     if any(
@@ -82,13 +88,16 @@ class _MapReduceRound:
     )
     self._step = {
       d: session_graphs.ClientLoopGraph(
-        form.work, form.accumulate, client_leaves, d
+        form.work,
+        form.accumulate,
+        client_leaves,
+        d,
+        devices_lib.intra_op_threads(d, self._devices),
       )
       for d in self._devices
     }
     self._pool = concurrent.futures.ThreadPoolExecutor(len(self._devices))
     self.trace = False
-    self.clients_per_call = 100
 
   def graphs(self):
     """Every graph of the round, server's first."""
@@ -256,6 +265,7 @@ class InProcessExecutionContext(context_base.SyncContext):
     self,
     devices: Optional[Sequence[str]] = None,
     fallback_fn=None,
+    clients_per_call: int = CLIENTS_PER_CALL,
   ):
     """Args:
     devices: Where the clients run, as `cpu:N`/`gpu:N` (every GPU, or the
@@ -264,7 +274,13 @@ class InProcessExecutionContext(context_base.SyncContext):
     fallback_fn: Makes the context that runs what this one can't (e.g.
       `runtime.create_local_execution_context`), called once, the first time
       it is needed; None: such a computation fails in one line.
+    clients_per_call: At most this many of a device's clients are trained
+      in one session call (their inputs are held at once: a data set's
+      serialized graph each).
     """
+    if clients_per_call < 1:
+      raise ValueError(f'clients_per_call={clients_per_call} must be >= 1.')
+    self.clients_per_call = clients_per_call
     self.devices = devices_lib.configure_devices(devices)
     self._fallback_fn = fallback_fn
     self._fallback = None
@@ -283,7 +299,9 @@ class InProcessExecutionContext(context_base.SyncContext):
       type_signature = computation.type_signature
       try:
         if _is_round(type_signature):
-          plan = _MapReduceRound(_map_reduce_form(computation), self.devices)
+          plan = _MapReduceRound(
+            _map_reduce_form(computation), self.devices, self.clients_per_call
+          )
         elif not _has_clients(type_signature):
           plan = _LocalComputation(
             _local_tensorflow(computation), self.devices[0]
@@ -378,6 +396,7 @@ def create_in_process_execution_context(
   *,
   deterministic: bool = False,
   fallback_fn=None,
+  clients_per_call: int = CLIENTS_PER_CALL,
 ) -> InProcessExecutionContext:
   """The context `set_in_process_execution_context` sets, to install
   yourself (arguments as there)."""
@@ -386,7 +405,9 @@ def create_in_process_execution_context(
     from tff_methods.execution import runtime
 
     fallback_fn = runtime.create_local_execution_context
-  return InProcessExecutionContext(devices, fallback_fn or None)
+  return InProcessExecutionContext(
+    devices, fallback_fn or None, clients_per_call
+  )
 
 
 def is_current() -> bool:
@@ -407,6 +428,7 @@ def set_in_process_execution_context(
   *,
   deterministic: bool = False,
   fallback_fn=None,
+  clients_per_call: int = CLIENTS_PER_CALL,
 ) -> InProcessExecutionContext:
   """Makes TFF run computations' TensorFlow in this process, on `devices`.
 
@@ -418,6 +440,8 @@ def set_in_process_execution_context(
     fallback_fn: Makes the context for computations this one can't compile;
       a local TFF worker by default (`runtime.create_local_execution_context`,
       started when first needed); `False`: they fail in one line.
+    clients_per_call: At most this many of a device's clients in one
+      session call.
 
   Returns:
     The context, e.g. for `placement`.
@@ -427,7 +451,10 @@ def set_in_process_execution_context(
   )
 
   context = create_in_process_execution_context(
-    devices, deterministic=deterministic, fallback_fn=fallback_fn
+    devices,
+    deterministic=deterministic,
+    fallback_fn=fallback_fn,
+    clients_per_call=clients_per_call,
   )
   context_stack_impl.context_stack.set_default_context(context)
   return context

@@ -28,15 +28,19 @@ def _op_type(timeline_label: str) -> str:
   return match.group(1) if match else timeline_label.split(' ')[0]
 
 
-def _session_config() -> tf.compat.v1.ConfigProto:
+def _session_config(threads: int = 0) -> tf.compat.v1.ConfigProto:
   """The eager context's config (its logical devices, threads, GPU memory
   options), allowing soft placement for ops inside functions that have no
-  kernel on their device; a fresh ConfigProto would lose the devices."""
+  kernel on their device; a fresh ConfigProto would lose the devices.
+  `threads`: the session's intra-op threads, where sessions have pools of
+  their own (`devices.intra_op_threads`); 0 keeps the context's."""
   from tensorflow.python.eager import context
 
   config = tf.compat.v1.ConfigProto()
   config.CopyFrom(context.context().config)
   config.allow_soft_placement = True
+  if threads:
+    config.intra_op_parallelism_threads = threads
   return config
 
 
@@ -150,8 +154,9 @@ class SessionGraph:
   the results the last part's.
   """
 
-  def __init__(self, parts, device: str):
+  def __init__(self, parts, device: str, threads: int = 0):
     self.device = device
+    self.threads = threads
     self.op_types = set()
     self._graph = tf.Graph()
     feeds, init_ops, tokens, results = [], [], [], []
@@ -193,7 +198,7 @@ class SessionGraph:
     self._tokens = {self._graph.get_tensor_by_name(t): b'' for t in tokens}
     self._init_ops = [self._graph.get_operation_by_name(o) for o in init_ops]
     self._session = tf.compat.v1.Session(
-      graph=self._graph, config=_session_config()
+      graph=self._graph, config=_session_config(self.threads)
     )
     self._initialize = (
       self._session.make_callable(self._init_ops, feed_list=list(self._tokens))
@@ -304,11 +309,15 @@ class ClientLoopGraph(SessionGraph):
   stacked over the clients (a data set as its serialized graph, a string
   per client), then `work`'s other leaves (the same for every client), then
   the sum so far (`accumulate`'s leaves before the update's). Results: the
-  sum after the last client.
+  sum after the last client. `threads`: the session's intra-op threads
+  (`devices.intra_op_threads`; 0: the context's).
   """
 
-  def __init__(self, work, accumulate, client_leaves: int, device: str):
+  def __init__(
+    self, work, accumulate, client_leaves: int, device: str, threads: int = 0
+  ):
     self.device = device
+    self.threads = threads
     self.op_types = set()
     self._graph = tf.Graph()
     work_proto, sum_proto = (

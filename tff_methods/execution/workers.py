@@ -187,6 +187,17 @@ def threads_per_client(
   return max(1, usable_cores() // max_concurrent_clients)
 
 
+# Environment variables this process set for its own TensorFlow, which the
+# workers it starts do not inherit (`not_for_workers`).
+_NOT_FOR_WORKERS = set()
+
+
+def not_for_workers(name: str) -> None:
+  """Keeps environment variable `name`, which this process set for itself,
+  from the workers it starts."""
+  _NOT_FOR_WORKERS.add(name)
+
+
 def worker_environment(
   max_concurrent_computation_calls: int = -1,
   model_parameters: Optional[int] = None,
@@ -201,7 +212,7 @@ def worker_environment(
   clients than k leaves cores idle with a split. The worker listens on
   `host` only (`bind_address`; 0.0.0.0: every interface).
   """
-  env = dict(os.environ)
+  env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_WORKERS}
   env.setdefault(*ONEDNN)
   threads = threads_per_client(
     model_parameters, max_concurrent_computation_calls
