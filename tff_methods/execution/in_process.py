@@ -46,7 +46,6 @@ from tensorflow_federated.python.core.impl.context_stack import context_base
 from tff_methods.execution import devices as devices_lib
 from tff_methods.execution import session_graphs
 
-
 # A device's clients per session call, by default: enough that a round of
 # small clients is a call or two a device.
 CLIENTS_PER_CALL = 100
