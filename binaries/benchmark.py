@@ -51,6 +51,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   process_setup.quiet(FLAGS.verbosity)
+  if FLAGS.execution == 'auto':
+    # The benchmark times the worker, and the in-process path beside it.
+    FLAGS.execution = 'worker'
   errors = benchmark_flags.check()
   in_process_context = None
   if FLAGS.in_process:

@@ -228,7 +228,7 @@ def check() -> list[str]:
       f'--memory_rounds={FLAGS.memory_rounds} must be 0 or > 20 '
       '(growth is measured from round 20)'
     )
-  if FLAGS.execution != 'worker':
+  if FLAGS.execution == 'in_process':
     errors.append(
       f'--execution={FLAGS.execution}: the benchmark times the worker, and '
       'the in-process path beside it (--in_process, on --in_process_devices)'

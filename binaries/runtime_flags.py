@@ -9,12 +9,18 @@
   this process, the clients spread over the devices
   (`tff_methods.execution.in_process`); what doesn't compile for it goes to a
   local worker.
+- `--execution=auto` (the default): in this process on every GPU when there
+  is one, or, on a CPU, split into `--max_concurrent_clients` logical
+  devices when `IN_PROCESS_FASTER_ON_CPU` (the benchmark's figures,
+  docs/performance.md); the worker with `--tff_workers`,
+  `--tff_worker_binary` or `--jobs` > 1. The choice is printed in one line.
 """
 
 import re
 from typing import Optional
 
 from absl import flags
+import tensorflow as tf
 
 from tff_methods.execution import bind_address
 from tff_methods.execution import devices as devices_lib
@@ -23,7 +29,14 @@ from tff_methods.execution import runtime
 from tff_methods.execution import workers
 from tff_methods_tooling import commands
 
-EXECUTIONS = ('worker', 'in_process')
+EXECUTIONS = ('auto', 'worker', 'in_process')
+
+# What the benchmark measured on CPU-only machines (docs/performance.md,
+# "The worker and in-process"): the in-process path, on the CPU split into
+# a logical device per concurrent client, against TFF's worker at 100
+# clients of 20 examples, 10 of 500, and ResNet-18. True: it was faster at
+# every size, so `--execution=auto` takes it on a CPU too.
+IN_PROCESS_FASTER_ON_CPU = True
 
 flags.DEFINE_list(
   'tff_workers',
@@ -48,23 +61,26 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_enum(
   'execution',
-  'worker',
+  'auto',
   EXECUTIONS,
-  "Where a round's TensorFlow runs: TFF's C++ worker (CPU only), or "
-  'in_process: in this process on --devices (GPUs too).',
+  "Where a round's TensorFlow runs: TFF's C++ worker (CPU only); "
+  'in_process: in this process on --devices (GPUs too); auto: in this '
+  'process on every GPU, or on the CPU where the benchmark found it faster '
+  '(split into --max_concurrent_clients devices), else the worker; the '
+  'worker with --tff_workers, --tff_worker_binary or --jobs > 1.',
 )
 flags.DEFINE_list(
   'devices',
   [],
-  'With --execution=in_process: the devices clients run on, e.g. '
-  'gpu:0,gpu:1; more cpu:N than one splits the CPU into logical devices. '
-  'Empty: every GPU, else the CPU.',
+  'In this process (--execution=in_process or auto): the devices clients '
+  'run on, e.g. gpu:0,gpu:1; more cpu:N than one splits the CPU into '
+  'logical devices. Empty: every GPU, else the CPU (auto: split).',
 )
 flags.DEFINE_bool(
   'deterministic',
   False,
-  'With --execution=in_process: TF32 off and op determinism on, for '
-  'results that repeat on a GPU (slower).',
+  'In this process (--execution=in_process or auto): TF32 off and op '
+  'determinism on, for results that repeat on a GPU (slower).',
 )
 FLAGS = flags.FLAGS
 
@@ -125,10 +141,44 @@ def define_jobs_flag() -> None:
   )
 
 
+def choose_execution() -> tuple[str, Optional[list[str]], str]:
+  """Where this run's rounds run: ('worker' or 'in_process', the devices
+  (None: the default ones), why), from --execution or auto's rule (the
+  same flags give the same choice)."""
+  devices = FLAGS.devices or None
+  if FLAGS.execution != 'auto':
+    return FLAGS.execution, devices, f'--execution={FLAGS.execution}'
+  jobs = FLAGS['jobs'].value if 'jobs' in FLAGS else 1
+  for given, why in (
+    (FLAGS.tff_workers, '--tff_workers names running workers'),
+    (FLAGS.tff_worker_binary, '--tff_worker_binary names a worker'),
+    (jobs > 1, f'--jobs={jobs} runs a worker a job'),
+  ):
+    if given:
+      return 'worker', None, f'auto: {why}'
+  if devices or FLAGS.deterministic:
+    return 'in_process', devices, 'auto: --devices or --deterministic given'
+  gpus = tf.config.list_physical_devices('GPU')
+  if gpus:
+    return 'in_process', None, f'auto: {len(gpus)} GPU(s) visible'
+  if not IN_PROCESS_FASTER_ON_CPU:
+    return 'worker', None, 'auto: no GPU, and the worker is faster on a CPU'
+  split = FLAGS.max_concurrent_clients
+  split = split if split > 0 else workers.usable_cores()
+  return (
+    'in_process',
+    [f'cpu:{k}' for k in range(split)],
+    f'auto: no GPU; on the CPU split into {split} (--max_concurrent_clients) '
+    'this path ran faster than the worker in the benchmark '
+    '(docs/performance.md)',
+  )
+
+
 def check() -> list[str]:
   """The runtime flags' errors (before any work starts)."""
   errors = []
-  if FLAGS.execution == 'in_process':
+  execution, _, why = choose_execution()
+  if execution == 'in_process':
     if FLAGS.tff_workers:
       errors.append(
         '--execution=in_process runs rounds in this process; --tff_workers '
@@ -143,8 +193,8 @@ def check() -> list[str]:
     for name in ('devices', 'deterministic'):
       if FLAGS[name].value:
         errors.append(
-          f'--{name} is for --execution=in_process (the worker runs on its '
-          'CPU)'
+          f'--{name} is for rounds in this process; this run uses the '
+          f'worker ({why}), which runs on its CPU'
         )
   if FLAGS.tff_workers:
     try:
@@ -162,16 +212,23 @@ def check() -> list[str]:
 
 
 def prepare_devices() -> Optional[str]:
-  """With --execution=in_process, makes --devices exist (a CPU split into
-  logical devices has to happen before TensorFlow runs an op: call this
-  first in `main`); None, or the flag's error."""
-  if FLAGS.execution != 'in_process':
+  """In this process, makes the devices exist (a CPU split into logical
+  devices has to happen before TensorFlow runs an op: call this first in
+  `main`); None, or the flag's error."""
+  execution, devices, _ = choose_execution()
+  if execution != 'in_process':
     return None
   try:
-    devices_lib.configure_devices(FLAGS.devices or None)
+    devices_lib.configure_devices(devices)
   except devices_lib.DeviceError as e:
     return f'--{e}'
   return None
+
+
+def _say_where(devices: Optional[list[str]] = None) -> None:
+  execution, _, why = choose_execution()
+  where = f' on {", ".join(devices)}' if devices else ''
+  print(f'Execution: {execution}{where} ({why}).', flush=True)
 
 
 def start_for_runs() -> Optional[str]:
@@ -193,11 +250,15 @@ def start_for_runs() -> Optional[str]:
       f'--jobs={FLAGS.jobs} runs local packaged workers: not '
       'with --tff_workers or --tff_worker_binary.'
     )
-  return 'Bad flags:\n  ' + '\n  '.join(errors) if errors else None
+  if errors:
+    return 'Bad flags:\n  ' + '\n  '.join(errors)
+  _say_where()
+  return None
 
 
 def start(model_parameters: Optional[int] = None) -> Optional[str]:
-  """Checks the flags and sets TFF's context from them.
+  """Checks the flags and sets TFF's context from them (`choose_execution`),
+  saying where in one line.
 
   Args:
     model_parameters: The size of the model to train, which sets the local
@@ -213,10 +274,11 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
   error = prepare_devices()
   if error:
     return error
+  execution, devices, _ = choose_execution()
   try:
-    if FLAGS.execution == 'in_process':
-      in_process.set_in_process_execution_context(
-        FLAGS.devices or None,
+    if execution == 'in_process':
+      context = in_process.set_in_process_execution_context(
+        devices,
         deterministic=FLAGS.deterministic,
         fallback_fn=lambda: runtime.create_local_execution_context(
           FLAGS.max_concurrent_clients,
@@ -224,7 +286,9 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
           model_parameters=model_parameters,
         ),
       )
-    elif FLAGS.tff_workers:
+      _say_where(context.devices)
+      return None
+    if FLAGS.tff_workers:
       runtime.set_remote_execution_context(FLAGS.tff_workers)
     else:
       runtime.set_local_execution_context(
@@ -238,6 +302,7 @@ def start(model_parameters: Optional[int] = None) -> Optional[str]:
     return f'--{e}'
   except RuntimeError as e:
     return str(e)
+  _say_where()
   return None
 
 

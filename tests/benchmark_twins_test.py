@@ -61,6 +61,13 @@ def test_the_report_judges_each_method_against_its_twin():
     "the twin's 1.00 s, where the target allows 0.70 s."
   )
   assert not any(line.startswith('scaffold misses') for line in lines)
+  # In this process FedAvg took 0.6 s: the faster path meets 0.7.
+  model['in_process'] = {'fedavg': _timing(0.6)}
+  lines = benchmark_twins.report_lines(model, 100)
+  assert '| fedavg | 0.80 | 0.60 | 1.00 | 0.80 | 0.60 | < 0.7 | yes |' in lines
+  assert '| scaffold | 0.90 |  | 1.00 | 0.90 |  | < 1.0 | yes |' in lines
+  assert not any(line.startswith('fedavg misses') for line in lines)
+  del model['in_process']
   # With the machine's matmul rate, the floor of the round's arithmetic:
   # 10 MFLOP x 20 examples x 100 clients at 100 GFLOP/s = 0.2 s; the
   # target leaves (0.7 - 0.2) / 100 = 5 ms a client beyond it.

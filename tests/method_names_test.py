@@ -63,10 +63,6 @@ ALLOWED = {
     {'fedcka', 'moon', 'scaffold'},
     'the same floors, timed per model',
   ),
-  'tooling/benchmark_in_process.py': (
-    {'scaffold'},
-    "SCAFFOLD's in-process target, judged on its floor",
-  ),
   'tooling/benchmark.py': (
     {'tff_fedavg'},
     "TFF's own FedAvg, timed beside the project's",

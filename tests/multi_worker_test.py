@@ -17,6 +17,7 @@ from absl.testing import flagsaver
 import numpy as np
 import portpicker
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods.clients import client_keys
@@ -338,12 +339,41 @@ def test_tff_worker_binary_is_the_worker_started(tmp_path):
   assert 'fedavg on digits: round 1' in result.stdout
 
 
+def test_auto_runs_in_process_on_the_split_cpu_unless_workers_are_named():
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  assert not tf.config.list_physical_devices('GPU')  # This machine: no GPU.
+  with flagsaver.flagsaver(execution='auto', max_concurrent_clients=3):
+    execution, devices, why = runtime_flags.choose_execution()
+  # The benchmark's figures put the split CPU ahead of the worker here.
+  assert runtime_flags.IN_PROCESS_FASTER_ON_CPU
+  assert (execution, devices) == ('in_process', ['cpu:0', 'cpu:1', 'cpu:2'])
+  assert 'no GPU' in why
+  with flagsaver.flagsaver(execution='auto', devices=['cpu:0']):
+    assert runtime_flags.choose_execution()[:2] == ('in_process', ['cpu:0'])
+  for settings in (
+    dict(tff_workers=['127.0.0.1:8000']),
+    dict(tff_worker_binary='/bin/true'),
+    dict(execution='worker'),
+  ):
+    with flagsaver.flagsaver(**settings):
+      assert runtime_flags.choose_execution()[:2] == ('worker', None)
+
+
 @pytest.mark.parametrize(
   'settings, says',
   [
     (dict(execution='in_process', devices=['tpu:0']), "'tpu:0' is not a"),
-    (dict(devices=['cpu:0']), '--devices is for --execution=in_process'),
-    (dict(deterministic=True), '--deterministic is for --execution=in_pro'),
+    (
+      dict(execution='worker', devices=['cpu:0']),
+      '--devices is for rounds in this process; this run uses the worker '
+      '(--execution=worker)',
+    ),
+    (
+      dict(tff_workers=['127.0.0.1:8000'], deterministic=True),
+      '--deterministic is for rounds in this process; this run uses the '
+      'worker (auto: --tff_workers names running workers)',
+    ),
     (
       dict(execution='in_process', tff_workers=['127.0.0.1:8000']),
       '--execution=in_process runs rounds in this process; --tff_workers',

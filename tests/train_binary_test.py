@@ -98,7 +98,11 @@ def _worker_of(process, timeout=60):
 def test_signal_mid_round_leaves_no_worker(signum, tmp_path):
   output_dir = tmp_path / 'run'
   process = _start(
-    tmp_path, '--rounds=500', '--local_epochs=3', f'--output_dir={output_dir}'
+    tmp_path,
+    '--execution=worker',
+    '--rounds=500',
+    '--local_epochs=3',
+    f'--output_dir={output_dir}',
   )
   worker = _worker_of(process)
   # Wait until training is under way (a round has been written), then
@@ -129,7 +133,11 @@ def test_normal_run_ends_its_worker_and_writes_results(tmp_path):
   output_dir = tmp_path / 'run'
   env = {k: v for k, v in os.environ.items() if k != 'TF_ENABLE_ONEDNN_OPTS'}
   process = _start(
-    tmp_path, '--rounds=2', f'--output_dir={output_dir}', env=env
+    tmp_path,
+    '--execution=worker',
+    '--rounds=2',
+    f'--output_dir={output_dir}',
+    env=env,
   )
   worker = _worker_of(process)
   assert _environment_of(worker).get('TF_ENABLE_ONEDNN_OPTS') == '1'
@@ -213,6 +221,10 @@ def test_a_users_method_module_reaches_train_and_compare(tmp_path):
     f'--output_dir={tmp_path / "compare"}',
   )
   assert compared.returncode == 0, compared.stderr[-3000:]
+  # Where the rounds ran, said in one line: with jobs, a worker each.
+  assert 'Execution: worker (auto: --jobs=2 runs a worker a job).' in (
+    compared.stdout
+  )
   runs = sorted((tmp_path / 'compare').glob('*/seed0'))
   assert [r.parent.name for r in runs] == ['fedavg', 'pull'], runs
   fedavg_weights, pulled = map(_final_weights, runs)
@@ -230,6 +242,12 @@ def test_a_users_method_module_reaches_train_and_compare(tmp_path):
     f'--output_dir={tmp_path / "train"}',
   )
   assert trained.returncode == 0, trained.stderr[-3000:]
+  # By default, without a GPU: in this process, the CPU split in two (the
+  # worker's two clients at once).
+  assert (
+    'Execution: in_process on /device:CPU:0, /device:CPU:1 (auto: no GPU;'
+    in trained.stdout
+  )
   np.testing.assert_allclose(
     _final_weights(tmp_path / 'train'), fedavg_weights, rtol=1e-5, atol=1e-6
   )

@@ -204,7 +204,10 @@ def report_markdown(results: dict) -> str:
       model, num_clients, results.get('matmul_flops_per_second')
     )
     lines += benchmark_in_process.report_lines(
-      model, num_clients, results['settings'].get('in_process_devices', '')
+      model,
+      num_clients,
+      results['settings'].get('in_process_devices', ''),
+      TARGET_RATIO.get(model_name, {}),
     )
     lines += [
       '',

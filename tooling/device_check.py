@@ -62,6 +62,7 @@ class Row:
   # Ops of the clients' graphs with no GPU kernel, but the host's.
   without_gpu_kernel: list
   metrics_equal: bool
+  clients_per_round: int
   # Computations of the method's process the in-process context could not
   # compile (sent to its worker).
   on_fallback: list
@@ -161,6 +162,7 @@ def check_methods(
       off_device_ops=context.off_device_ops(round_fn),
       without_gpu_kernel=sorted(context.ops_without_gpu_kernel(round_fn)),
       metrics_equal=_metrics_equal(worker_metrics, our_metrics),
+      clients_per_round=num_clients,
       on_fallback=context.on_fallback[fallen_back:],
     )
 
@@ -185,17 +187,19 @@ def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
       or 'nothing'
     ),
     '',
-    '| method | worker s/round | in-process s/round | ratio | max rel. '
-    "weight difference | metrics equal | clients' nodes on their device | "
-    'ops without a GPU kernel |',
-    '|---|---|---|---|---|---|---|---|',
+    '| method | worker s/round | in-process s/round | ratio | in-process '
+    'clients/s per device | max rel. weight difference | metrics equal | '
+    "clients' nodes on their device | ops without a GPU kernel |",
+    '|---|---|---|---|---|---|---|---|---|',
   ]
   for row in rows:
     share = on_own_device(row.placement)
+    per_device = row.clients_per_round / row.in_process_seconds / len(devices)
     lines.append(
       f'| {row.method} | {row.worker_seconds:.3f} | '
       f'{row.in_process_seconds:.3f} | '
       f'{row.in_process_seconds / row.worker_seconds:.2f} | '
+      f'{per_device:.0f} | '
       f'{row.relative_difference:.1e} | {"yes" if row.metrics_equal else "NO"}'
       ' | '
       + ', '.join(f'{d.split("device:")[-1]} {s:.0%}' for d, s in share.items())

@@ -14,10 +14,15 @@ A round (`next(state, client_data)`) is compiled once by TFF's own
 TensorFlow graphs (`prepare`, `work`, `zero`, `accumulate`, `merge`,
 `report`, `update`). The server's graphs run on the first device; the
 round's clients are dealt to the devices in turn (client k to device
-k mod n); each device trains its clients one after the other, a client's
-`work` and the `accumulate` of its update as one graph in a session of the
-device's own (the update stays on the device), the devices run at the same
-time, and their sums are merged in device order. Computations with no
+k mod n); each device trains its share in one session call (at most
+`clients_per_call` clients a call): `work` and the `accumulate` of each
+client's update in a `tf.while_loop` over the device's clients, in their
+order, the running sum kept on the device
+(`session_graphs.ClientLoopGraph`), as GPU-oriented simulators run a
+device's clients in one compiled program. The devices run at the same
+time, and their sums are merged in device order. On a CPU split into
+logical devices each device's sessions have threads of their own, the
+cores split between them (`devices.intra_op_threads`). Computations with no
 clients (`initialize`, `get_model_weights`, ...) are turned into one
 TensorFlow graph each by TFF's local compiler and run on the first device.
 Anything else goes to a TFF worker (`runtime.create_local_execution_context`,

@@ -6,7 +6,8 @@ A `SessionGraph` imports one computation's graph (or a chain of them) into
 a `tf.compat.v1.Session` on a device, placing what belongs on the host
 there, and runs it on flat lists of numpy values: `flatten` turns a TFF
 value of a type into them, `unflatten` turns results back into a
-`tff.structure.Struct`.
+`tff.structure.Struct`. A `ClientLoopGraph` runs many clients' `work` and
+`accumulate` in one call, in a loop on the device.
 """
 
 import collections

@@ -1,0 +1,180 @@
+"""Where an in-process client's time goes, before and after many clients a
+call (docs/performance.md, "Where an in-process client's time goes").
+
+  python tools/in_process_costs.py --method=fedavg
+
+The benchmark's process and data (CIFAR-shaped, 100 clients of 20
+examples, one local step of 20) on the CPU split into two logical devices,
+a warm-up round in-process, then each device's share of a round's clients
+trained on both devices at once, two ways:
+
+- one call a client: the client's `work` and `accumulate` as one session
+  call, its variables initialized by a call before it, the running sum
+  fetched and fed again (the path before many clients a call);
+- many a call: `session_graphs.ClientLoopGraph`, every client of the
+  device in one call.
+
+For each, per client: the wall time (the median of `--passes`), and, from
+one traced call on one device, the time of its ops by part: data and state
+(the host's ops: files, parsing, strings, data sets), the arithmetic (every
+other kernel) and the session call (wall time beyond the ops, one call).
+Run with `TF_OVERRIDE_GLOBAL_THREADPOOL=0` for the sessions sharing one
+pool of every core, as before.
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import statistics
+import time
+
+from tff_methods.execution import in_process
+
+DEVICES = ('cpu:0', 'cpu:1')
+
+
+def _per_client_step(plan, device):
+  from tff_methods.execution import session_graphs
+
+  form = plan._form  # pylint: disable=protected-access
+  summed = len(session_graphs.leaves_of_type(form.zero.type_signature.result))
+  updates = len(
+    session_graphs.leaves_of_type(form.work.type_signature.result[0])
+  )
+  return session_graphs.SessionGraph(
+    [
+      (form.work, {}),
+      (form.accumulate, {summed + k: k for k in range(updates)}),
+    ],
+    device,
+    plan._step[device].threads,  # pylint: disable=protected-access
+  )
+
+
+def _op_parts(graph, leaves, clients):
+  """ms a client by part, from one traced call."""
+  from tff_methods.execution import devices
+  from tff_methods.execution import session_graphs
+
+  import tensorflow as tf
+
+  metadata = tf.compat.v1.RunMetadata()
+  feed = dict(zip(graph._feeds, leaves))  # pylint: disable=protected-access
+  start = time.perf_counter()
+  graph._session.run(  # pylint: disable=protected-access
+    graph._fetches,  # pylint: disable=protected-access
+    feed_dict=feed,
+    options=tf.compat.v1.RunOptions(
+      trace_level=tf.compat.v1.RunOptions.SOFTWARE_TRACE
+    ),
+    run_metadata=metadata,
+  )
+  wall = time.perf_counter() - start
+  parts = collections.Counter()
+  for stats in metadata.step_stats.dev_stats:
+    for node in stats.node_stats:
+      op = session_graphs._op_type(node.timeline_label)  # pylint: disable=protected-access
+      if op in ('StatefulPartitionedCall', 'PartitionedCall', 'While'):
+        continue  # Their ops are counted one by one.
+      part = 'data and state' if devices.is_host_op(op) else 'arithmetic'
+      parts[part] += node.op_end_rel_micros / 1000
+  return {k: v / clients for k, v in parts.items()}, wall * 1000 / clients
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--method', default='fedavg')
+  parser.add_argument('--passes', type=int, default=5)
+  args = parser.parse_args()
+  context = in_process.set_in_process_execution_context(
+    list(DEVICES), fallback_fn=False
+  )
+  from tff_methods.algorithms import hyperparameters
+  from tff_methods.execution import session_graphs
+  from tff_methods_tasks import datasets
+  from tff_methods_tooling import benchmark_processes
+
+  import tempfile
+
+  data = datasets.generated_like('cifar10', 100, 20, tempfile.mkdtemp(), seed=0)
+  hparams = hyperparameters.Hyperparameters(
+    num_clients=100, client_states_in_memory=True
+  )
+  process, _ = benchmark_processes.benchmark_process(
+    args.method, 'fedcka_cnn', data, hparams, 1, 20, 0
+  )
+  ids = list(data.client_data.client_ids)
+  state = process.initialize()
+  state = process.next(state, benchmark_processes.keys(ids, 1)).state
+  (plan,) = [
+    p
+    for _, p in context._plans.values()  # pylint: disable=protected-access
+    if isinstance(p, in_process._MapReduceRound)  # pylint: disable=protected-access
+  ]
+  form_type = plan._form.type_signature.parameter  # pylint: disable=protected-access
+  broadcast = list(
+    plan._prepare.run(session_graphs.flatten(state, form_type[0]))  # pylint: disable=protected-access
+  )
+  devices = plan._devices  # pylint: disable=protected-access
+  per_client = {d: _per_client_step(plan, d) for d in devices}
+  pool = concurrent.futures.ThreadPoolExecutor(len(devices))
+  round_num = [2]
+
+  def share(device, round_num):
+    keys = benchmark_processes.keys(ids, round_num)[devices.index(device) :: 2]
+    return [session_graphs.flatten(k, form_type[1].member) for k in keys]
+
+  def one_a_call(device):
+    total = list(plan._zero[device].run([]))  # pylint: disable=protected-access
+    for client in share(device, round_num[0]):
+      total = per_client[device].run(client + broadcast + total)
+
+  def many_a_call(device):
+    total = list(plan._zero[device].run([]))  # pylint: disable=protected-access
+    plan._step[device].run(  # pylint: disable=protected-access
+      session_graphs.stack(share(device, round_num[0])) + broadcast + total
+    )
+
+  rows = {}
+  for name, train in (
+    ('one call a client', one_a_call),
+    ('many a call', many_a_call),
+  ):
+    seconds = []
+    for _ in range(args.passes):
+      round_num[0] += 1
+      start = time.perf_counter()
+      list(pool.map(train, devices))
+      seconds.append(time.perf_counter() - start)
+    rows[name] = dict(wall=statistics.median(seconds) * 1000 / len(ids))
+  device = devices[0]
+  clients = share(device, round_num[0] + 1)
+  total = list(plan._zero[device].run([]))  # pylint: disable=protected-access
+  graph = per_client[device]
+  graph.run(clients[0] + broadcast + total)
+  graph._initialize(*graph._tokens.values())  # pylint: disable=protected-access
+  parts, wall = _op_parts(graph, clients[0] + broadcast + total, 1)
+  rows['one call a client'].update(parts, call=wall - sum(parts.values()))
+  parts, wall = _op_parts(
+    plan._step[device],  # pylint: disable=protected-access
+    session_graphs.stack(clients) + broadcast + total,
+    len(clients),
+  )
+  rows['many a call'].update(parts, call=wall - sum(parts.values()))
+  print(
+    f'{args.method}, 100 clients of 20 on {", ".join(devices)} '
+    f'({plan._step[device].threads or "shared"} threads a device), ms a client:'  # pylint: disable=protected-access
+  )
+  print(
+    '| path | a client, both devices at once | data and state | arithmetic | the rest of a traced call |'
+  )
+  print('|---|---|---|---|---|')
+  for name, row in rows.items():
+    print(
+      f"| {name} | {row['wall']:.2f} | {row.get('data and state', 0):.2f} | "
+      f"{row.get('arithmetic', 0):.2f} | {row['call']:.2f} |"
+    )
+
+
+if __name__ == '__main__':
+  main()
