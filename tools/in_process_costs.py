@@ -25,6 +25,7 @@ pool of every core, as before.
 import argparse
 import collections
 import concurrent.futures
+import re
 import statistics
 import time
 
@@ -51,34 +52,51 @@ def _per_client_step(plan, device):
   )
 
 
-def _op_parts(graph, leaves, clients):
-  """ms a client by part, from one traced call."""
+# Kernels that do the model's arithmetic; the rest of a client's ops
+# (function calls, control flow, variables, shapes) are the framework's.
+_ARITHMETIC = re.compile(
+  r'Conv|MatMul|Pool|Relu|Softmax|Xent|BiasAdd|Mul|Add|Sub|Sum|Mean|Square|'
+  r'Sqrt|Exp|Log|Neg|Div|Max|Min|Prod|L2Loss|Rsqrt|Tanh|Sigmoid|Pow'
+)
+
+
+def _op_shares(graph, leaves):
+  """The shares of a traced call's op time by part (its second trace: the
+  first builds the kernels)."""
+  import tensorflow as tf
+
   from tff_methods.execution import devices
   from tff_methods.execution import session_graphs
 
-  import tensorflow as tf
-
-  metadata = tf.compat.v1.RunMetadata()
   feed = dict(zip(graph._feeds, leaves))  # pylint: disable=protected-access
-  start = time.perf_counter()
-  graph._session.run(  # pylint: disable=protected-access
-    graph._fetches,  # pylint: disable=protected-access
-    feed_dict=feed,
-    options=tf.compat.v1.RunOptions(
-      trace_level=tf.compat.v1.RunOptions.SOFTWARE_TRACE
-    ),
-    run_metadata=metadata,
-  )
-  wall = time.perf_counter() - start
+  feed.update(graph._tokens)  # pylint: disable=protected-access
+  for _ in range(2):
+    if graph._initialize:  # pylint: disable=protected-access
+      graph._initialize(*graph._tokens.values())  # pylint: disable=protected-access
+    metadata = tf.compat.v1.RunMetadata()
+    graph._session.run(  # pylint: disable=protected-access
+      graph._fetches,  # pylint: disable=protected-access
+      feed_dict=feed,
+      options=tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.SOFTWARE_TRACE
+      ),
+      run_metadata=metadata,
+    )
   parts = collections.Counter()
   for stats in metadata.step_stats.dev_stats:
     for node in stats.node_stats:
       op = session_graphs._op_type(node.timeline_label)  # pylint: disable=protected-access
       if op in ('StatefulPartitionedCall', 'PartitionedCall', 'While'):
         continue  # Their ops are counted one by one.
-      part = 'data and state' if devices.is_host_op(op) else 'arithmetic'
-      parts[part] += node.op_end_rel_micros / 1000
-  return {k: v / clients for k, v in parts.items()}, wall * 1000 / clients
+      if devices.is_host_op(op):
+        part = 'data and state'
+      elif _ARITHMETIC.search(op):
+        part = 'arithmetic'
+      else:
+        part = 'framework'
+      parts[part] += node.op_end_rel_micros
+  total = sum(parts.values())
+  return {k: v / total for k, v in parts.items()}
 
 
 def main():
@@ -89,12 +107,12 @@ def main():
   context = in_process.set_in_process_execution_context(
     list(DEVICES), fallback_fn=False
   )
+  import tempfile
+
   from tff_methods.algorithms import hyperparameters
   from tff_methods.execution import session_graphs
   from tff_methods_tasks import datasets
   from tff_methods_tooling import benchmark_processes
-
-  import tempfile
 
   data = datasets.generated_like('cifar10', 100, 20, tempfile.mkdtemp(), seed=0)
   hparams = hyperparameters.Hyperparameters(
@@ -140,39 +158,47 @@ def main():
     ('one call a client', one_a_call),
     ('many a call', many_a_call),
   ):
-    seconds = []
+    alone, both = [], []
     for _ in range(args.passes):
       round_num[0] += 1
       start = time.perf_counter()
+      train(devices[0])
+      alone.append(time.perf_counter() - start)
+      round_num[0] += 1
+      start = time.perf_counter()
       list(pool.map(train, devices))
-      seconds.append(time.perf_counter() - start)
-    rows[name] = dict(wall=statistics.median(seconds) * 1000 / len(ids))
+      both.append(time.perf_counter() - start)
+    rows[name] = dict(
+      alone=statistics.median(alone) * 1000 / (len(ids) // len(devices)),
+      both=statistics.median(both) * 1000 / len(ids),
+    )
   device = devices[0]
   clients = share(device, round_num[0] + 1)
   total = list(plan._zero[device].run([]))  # pylint: disable=protected-access
-  graph = per_client[device]
-  graph.run(clients[0] + broadcast + total)
-  graph._initialize(*graph._tokens.values())  # pylint: disable=protected-access
-  parts, wall = _op_parts(graph, clients[0] + broadcast + total, 1)
-  rows['one call a client'].update(parts, call=wall - sum(parts.values()))
-  parts, wall = _op_parts(
-    plan._step[device],  # pylint: disable=protected-access
-    session_graphs.stack(clients) + broadcast + total,
-    len(clients),
+  rows['one call a client'].update(
+    _op_shares(per_client[device], clients[0] + broadcast + total)
   )
-  rows['many a call'].update(parts, call=wall - sum(parts.values()))
+  rows['many a call'].update(
+    _op_shares(
+      plan._step[device],  # pylint: disable=protected-access
+      session_graphs.stack(clients) + broadcast + total,
+    )
+  )
+  threads = plan._step[device].threads  # pylint: disable=protected-access
   print(
     f'{args.method}, 100 clients of 20 on {", ".join(devices)} '
-    f'({plan._step[device].threads or "shared"} threads a device), ms a client:'  # pylint: disable=protected-access
+    f'({threads or "shared"} threads a device):'
   )
   print(
-    '| path | a client, both devices at once | data and state | arithmetic | the rest of a traced call |'
+    '| path | ms a client, one device | ms a client, both devices at once '
+    "| a traced call's op time: data and state / arithmetic / framework |"
   )
-  print('|---|---|---|---|---|')
+  print('|---|---|---|---|')
   for name, row in rows.items():
     print(
-      f"| {name} | {row['wall']:.2f} | {row.get('data and state', 0):.2f} | "
-      f"{row.get('arithmetic', 0):.2f} | {row['call']:.2f} |"
+      f"| {name} | {row['alone']:.2f} | {row['both']:.2f} | "
+      f"{row.get('data and state', 0):.0%} / {row.get('arithmetic', 0):.0%} / "
+      f"{row.get('framework', 0):.0%} |"
     )
 
 
