@@ -77,6 +77,20 @@ def test_each_method_is_judged_on_its_floor_or_its_worker_target():
     '| moon | 0.60 | 1.20 | 2.00 | 42 | 1.50 | <= 1.57 (floor + 0.07) | yes |'
   ) in lines
   assert '| fedprox | 0.40 | 0.80 | 2.00 | 62 | 1.00 | <= 1.10 | yes |' in lines
+  # The miss says what it measured against the floor of the arithmetic:
+  # 1e7 FLOP x 20 examples x 100 clients at 1e11 FLOP/s = 0.2 s; 0.7 of
+  # the worker's 0.4 s leaves (0.28 - 0.2) / 100 = 0.8 ms a client.
+  model.update(training_flops_per_example=1e7)
+  miss = benchmark_in_process.report_lines(
+    model, 100, 'cpu:0, cpu:1', _WORKER_TARGETS, 1e11
+  )
+  assert (
+    'In-process FedAvg misses its target: 0.80 s a round (8.0 ms a client) '
+    "against the worker's 0.40 s, where the target allows 0.28 s. The "
+    "round's training arithmetic at this machine's matmul rate takes 0.20 s "
+    '(the floor of any loop); beyond it the target leaves 0.8 ms a client, '
+    'and in-process FedAvg took 6.0 ms.'
+  ) in miss
   # Where a floor is the target, it says what the method computes more.
   assert (
     "against in-process FedAvg's 8 ms per client: SCAFFOLD cannot go "

@@ -208,6 +208,7 @@ def report_markdown(results: dict) -> str:
       num_clients,
       results['settings'].get('in_process_devices', ''),
       TARGET_RATIO.get(model_name, {}),
+      results.get('matmul_flops_per_second'),
     )
     lines += [
       '',
