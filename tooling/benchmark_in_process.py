@@ -87,7 +87,7 @@ def report_lines(
     per_device = num_clients / timing['median'] / device_count
     lines.append(
       f"| {name} | {on_worker:.2f} | {timing['median']:.2f} | "
-      f'{over_worker:.2f} | {per_device:.0f} | '
+      f'{over_worker:.2f} | {per_device:.3g} | '
       f'{benchmark_processes.ratio_cell(timing)} | {cell} | {met} |'
     )
   for note in notes:

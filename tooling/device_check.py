@@ -199,7 +199,7 @@ def report(devices: Sequence[str], rows: Sequence[Row]) -> str:
       f'| {row.method} | {row.worker_seconds:.3f} | '
       f'{row.in_process_seconds:.3f} | '
       f'{row.in_process_seconds / row.worker_seconds:.2f} | '
-      f'{per_device:.0f} | '
+      f'{per_device:.3g} | '
       f'{row.relative_difference:.1e} | {"yes" if row.metrics_equal else "NO"}'
       ' | '
       + ', '.join(f'{d.split("device:")[-1]} {s:.0%}' for d, s in share.items())
