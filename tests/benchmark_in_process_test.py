@@ -105,6 +105,21 @@ def test_each_method_is_judged_on_its_floor_or_its_worker_target():
   ) in ' '.join(lines)
 
 
+def test_in_process_over_the_worker_is_the_median_of_the_passes_own():
+  model = _model(20)
+  # The medians over the passes give 0.8 / 0.4; within each pass the paths
+  # ran at 0.6, 0.65 and 0.9 of each other: the target judges 0.65.
+  model['in_process']['fedavg'].update(
+    over_worker=0.65, over_worker_passes=[0.6, 0.65, 0.9]
+  )
+  lines = benchmark_in_process.report_lines(
+    model, 100, 'cpu:0, cpu:1', _WORKER_TARGETS
+  )
+  assert (
+    '| fedavg | 0.40 | 0.80 | 0.65 (0.60-0.90) | 62.5 | 1.00 | <= 0.70 | yes |'
+  ) in lines
+
+
 def test_at_large_clients_in_process_fedavg_has_only_to_match_the_worker():
   model = _model(500)
   model['in_process']['fedavg'] = _timing(0.38, 1.0)

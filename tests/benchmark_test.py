@@ -1,6 +1,7 @@
 """Tests for tff_methods_tooling.benchmark (the harness; its figures are not
 asserted: speed targets are reported by binaries/benchmark.py)."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -193,3 +194,41 @@ def test_every_pass_after_the_first_runs_on_a_new_local_worker(
   assert events == (['stop', ('start', large)] if restarted else [])
   events.clear()
   assert passes.use_worker_for(large) == threads and not events
+
+
+def test_each_pass_times_in_process_right_after_the_worker(monkeypatch):
+  events = []
+  monkeypatch.setattr(workers, 'stop_workers', lambda: events.append('stop'))
+
+  class Context:
+    def close(self):
+      events.append('close')
+
+  passes = benchmark_run._Passes(
+    _run_settings(), lambda parameters: events.append('start'), Context()
+  )
+  monkeypatch.setattr(
+    benchmark_run.tff.framework,
+    'get_context_stack',
+    lambda: type(
+      'Stack', (), {'install': lambda self, c: contextlib.nullcontext()}
+    )(),
+  )
+  worker, ours = passes.on_both(
+    lambda: events.append('worker') or len(events),
+    lambda: events.append('in') or len(events),
+  )
+  # worker, in-process (its sessions closed), then a new worker: pass 2.
+  assert events[:6] == ['worker', 'in', 'close', 'stop', 'start', 'worker']
+  assert len(worker) == len(ours) == 3
+  # In-process over the worker within each pass, then their median.
+  timing = lambda s: {'fedavg': dict(median=s, ratio=1.0, seconds=[s])}
+  combined = benchmark_run._over_worker(
+    {'fedavg': {}},
+    [timing(0.4), timing(0.5), timing(0.4)],
+    [timing(0.2), timing(0.45), timing(0.3)],
+  )
+  assert combined['fedavg']['over_worker_passes'] == pytest.approx(
+    [0.5, 0.9, 0.75]
+  )
+  assert combined['fedavg']['over_worker'] == pytest.approx(0.75)

@@ -133,11 +133,26 @@ class _Passes:
       outcomes.append(run_pass())
     return outcomes
 
-  def in_process(self, run_pass: Callable[[], Any]) -> list:
+  def on_both(
+    self, run_pass: Callable[[], Any], run_in_process: Callable[[], Any]
+  ) -> tuple[list, list]:
+    """Each pass on the worker, then in this process right after it: the
+    two paths' figures of a pass are taken in the same minutes."""
+    outcomes, in_process = [], []
+    for pass_num in range(self._settings.passes):
+      if pass_num:
+        print(f'  pass {pass_num + 1} of {self._settings.passes}', flush=True)
+        self._restart_worker()
+      outcomes.append(run_pass())
+      print('  in this process', flush=True)
+      in_process += self.in_process(run_in_process, passes=1)
+    return outcomes, in_process
+
+  def in_process(self, run_pass: Callable[[], Any], passes=None) -> list:
     """In this process; each pass's sessions end with it (its processes
     are built anew)."""
     outcomes = []
-    for _ in range(self._settings.passes):
+    for _ in range(passes or self._settings.passes):
       with tff.framework.get_context_stack().install(self._in_process_context):
         outcomes.append(run_pass())
       self._in_process_context.close()
@@ -229,6 +244,20 @@ def run(
   return results
 
 
+def _over_worker(combined: dict, worker_passes, in_process_passes) -> dict:
+  """`combined` (the in-process passes) with each method's `over_worker`:
+  the median over the passes of its in-process median over its worker
+  median of the same pass, and `over_worker_passes`."""
+  for name, entry in combined.items():
+    ratios = [
+      ours[name]['median'] / worker[name]['median']
+      for worker, ours in zip(worker_passes, in_process_passes)
+    ]
+    entry['over_worker'] = benchmark_processes.median(ratios)
+    entry['over_worker_passes'] = ratios
+  return combined
+
+
 def _save(output_dir, results):
   with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
     json.dump(results, f, indent=2)
@@ -296,13 +325,19 @@ def _time_model(
     settings.repeats,
     settings.seed,
   )
-  outcomes = passes.on_worker(
-    functools.partial(_with_twins, time_pass, time_twins if twins else None)
+  with_twins = functools.partial(
+    _with_twins, time_pass, time_twins if twins else None
   )
   in_process_timings = None
   if in_process_context:
-    print(f'== {model_name} in-process', flush=True)
-    in_process_timings = benchmark.combine_passes(passes.in_process(time_pass))
+    outcomes, in_process_passes = passes.on_both(with_twins, time_pass)
+    in_process_timings = _over_worker(
+      benchmark.combine_passes(in_process_passes),
+      [project for project, _ in outcomes],
+      in_process_passes,
+    )
+  else:
+    outcomes = passes.on_worker(with_twins)
   timed = dict(
     examples_per_client=examples,
     local_epochs=settings.local_epochs,
