@@ -1,5 +1,5 @@
-"""Tests for tff_methods_tooling.benchmark_floors: the least time MOON's,
-FedCKA's and SCAFFOLD's extra work can take beside FedAvg's."""
+"""Tests for tff_methods_tooling.benchmark_floors: the least time each
+method's extra work can take beside FedAvg's."""
 
 import sys
 
@@ -118,6 +118,9 @@ def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
   [
     ('moon', benchmark_floors.moon_extra_seconds),
     ('scaffold', benchmark_floors.scaffold_extra_seconds),
+    ('fedprox', benchmark_floors.fedprox_extra_seconds),
+    ('fedcos', benchmark_floors.fedcos_extra_seconds),
+    ('fedmax', benchmark_floors.fedmax_extra_seconds),
   ],
 )
 def test_extra_work_is_timed_on_the_models_shapes(method, extra_seconds):
@@ -125,10 +128,11 @@ def test_extra_work_is_timed_on_the_models_shapes(method, extra_seconds):
     'fedcka_cnn',
     10,
     (32, 32, 3),
-    examples_per_client=6,
+    # 16 steps: more work than a call's own cost, which comes off.
+    examples_per_client=30,
     batch_size=4,
     local_epochs=2,
-    repeats=1,
+    repeats=2,
   )
   # Each part the report names was timed, and the floor is their sum.
   parts = [key for _, key in benchmark_floors.FLOOR_PARTS[method][1]]
@@ -172,3 +176,57 @@ def test_scaffolds_floor_is_printed_beside_its_own_target():
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))
+
+
+def test_every_method_beyond_fedavg_has_a_floor_the_benchmark_measures():
+  assert set(benchmark_floors.EXTRA_SECONDS) == set(
+    benchmark_floors.FLOOR_PARTS
+  )
+  assert set(benchmark_floors.EXTRA_SECONDS) == {
+    'fedcka',
+    'moon',
+    'scaffold',
+    'fedprox',
+    'fedcos',
+    'fedmax',
+  }
+
+
+def test_fedcos_floor_steps_by_its_terms_gradient():
+  # The floor times the gradient FedCos's term has: autodiff of the term
+  # (`fedcos.direction_penalty`) gives the same, tensor by tensor.
+  import tensorflow as tf
+
+  from tff_methods.algorithms import fedcos
+
+  rng = np.random.default_rng(0)
+  shapes = [(3, 4), (4,), (2, 2, 3)]
+  weights, global_weights, direction = (
+    [tf.constant(rng.standard_normal(s), tf.float32) for s in shapes]
+    for _ in range(3)
+  )
+  squared_direction = tf.add_n([tf.reduce_sum(d * d) for d in direction])
+  with tf.GradientTape() as tape:
+    tape.watch(weights)
+    term = 0.02 * fedcos.direction_penalty(
+      [w - g for w, g in zip(weights, global_weights)], direction
+    )
+  expected = tape.gradient(term, weights)
+  got = benchmark_floors.direction_gradient(
+    weights, global_weights, direction, squared_direction, 0.02
+  )
+  for e, g in zip(expected, got):
+    np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-7)
+  assert max(float(tf.reduce_max(tf.abs(g))) for g in got) > 1e-3
+
+
+def test_a_call_that_computes_nothing_is_not_counted():
+  # The share of a call's own cost comes off: a function that does no more
+  # than the empty call has no floor.
+  import tensorflow as tf
+
+  one = tf.constant(1.0)
+  figures = benchmark_floors._least_shares(  # pylint: disable=protected-access
+    {'nothing': tf.function(lambda: one + 1.0)}, 20, 2
+  )
+  assert figures['nothing'] < 5e-5

@@ -14,8 +14,8 @@ seed (`tff_methods_tasks.datasets.generated_like`), every client taking part:
   workers; `profile_methods`: each method's client op by op.
 
 The other jobs have modules of their own: the processes every part builds
-(`benchmark_processes`), MOON's, FedCKA's and SCAFFOLD's floors
-(`benchmark_floors`), the plain TensorFlow loop and the machine's FLOP/s
+(`benchmark_processes`), the floors of the methods that compute more than
+FedAvg (`benchmark_floors`), the plain TensorFlow loop and the machine's FLOP/s
 (`plain_loops`), memory (`benchmark_memory`), the cross-device run
 (`cross_device`), each method's PyTorch twin (`benchmark_twins`), the
 in-process table (`benchmark_in_process`) and the report beside the targets

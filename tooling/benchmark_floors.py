@@ -1,7 +1,8 @@
-"""The floors of MOON, FedCKA and SCAFFOLD: what each computes beyond
-FedAvg, timed alone per client (MOON's and FedCKA's reference passes and
-each step's term on its batch's rows of reference tables of the client's
-size; SCAFFOLD's model-sized arithmetic), the least ratio to FedAvg that
+"""The floors of the methods that compute more than FedAvg: what each
+computes beyond it, timed alone per client (MOON's and FedCKA's reference
+passes and each step's term on its batch's rows of reference tables of the
+client's size; SCAFFOLD's, FedProx's and FedCos's model-sized arithmetic;
+FedMAX's term on each batch's activations), the least ratio to FedAvg that
 this work allows (`floor_ratio`), and the report's sentence on it
 (`floor_note`)."""
 
@@ -12,6 +13,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tff_methods.algorithms import fedmax
 from tff_methods.algorithms import hyperparameters
 from tff_methods.templates import reference_outputs
 from tff_methods_tasks import models as task_models
@@ -44,13 +46,20 @@ def _share_of_one_call(
 def _least_shares(
   fns: dict[str, Callable[[], tf.Tensor]], repeats: int, concurrent_clients: int
 ) -> dict[str, float]:
-  """Each function's least share of three runs after a warm-up call."""
-  figures = {}
-  for name, fn in fns.items():
+  """Each function's least share of three runs after a warm-up call, less
+  the least share of a call that computes nothing: the call itself (about
+  0.2 ms a call on 2 cores), which a round does not pay for each part of
+  a method's work."""
+
+  def least(fn):
     fn()  # Warm-up: tracing.
-    figures[name] = min(
+    return min(
       _share_of_one_call(fn, repeats, concurrent_clients) for _ in range(3)
     )
+
+  one = tf.constant(1.0)
+  call = least(tf.function(lambda: one + 1.0))
+  figures = {name: max(0.0, least(fn) - call) for name, fn in fns.items()}
   figures['extra_seconds'] = sum(figures[name] for name in fns)
   return figures
 
@@ -315,6 +324,42 @@ def moon_extra_seconds(
   )
 
 
+def _model_sized(
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  rng: np.random.Generator,
+  count: int,
+) -> list[list[tf.Tensor]]:
+  """`count` sets of random tensors of the model's trainable shapes."""
+  model = task_models.get_model(
+    model_name,
+    num_classes,
+    tuple(input_shape),
+    **benchmark_processes.model_kwargs(model_name),
+  )
+  return [
+    [
+      tf.constant(rng.standard_normal(w.shape).astype(np.float32))
+      for w in model.trainable_weights
+    ]
+    for _ in range(count)
+  ]
+
+
+def _local_steps(
+  examples_per_client: int, batch_size: int, local_epochs: int
+) -> int:
+  """A client's local steps in a round (each pass's last one may be short)."""
+  return local_epochs * -(-examples_per_client // batch_size)
+
+
+def _one_value_each(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+  # A value of each result keeps it computed, without a pass over it that
+  # the method does not make (a reduction would be one).
+  return tf.add_n([tf.reshape(t, [-1])[0] for t in tensors])
+
+
 def scaffold_extra_seconds(
   model_name: str,
   num_classes: int,
@@ -343,30 +388,12 @@ def scaffold_extra_seconds(
     `extra_seconds`.
   """
   rng = np.random.default_rng(seed)
-  model = task_models.get_model(
-    model_name,
-    num_classes,
-    tuple(input_shape),
-    **benchmark_processes.model_kwargs(model_name),
-  )
-
-  def like_weights():
-    return [
-      tf.constant(rng.standard_normal(w.shape).astype(np.float32))
-      for w in model.trainable_weights
-    ]
-
   # `update` is the client's model change, which FedAvg computes too.
-  weights, update, control, client_control, total = (
-    like_weights() for _ in range(5)
+  weights, update, control, client_control, total = _model_sized(
+    model_name, num_classes, input_shape, rng, 5
   )
   eta = tf.constant(0.1)
-  num_steps = local_epochs * -(-examples_per_client // batch_size)
-
-  def one_value_each(tensors):
-    # A value of each result keeps it computed, without a pass over it
-    # that SCAFFOLD does not make (a reduction would be one).
-    return tf.add_n([tf.reshape(t, [-1])[0] for t in tensors])
+  num_steps = _local_steps(examples_per_client, batch_size, local_epochs)
 
   @tf.function
   def corrections():
@@ -376,7 +403,7 @@ def scaffold_extra_seconds(
       moved = [
         w - eta * (c - ci) for w, c, ci in zip(moved, control, client_control)
       ]
-    return one_value_each(moved)
+    return _one_value_each(moved)
 
   @tf.function
   def control_update():
@@ -384,7 +411,7 @@ def scaffold_extra_seconds(
     for ci, c, u, t in zip(client_control, control, update, total):
       new = ci - c + u / (num_steps * eta)
       sums.append(t + (new - ci))
-    return one_value_each(sums)
+    return _one_value_each(sums)
 
   return _least_shares(
     {
@@ -394,6 +421,185 @@ def scaffold_extra_seconds(
     repeats,
     concurrent_clients,
   )
+
+
+def fedprox_extra_seconds(
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+  repeats: int = 5,
+  concurrent_clients: int = 2,
+  seed: int = 0,
+) -> dict[str, float]:
+  """The work FedProx adds to one client's round, timed on its own.
+
+  Beyond FedAvg's training FedProx moves the weights at each local step by
+  its proximal term's gradient, `-eta mu (w - w_g)`: model-sized
+  elementwise arithmetic, which any implementation does (the term's value,
+  a reduction, only for reporting, is not counted). Timed as
+  `scaffold_extra_seconds` times SCAFFOLD's correction; `1 + extra_seconds
+  / (FedAvg's seconds per client)` is FedProx's floor.
+
+  Returns:
+    `proximal_seconds`, and the same as `extra_seconds`.
+  """
+  rng = np.random.default_rng(seed)
+  weights, global_weights = _model_sized(
+    model_name, num_classes, input_shape, rng, 2
+  )
+  eta_mu = tf.constant(0.1 * 0.01)
+  num_steps = _local_steps(examples_per_client, batch_size, local_epochs)
+
+  @tf.function
+  def proximal_steps():
+    moved = weights
+    for _ in range(num_steps):  # Unrolled, as SCAFFOLD's corrections.
+      moved = [w - eta_mu * (w - g) for w, g in zip(moved, global_weights)]
+    return _one_value_each(moved)
+
+  return _least_shares(
+    {'proximal_seconds': proximal_steps}, repeats, concurrent_clients
+  )
+
+
+def direction_gradient(
+  weights: Sequence[tf.Tensor],
+  global_weights: Sequence[tf.Tensor],
+  direction: Sequence[tf.Tensor],
+  squared_direction: tf.Tensor,
+  mu: float,
+) -> list[tf.Tensor]:
+  """FedCos's term's gradient with respect to the weights, tensor by
+  tensor: with `delta = w - w_g`, `d` the direction and `n = sqrt(|delta|^2
+  |d|^2 + 1e-4)`, `mu (<delta, d> |d|^2 delta / n^3 - d / n)`.
+  `squared_direction`: `|d|^2`, the same at every step."""
+  delta = [w - g for w, g in zip(weights, global_weights)]
+  dot = tf.add_n([tf.reduce_sum(a * d) for a, d in zip(delta, direction)])
+  squared = tf.add_n([tf.reduce_sum(tf.square(a)) for a in delta])
+  norm = tf.sqrt(squared * squared_direction + 1e-4)
+  along = mu * dot * squared_direction / norm**3
+  across = -mu / norm
+  return [along * a + across * d for a, d in zip(delta, direction)]
+
+
+def fedcos_extra_seconds(
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+  repeats: int = 5,
+  concurrent_clients: int = 2,
+  seed: int = 0,
+) -> dict[str, float]:
+  """The work FedCos adds to one client's round, timed on its own.
+
+  Beyond FedAvg's training FedCos moves the weights at each local step by
+  its cosine term's gradient (`direction_gradient`: the change from the
+  global model, its dot product with the global model's last move and its
+  squared norm, and the two scaled back onto the weights), and once a
+  round the move's squared norm: model-sized arithmetic, which any
+  implementation does. Timed as `scaffold_extra_seconds` times SCAFFOLD's
+  correction; `1 + extra_seconds / (FedAvg's seconds per client)` is
+  FedCos's floor.
+
+  Returns:
+    `direction_seconds`, and the same as `extra_seconds`.
+  """
+  rng = np.random.default_rng(seed)
+  weights, global_weights, direction = _model_sized(
+    model_name, num_classes, input_shape, rng, 3
+  )
+  eta = tf.constant(0.1)
+  num_steps = _local_steps(examples_per_client, batch_size, local_epochs)
+
+  @tf.function
+  def direction_steps():
+    squared_direction = tf.add_n(
+      [tf.reduce_sum(tf.square(d)) for d in direction]
+    )
+    moved = weights
+    for _ in range(num_steps):  # Unrolled, as SCAFFOLD's corrections.
+      gradient = direction_gradient(
+        moved, global_weights, direction, squared_direction, 0.02
+      )
+      moved = [w - eta * g for w, g in zip(moved, gradient)]
+    return _one_value_each(moved)
+
+  return _least_shares(
+    {'direction_seconds': direction_steps}, repeats, concurrent_clients
+  )
+
+
+def fedmax_extra_seconds(
+  model_name: str,
+  num_classes: int,
+  input_shape: Sequence[int],
+  examples_per_client: int,
+  batch_size: int,
+  local_epochs: int,
+  repeats: int = 5,
+  concurrent_clients: int = 2,
+  seed: int = 0,
+) -> dict[str, float]:
+  """The work FedMAX adds to one client's round, timed on its own.
+
+  Beyond FedAvg's training FedMAX computes at each local step its entropy
+  term on the batch's activation vectors (B x D, the model's `features`)
+  and the term's gradient with respect to them (the rest of the backward
+  pass is FedAvg's). Timed as `moon_extra_seconds` times MOON's
+  contrastive term, on activations alternated between two batches; `1 +
+  extra_seconds / (FedAvg's seconds per client)` is FedMAX's floor.
+
+  Returns:
+    `entropy_seconds`, and the same as `extra_seconds`.
+  """
+  rng = np.random.default_rng(seed)
+  model_fn = experiment.model_fn_for(
+    'fedmax',
+    model_name,
+    num_classes,
+    tuple(input_shape),
+    hyperparameters.Hyperparameters(),
+    **benchmark_processes.model_kwargs(model_name),
+  )
+  view = reference_outputs.ReferenceView(model_fn, ('features',))
+  width = int(np.prod(view.output_shapes()['features']))
+  activations = tf.constant(
+    rng.standard_normal((2, batch_size, width)).astype(np.float32)
+  )
+
+  def entropy_step(step_number, rows, total):
+    features = activations[step_number % 2, :rows]
+    with tf.GradientTape() as tape:
+      tape.watch(features)
+      loss = fedmax.DEFAULT_BETA * fedmax.activation_entropy_loss(features)
+    return total + tf.reduce_sum(tape.gradient(loss, features)[0])
+
+  return _least_shares(
+    {
+      'entropy_seconds': _per_step_fn(
+        entropy_step, examples_per_client, batch_size, local_epochs
+      ),
+    },
+    repeats,
+    concurrent_clients,
+  )
+
+
+# Each method's floor, by name (`benchmark_run` measures those it runs).
+EXTRA_SECONDS = {
+  'fedcka': fedcka_extra_seconds,
+  'moon': moon_extra_seconds,
+  'scaffold': scaffold_extra_seconds,
+  'fedprox': fedprox_extra_seconds,
+  'fedcos': fedcos_extra_seconds,
+  'fedmax': fedmax_extra_seconds,
+}
 
 
 # MOON's and FedCKA's ratio to FedAvg at most this far above their floors.
@@ -448,6 +654,25 @@ FLOOR_PARTS = {
     [
       ("the weights' corrections over the round's steps", 'correction_seconds'),
       ("the control variate's update and its sum", 'control_update_seconds'),
+    ],
+  ),
+  'fedprox': (
+    'FedProx',
+    [("the proximal term's pull over the round's steps", 'proximal_seconds')],
+  ),
+  'fedcos': (
+    'FedCos',
+    [
+      ("the cosine term's gradient over the round's steps", 'direction_seconds')
+    ],
+  ),
+  'fedmax': (
+    'FedMAX',
+    [
+      (
+        "the entropy term and its gradient on each batch's activations",
+        'entropy_seconds',
+      )
     ],
   ),
 }

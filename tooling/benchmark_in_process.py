@@ -26,9 +26,9 @@ def target(
   name: str, model: dict, num_clients: int, worker_targets: dict
 ) -> Optional[float]:
   """The ratio to in-process FedAvg `name` must stay within: its floor
-  (`benchmark_floors`, when measured: MOON, FedCKA, SCAFFOLD) +
-  `TARGET_ABOVE_FLOOR`, else its target on the worker (`worker_targets`,
-  by method)."""
+  (`benchmark_floors`, when measured: every method but FedAvg's
+  variants) + `TARGET_ABOVE_FLOOR`, else its target on the worker
+  (`worker_targets`, by method)."""
   extra = model.get(f'{name}_extra')
   if extra and name in benchmark_floors.FLOOR_PARTS:
     return benchmark_floors.floor_target(

@@ -356,12 +356,8 @@ def _time_model(
       )
     ),
   )
-  # The floors of the methods whose terms read reference models or state.
-  for method, extra_seconds in (
-    ('fedcka', benchmark_floors.fedcka_extra_seconds),
-    ('moon', benchmark_floors.moon_extra_seconds),
-    ('scaffold', benchmark_floors.scaffold_extra_seconds),
-  ):
+  # The floors of the methods that compute more than FedAvg.
+  for method, extra_seconds in benchmark_floors.EXTRA_SECONDS.items():
     if method in names:
       timed[f'{method}_extra'] = extra_seconds(
         model_name,
