@@ -55,13 +55,9 @@ ALLOWED = {
     "the benchmark's targets per method, and the FedCKA paper's Table 4",
   ),
   'tooling/benchmark_floors.py': (
-    {'fedcka', 'moon', 'scaffold'},
-    'the floors of the methods that compute beside training: reference '
-    "models' layers, control variates",
-  ),
-  'tooling/benchmark_run.py': (
-    {'fedcka', 'moon', 'scaffold'},
-    'the same floors, timed per model',
+    {'fedcka', 'moon', 'scaffold', 'fedprox', 'fedcos', 'fedmax'},
+    'the floor of each method that computes more than FedAvg: what its term '
+    'or process adds, timed alone',
   ),
   'tooling/benchmark.py': (
     {'tff_fedavg'},
