@@ -19,7 +19,8 @@ one traced call on one device, the time of its ops by part: data and state
 (the host's ops: files, parsing, strings, data sets), the arithmetic (every
 other kernel) and the session call (wall time beyond the ops, one call).
 Run with `TF_OVERRIDE_GLOBAL_THREADPOOL=0` for the sessions sharing one
-pool of every core, as before.
+pool of every core, as before. `--top_ops=N` also lists the op types taking
+most of the many-a-call trace.
 """
 
 import argparse
@@ -82,7 +83,7 @@ def _op_shares(graph, leaves):
       ),
       run_metadata=metadata,
     )
-  parts = collections.Counter()
+  parts, ops = collections.Counter(), collections.Counter()
   for stats in metadata.step_stats.dev_stats:
     for node in stats.node_stats:
       op = session_graphs._op_type(node.timeline_label)  # pylint: disable=protected-access
@@ -95,14 +96,23 @@ def _op_shares(graph, leaves):
       else:
         part = 'framework'
       parts[part] += node.op_end_rel_micros
+      ops[op] += node.op_end_rel_micros
   total = sum(parts.values())
-  return {k: v / total for k, v in parts.items()}
+  return {k: v / total for k, v in parts.items()}, {
+    op: micros / total for op, micros in ops.most_common()
+  }
 
 
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument('--method', default='fedavg')
   parser.add_argument('--passes', type=int, default=5)
+  parser.add_argument(
+    '--top_ops',
+    type=int,
+    default=0,
+    help="Also list the op types taking most of a many-a-call trace's time.",
+  )
   args = parser.parse_args()
   context = in_process.set_in_process_execution_context(
     list(DEVICES), fallback_fn=False
@@ -176,14 +186,13 @@ def main():
   clients = share(device, round_num[0] + 1)
   total = list(plan._zero[device].run([]))  # pylint: disable=protected-access
   rows['one call a client'].update(
-    _op_shares(per_client[device], clients[0] + broadcast + total)
+    _op_shares(per_client[device], clients[0] + broadcast + total)[0]
   )
-  rows['many a call'].update(
-    _op_shares(
-      plan._step[device],  # pylint: disable=protected-access
-      session_graphs.stack(clients) + broadcast + total,
-    )
+  shares, ops = _op_shares(
+    plan._step[device],  # pylint: disable=protected-access
+    session_graphs.stack(clients) + broadcast + total,
   )
+  rows['many a call'].update(shares)
   threads = plan._step[device].threads  # pylint: disable=protected-access
   print(
     f'{args.method}, 100 clients of 20 on {", ".join(devices)} '
@@ -199,6 +208,13 @@ def main():
       f"| {name} | {row['alone']:.2f} | {row['both']:.2f} | "
       f"{row.get('data and state', 0):.0%} / {row.get('arithmetic', 0):.0%} / "
       f"{row.get('framework', 0):.0%} |"
+    )
+  if args.top_ops:
+    print(f'\nThe {args.top_ops} op types taking most of a many-a-call trace:')
+    print(
+      ', '.join(
+        f'{op} {share:.0%}' for op, share in list(ops.items())[: args.top_ops]
+      )
     )
 
 
