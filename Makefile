@@ -78,7 +78,7 @@ fmnist: $(STAMP) data-fmnist
 	  --output_dir=runs/fmnist_compare
 
 # Three test processes on two cores: a test often waits on a binary or a
-# worker it started (the suite took 1005 s so, 1121 s with two processes).
+# worker it started.
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -rs -n 3 --dist worksteal
 
