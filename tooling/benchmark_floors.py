@@ -605,8 +605,10 @@ EXTRA_SECONDS = {
 # MOON's and FedCKA's ratio to FedAvg at most this far above their floors.
 TARGET_ABOVE_FLOOR = 0.07
 
-# The methods whose target is their floor + TARGET_ABOVE_FLOOR when it is
-# measured; SCAFFOLD keeps its own targets, its floor printed beside them.
+# On the worker, the methods whose target is their floor +
+# TARGET_ABOVE_FLOOR when it is measured; the others keep their own targets,
+# their floors printed beside them. (In-process, every method with a floor
+# is judged on it: `benchmark_in_process.target`.)
 JUDGED_ON_FLOOR = ('fedcka', 'moon')
 
 
