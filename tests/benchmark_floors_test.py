@@ -8,6 +8,9 @@ import pytest
 
 from tff_methods_tooling import benchmark_floors
 from tff_methods_tooling import benchmark_report
+from tff_methods_tooling import floor_timing
+from tff_methods_tooling import floors_on_outputs
+from tff_methods_tooling import floors_on_weights
 
 pytestmark = pytest.mark.usefixtures('tff_worker')
 
@@ -79,7 +82,7 @@ def test_fedcka_floor_is_its_extra_work_over_fedavgs_share():
 
 def test_fedcka_extra_work_is_timed_on_the_models_shapes():
   # 6 examples in batches of 4: one full step, then one of 2 rows.
-  figures = benchmark_floors.fedcka_extra_seconds(
+  figures = floors_on_outputs.fedcka_extra_seconds(
     'fedcka_cnn',
     10,
     (32, 32, 3),
@@ -97,7 +100,7 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
   )
   # The CNN has seven layers, layer_1 .. layer_7: an eighth is refused.
   with pytest.raises(ValueError, match='layer_8'):
-    benchmark_floors.fedcka_extra_seconds(
+    floors_on_outputs.fedcka_extra_seconds(
       'fedcka_cnn', 10, (32, 32, 3), 6, 4, 1, num_layers=8, repeats=1
     )
 
@@ -105,7 +108,9 @@ def test_fedcka_extra_work_is_timed_on_the_models_shapes():
 def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
   # 10 examples in batches of 4, 2 passes: `_per_step_fn` numbers the
   # passes' full steps 0-1 and 2-3, then their last steps (2 rows) 4 and 5.
-  rows = benchmark_floors._step_rows(np.random.default_rng(0), 10, 4, 2).numpy()
+  rows = floors_on_outputs._step_rows(
+    np.random.default_rng(0), 10, 4, 2
+  ).numpy()
   assert rows.shape == (6, 4)
   for full, last in (((0, 1), 4), ((2, 3), 5)):
     taken = np.concatenate([rows[s] for s in full] + [rows[last][:2]])
@@ -117,11 +122,11 @@ def test_the_floors_steps_read_a_new_order_of_the_examples_each_pass():
 @pytest.mark.parametrize(
   'method, extra_seconds',
   [
-    ('moon', benchmark_floors.moon_extra_seconds),
-    ('scaffold', benchmark_floors.scaffold_extra_seconds),
-    ('fedprox', benchmark_floors.fedprox_extra_seconds),
-    ('fedcos', benchmark_floors.fedcos_extra_seconds),
-    ('fedmax', benchmark_floors.fedmax_extra_seconds),
+    ('moon', floors_on_outputs.moon_extra_seconds),
+    ('scaffold', floors_on_weights.scaffold_extra_seconds),
+    ('fedprox', floors_on_weights.fedprox_extra_seconds),
+    ('fedcos', floors_on_weights.fedcos_extra_seconds),
+    ('fedmax', floors_on_outputs.fedmax_extra_seconds),
   ],
 )
 def test_extra_work_is_timed_on_the_models_shapes(method, extra_seconds):
@@ -213,7 +218,7 @@ def test_fedcos_floor_steps_by_its_terms_gradient():
       [w - g for w, g in zip(weights, global_weights)], direction
     )
   expected = tape.gradient(term, weights)
-  got = benchmark_floors.direction_gradient(
+  got = floors_on_weights.direction_gradient(
     weights, global_weights, direction, squared_direction, 0.02
   )
   for e, g in zip(expected, got):
@@ -230,13 +235,11 @@ def test_a_calls_own_cost_comes_off_each_part(monkeypatch):
   part, cheap = tf.function(lambda: one * 2.0), tf.function(lambda: one - 1.0)
   timed = {part: 5e-4, cheap: 1e-4}
   monkeypatch.setattr(
-    benchmark_floors,
-    '_share_of_one_call',
+    floor_timing,
+    'share_of_one_call',
     lambda fn, repeats, concurrent_clients: timed.get(fn, 2e-4),
   )
-  figures = benchmark_floors._least_shares(  # pylint: disable=protected-access
-    {'part': part, 'cheap': cheap}, 5, 2
-  )
+  figures = floor_timing.least_shares({'part': part, 'cheap': cheap}, 5, 2)
   assert figures['part'] == pytest.approx(3e-4)
   assert figures['cheap'] == 0.0
   assert figures['extra_seconds'] == pytest.approx(3e-4)

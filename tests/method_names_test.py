@@ -59,6 +59,11 @@ ALLOWED = {
     'the floor of each method that computes more than FedAvg: what its term '
     'or process adds, timed alone',
   ),
+  'tooling/floors_on_outputs.py': (
+    {'fedcka', 'moon', 'fedmax'},
+    "the floors of the terms that read the model's outputs, on each one's "
+    'model',
+  ),
   'tooling/benchmark.py': (
     {'tff_fedavg'},
     "TFF's own FedAvg, timed beside the project's",
