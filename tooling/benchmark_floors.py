@@ -20,7 +20,7 @@ EXTRA_SECONDS = {
 }
 
 
-# MOON's and FedCKA's ratio to FedAvg at most this far above their floors.
+# A method judged on its floor: its ratio to FedAvg at most this far above.
 TARGET_ABOVE_FLOOR = 0.07
 
 # On the worker, the methods whose target is their floor +
