@@ -20,6 +20,7 @@ import tensorflow_federated as tff
 from tff_methods.algorithms import methods
 from tff_methods.clients import client_keys
 from tff_methods.clients import client_states
+from tff_methods.clients import state_files
 from tff_methods.execution import in_process
 from tff_methods.execution import runtime
 from tff_methods.templates import model_lib
@@ -202,7 +203,7 @@ def test_train_model_in_process_resumes_and_equals_the_worker(
   data, process, keras_model_fn = build('resumed', context)
   _train_model(process, data, root, 1, keras_model_fn, context)
   on_disk = process.client_states.directory
-  assert client_states.has_client_states(on_disk)
+  assert state_files.has_client_states(on_disk)
   data, process, keras_model_fn = build('resumed', context)
   resumed, _ = _train_model(
     process, data, root, ROUNDS, keras_model_fn, context

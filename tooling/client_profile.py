@@ -4,13 +4,13 @@ TFF's worker runs each client's TensorFlow computation in a session of its
 own, with Grappler's runtime optimizer off (TFF's session options), on the
 graph TFF's native compiler produced in Python (its static Grappler pass,
 control flow already lowered). A `ClientSession` takes that same compiled
-graph (`runtime.compile_for_simulation` of the process's `next`) and runs
-it in a TensorFlow session in this process with the worker's session
-options; `profile_clients` reads each op's time from TensorFlow's step
-statistics. So a method's cost
-per client splits by op: what it computes beyond FedAvg (its reference
-passes, Gram matrices, corrections) and what its per-client state costs
-(`ReadFile`, `ParseTensor`, `SerializeTensor`, `WriteFile`).
+graph (`worker_compilation.compile_for_simulation` of the process's
+`next`) and runs it in a TensorFlow session in this process with the
+worker's session options; `profile_clients` reads each op's time from
+TensorFlow's step statistics. So a method's cost per client splits by op:
+what it computes beyond FedAvg (its reference passes, Gram matrices,
+corrections) and what its per-client state costs (`ReadFile`,
+`ParseTensor`, `SerializeTensor`, `WriteFile`).
 
 It runs rounds as the benchmark does, every client in every round, so each
 client reads the state it wrote the round before. The times are one
@@ -33,7 +33,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods.execution import onednn_max_pool
-from tff_methods.execution import runtime
+from tff_methods.execution import worker_compilation
 
 
 def worker_session_config(
@@ -80,12 +80,12 @@ def client_graph(process) -> ClientGraph:
   from tensorflow_federated.python.core.impl.computation import computation_impl
 
   # As the local worker's context compiles it.
-  compiled = runtime.compile_for_simulation(
+  compiled = worker_compilation.compile_for_simulation(
     process.next, pair_max_pool_gradients=onednn_max_pool.applies()
   )
   proto = computation_impl.ConcreteComputation.get_proto(compiled)
   candidates = []
-  for computation in runtime.tensorflow_computations(proto):
+  for computation in worker_compilation.tensorflow_computations(proto):
     graph_def = tf.compat.v1.GraphDef()
     computation.tensorflow.graph_def.Unpack(graph_def)
     parameter_names = _bound_names(computation.tensorflow.parameter)

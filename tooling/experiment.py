@@ -26,7 +26,7 @@ import numpy as np
 from tff_methods.algorithms import hyperparameters
 from tff_methods.algorithms import methods
 from tff_methods.clients import client_keys
-from tff_methods.clients import client_states
+from tff_methods.clients import state_files
 from tff_methods.execution import in_process
 from tff_methods.templates import model_lib
 from tff_methods_tasks import datasets
@@ -138,7 +138,7 @@ def build_process(config: ExperimentConfig, data: TaskData):
   for note in methods.notes(config.method, hparams):
     logging.warning(note)
   if methods.is_stateful(config.method):
-    client_states.claim_directory(
+    state_files.claim_directory(
       hparams.client_state_dir, os.path.abspath(config.output_dir)
     )
   process = methods.build_method_for_client_ids(
@@ -308,7 +308,7 @@ def _run_locked(config, progress, round_hook, data) -> dict:
       )
   if done and methods.is_stateful(config.method):
     states = config.client_state_directory()
-    if not client_states.has_client_states(states):
+    if not state_files.has_client_states(states):
       if not config.restart_client_states:
         raise ValueError(
           f'--output_dir={config.output_dir} holds a run at round {done}, '

@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods.clients import client_states
+from tff_methods.clients import state_files
 from tff_methods.execution import runtime
 from tff_methods_tasks import datasets
 from tff_methods_tooling import comparison
@@ -114,23 +115,23 @@ def test_runs_sharing_a_state_directory_keep_their_own(tmp_path):
 
 
 def test_a_directory_holding_another_runs_states_is_refused(tmp_path):
-  client_states.claim_directory(str(tmp_path / 'st'), 'runs/moon')
-  client_states.claim_directory(str(tmp_path / 'st'), 'runs/moon')  # itself
+  state_files.claim_directory(str(tmp_path / 'st'), 'runs/moon')
+  state_files.claim_directory(str(tmp_path / 'st'), 'runs/moon')  # itself
   with pytest.raises(
     ValueError, match=r'holds the states of another run ' r'\(runs/moon\)'
   ):
-    client_states.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
+    state_files.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
   # A run moved elsewhere (its old path is gone) is told how to keep its
   # states, not only to remove them.
-  owner = tmp_path / 'st' / client_states.OWNER_FILE
+  owner = tmp_path / 'st' / state_files.OWNER_FILE
   with pytest.raises(ValueError) as refused:
-    client_states.claim_directory(str(tmp_path / 'st'), str(tmp_path / 'b'))
+    state_files.claim_directory(str(tmp_path / 'st'), str(tmp_path / 'b'))
   assert f'write {tmp_path / "b"} into {owner} to keep its states' in str(
     refused.value
   )
   # An owner file a crash left empty is claimed, not refused.
   owner.write_text('')
-  client_states.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
+  state_files.claim_directory(str(tmp_path / 'st'), 'runs/fedcka')
   assert owner.read_text().strip() == 'runs/fedcka'
 
 
@@ -305,7 +306,7 @@ def test_states_in_memory_reach_the_disk_with_each_checkpoint(tmp_path):
   )
   write(2, 2.0)  # As a client computation writes it.
   # Nothing on disk yet: the rounds read and write memory.
-  assert not client_states.has_client_states(str(directory))
+  assert not state_files.has_client_states(str(directory))
   files.write_to_disk()
   [client_dir] = [d for d in os.listdir(directory) if d != 'initial.state']
   assert sorted(os.listdir(directory / client_dir)) == ['1.state', '2.state']

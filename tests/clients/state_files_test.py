@@ -1,11 +1,8 @@
-"""Tests for tff_methods.clients.state_files: a state as one file, the store's
-file operations alike on disk and in memory, and where a store in memory
-lives."""
+"""Tests for tff_methods.clients.state_files: a state as one file, which
+version a client reads, what pruning keeps, and the store's file
+operations."""
 
-import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -28,17 +25,8 @@ def test_a_state_parses_back_to_its_arrays():
     )
 
 
-@pytest.fixture(params=['disk', 'memory'])
-def root(request, tmp_path):
-  if request.param == 'disk':
-    yield str(tmp_path / 'states')
-    return
-  working = state_files.working_directory(1)
-  yield working + '/states'
-  state_files.remove_tree(working)
-
-
-def test_versions_client_dirs_and_pruning_on_disk_and_in_memory(root):
+def test_versions_client_dirs_and_pruning(tmp_path):
+  root = str(tmp_path / 'states')
   for client, versions in (('a.1', (0, 1, 2, 4)), ('a.12', (3,))):
     tf.io.gfile.makedirs(f'{root}/{client}')
     for v in versions:
@@ -52,7 +40,7 @@ def test_versions_client_dirs_and_pruning_on_disk_and_in_memory(root):
   assert sorted(state_files.client_dirs(root)) == ['a.1', 'a.12']
   # Keeps what a resumption from round 3 reads (2), and later ones (4), and
   # the client's own initial state (0).
-  state_files.prune_directory(f'{root}/a.1', 3, own_initial_version=0)
+  state_files.prune_directory(f'{root}/a.1', 3)
   assert state_files.versions(f'{root}/a.1') == [0, 2, 4]
   state_files.remove(f'{root}/a.1/9.state.tmp')
   state_files.write_bytes(f'{root}/a.1/4.state', b'new')  # Replaced whole.
@@ -60,43 +48,25 @@ def test_versions_client_dirs_and_pruning_on_disk_and_in_memory(root):
   state_files.remove(f'{root}/a.1/4.state')
   state_files.remove(f'{root}/a.1/4.state')  # Gone already: no error.
   assert state_files.versions(f'{root}/a.1') == [0, 2]
-  state_files.remove_tree(root)
-  assert state_files.client_dirs(root) == []
 
 
-def test_a_store_in_memory_works_in_shared_memory_where_it_has_room(tmp_path):
-  shared = tmp_path / 'shm'
-  shared.mkdir()
-  room = os.statvfs(shared).f_bavail * os.statvfs(shared).f_frsize
-  small = state_files.working_directory(1, shared_memory=str(shared))
-  assert os.path.dirname(small) == str(shared) and os.path.isdir(small)
-  # No room for ROOM_IN_VERSIONS versions, or no shared memory at all: the
-  # temporary directory.
-  for args in (
-    (room // state_files.ROOM_IN_VERSIONS + 1, str(shared)),
-    (1, str(tmp_path / 'none')),
-  ):
-    working = state_files.working_directory(*args)
-    assert os.path.dirname(working) == tempfile.gettempdir()
-    state_files.remove_tree(working)
-  # Each store its own directory, named by its process.
-  other = state_files.working_directory(1, shared_memory=str(shared))
-  assert other != small
-  assert os.path.basename(other).split('.')[1] == str(os.getpid())
+def test_a_client_reads_its_newest_version_before_the_round():
+  own, initial = state_files.OWN_INITIAL_VERSION, state_files.INITIAL_VERSION
+  assert state_files.readable_version([], 5) == initial
+  assert state_files.readable_version([1, 3], 3) == 1  # Not round 3's own.
+  assert state_files.readable_version([1, 3], 4) == 3
+  # Its own initial state from the second round on.
+  assert state_files.readable_version([own], 1) == initial
+  assert state_files.readable_version([own], 2) == own
+  assert state_files.readable_version([own, 2], 7) == 2
 
 
-def test_directories_of_ended_processes_are_removed(tmp_path):
-  ended = subprocess.Popen(['true'])
-  ended.wait()
-  for pid in (ended.pid, os.getpid()):
-    (tmp_path / f'tff_methods_states.{pid}.x').mkdir()
-  (tmp_path / 'tff_methods_states.other').mkdir()  # Not a store's: kept.
-  state_files.working_directory(1, shared_memory=str(tmp_path))
-  left = {p.name for p in tmp_path.iterdir()}
-  assert f'tff_methods_states.{ended.pid}.x' not in left
-  assert {f'tff_methods_states.{os.getpid()}.x', 'tff_methods_states.other'} < (
-    left
-  )
+def test_pruning_keeps_what_a_resumption_reads():
+  own = state_files.OWN_INITIAL_VERSION
+  assert state_files.versions_to_prune([own, 1, 2, 4], 3) == [1]
+  assert state_files.versions_to_prune([own, 1, 2, 4], 4) == [1, 2]
+  assert state_files.versions_to_prune([4, 1, 2], 9) == [1, 2]  # Unsorted.
+  assert state_files.versions_to_prune([5], 3) == []
 
 
 def test_glob_characters_are_escaped():

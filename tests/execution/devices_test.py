@@ -46,6 +46,7 @@ def test_host_ops_are_the_input_pipeline_files_and_their_plumbing():
     'ParseTensor',
     'StringJoin',
     'ParseExampleV2',
+    'PyFunc',
   ):
     assert devices.is_host_op(op) and devices.runs_on_host(op), op
   for op in ('_Arg', '_Retval', 'Switch', 'Identity', 'Const'):

@@ -38,9 +38,9 @@ class Hyperparameters:
     num_clients: All clients, N (SCAFFOLD's |S|/N update).
     client_state_dir: Where methods with per-client state keep its files
       (None: a temporary directory).
-    client_states_in_memory: Whether those methods keep a working copy in
-      shared memory, written to `client_state_dir` at each checkpoint: for
-      a process the in-process context runs (`execution.in_process`).
+    client_states_in_memory: Whether those methods keep them in this
+      Python process, written to `client_state_dir` at each checkpoint:
+      for a process the in-process context runs (`execution.in_process`).
     seed: Fixes Fed2's class -> group assignment.
     server_momentum_form: FedAvgM's 'heavy_ball' (TFF, default) or 'ema'
       (the FedCos code).

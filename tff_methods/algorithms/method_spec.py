@@ -248,7 +248,7 @@ _SHARED_ARGS_DOC = """\
       live; a temporary directory by default, which a resumed program can't
       use (`next` refuses to start past round 1 with it).
     client_states_in_memory: For clients that keep state: read and write
-      them in this machine's shared memory, and `client_state_dir` at each
+      them in this Python process, and `client_state_dir` at each
       checkpoint, for a process the in-process context runs
       (`execution.in_process`); files in `client_state_dir` by default.
     model_aggregator: TFF's model aggregator, weighted or unweighted

@@ -207,9 +207,9 @@ def build_scaffold(
     client_state_dir: Where the clients' state files live; a temporary
       directory by default, which a resumed program can't use (`next`
       refuses to start past round 1 with it).
-    client_states_in_memory: Keep the states in this machine's shared
-      memory, written to `client_state_dir` at each checkpoint, for a
-      process run in this process (`execution.in_process`).
+    client_states_in_memory: Keep the states in this Python process,
+      written to `client_state_dir` at each checkpoint, for a process run
+      in this process (`execution.in_process`).
     client_momentum: Local SGD momentum (0, plain SGD, is the paper's),
       with `client_learning_rate`.
     model_aggregator: TFF's model aggregator, weighted or unweighted

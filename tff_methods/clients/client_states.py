@@ -17,13 +17,13 @@ housekeeping between rounds: `discard` the versions of a rejected round,
 under TFF's program logic), and `claim_directory` for a run.
 
 In memory (`in_memory=True`, for the in-process execution context): the
-rounds read and write a working copy of the same files in the machine's
-shared memory (`state_files.working_directory`; the temporary directory
-where shared memory has no room), so a round writes no disk.
-`write_to_disk` copies them to the directory before each checkpoint is
-saved, and a new store starts from what the directory holds, so a run
-resumes exactly. Processes built for a TFF worker (possibly on another
-host) keep their files in the directory.
+versions are arrays in this Python process
+(`states_in_memory.StatesInMemory`), which the clients' TensorFlow reads
+and writes without serializing them, so a round writes no file.
+`write_to_disk` writes the new versions to the directory before each
+checkpoint is saved, and a new store starts from what the directory holds,
+so a run resumes exactly. Processes built for a TFF worker (possibly on
+another host) keep their files in the directory.
 """
 
 import asyncio
@@ -39,12 +39,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_methods.clients import state_files
+from tff_methods.clients import states_in_memory
 
-# A client's own initial state (MOON's `initial_model`): version 0, read
-# from the second round on.
-OWN_INITIAL_VERSION = 0
-# The version number of the shared initial state (`initial.state`).
-INITIAL_VERSION = -1
+OWN_INITIAL_VERSION = state_files.OWN_INITIAL_VERSION
+INITIAL_VERSION = state_files.INITIAL_VERSION
 
 
 class ClientStateFiles:
@@ -60,10 +58,10 @@ class ClientStateFiles:
       nested structure of arrays); also the template for stored states.
     directory: Where the files live. By default a temporary directory,
       removed at exit (a run in another process can't resume from it).
-    in_memory: Read and write a working copy in memory
-      (`state_files.working_directory`), and `directory` only from
-      `write_to_disk` on (for computations that run in this process:
-      `tff_methods.execution.in_process`).
+    in_memory: Keep the versions in this Python process
+      (`states_in_memory`), and write `directory` only from `write_to_disk`
+      (for computations that run in this process:
+      `tff_methods.execution.in_process`; a TFF worker can't reach them).
   """
 
   def __init__(
@@ -77,26 +75,22 @@ class ClientStateFiles:
     if directory is None:
       directory = tempfile.mkdtemp(prefix='tff_methods_client_states_')
       atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    self._disk_directory = os.path.abspath(directory)
-    os.makedirs(self._disk_directory, exist_ok=True)
+    self._directory = os.path.abspath(directory)
+    os.makedirs(self._directory, exist_ok=True)
     self.in_memory = in_memory
-    # Where the clients read and write: the directory, or a working copy in
-    # memory of this store's own (removed with it).
-    self._directory = self._disk_directory
-    # Versions up to this round are on disk as they are in memory.
-    self._on_disk_through = -1
-    if in_memory:
-      self._directory = state_files.working_directory(
-        sum(a.nbytes for a in tf.nest.flatten(self._initial))
-      )
-      weakref.finalize(self, state_files.remove_tree, self._directory)
-      self._load_from_disk()
     # The directory as a literal in `tf.io.matching_files`' patterns: a
     # `[`, `*` or `?` in it would otherwise match other paths, or none.
     self._pattern_directory = state_files.escape_glob(self._directory)
     self._initial_file = os.path.join(self._directory, 'initial.state')
-    self._client_dirs: dict[str, str] = {}
-    self._write_file(self._initial_file, self._initial)
+    self._client_names: dict[str, str] = {}
+    self._memory = None
+    if in_memory:
+      self._memory = states_in_memory.StatesInMemory(
+        tf.nest.flatten(self._initial)
+      )
+      self._load_from_disk()
+    else:
+      self._write_file(self._initial_file, self._initial)
 
   @property
   def initial_state(self):
@@ -105,21 +99,25 @@ class ClientStateFiles:
   @property
   def directory(self) -> str:
     """The directory on disk (in memory: what `write_to_disk` writes)."""
-    return self._disk_directory
+    return self._directory
 
   # -- In TensorFlow, in the client computation.
 
-  def _client_dir_tf(
-    self, client_id: tf.Tensor, as_pattern: bool = False
-  ) -> tf.Tensor:
-    """The client's directory; `as_pattern`: escaped for a glob pattern
-    (the client's own part is only letters, digits, `_`, `-` and `.`)."""
+  def _client_name_tf(self, client_id: tf.Tensor) -> tf.Tensor:
+    """The name of the client's directory: letters, digits, `_`, `-` and
+    a fingerprint of its id after a `.`."""
     safe = tf.strings.regex_replace(client_id, _UNSAFE, '_')
     fingerprint = tf.strings.as_string(
       tf.strings.to_hash_bucket_fast(client_id, _BUCKETS)
     )
+    return tf.strings.join([safe, '.', fingerprint])
+
+  def _client_dir_tf(
+    self, client_id: tf.Tensor, as_pattern: bool = False
+  ) -> tf.Tensor:
+    """The client's directory; `as_pattern`: escaped for a glob pattern."""
     directory = self._pattern_directory if as_pattern else self._directory
-    return tf.strings.join([directory, '/', safe, '.', fingerprint])
+    return tf.strings.join([directory, '/', self._client_name_tf(client_id)])
 
   def read_path(self, client_id: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:
     """The file of the newest version written before `round_num`."""
@@ -182,6 +180,11 @@ class ClientStateFiles:
   ) -> tuple[Any, tf.Tensor]:
     """(The state `read` returns, the version it read: the round its file
     was written in, or `INITIAL_VERSION` for the shared initial state)."""
+    if self._memory is not None:
+      flat, version = self._memory.read(
+        self._client_name_tf(client_id), round_num
+      )
+      return tf.nest.pack_sequence_as(self._initial, flat), version
     path = self.read_path(client_id, round_num)
     version = tf.cond(
       tf.equal(path, self._initial_file),
@@ -207,23 +210,20 @@ class ClientStateFiles:
         if version == INITIAL_VERSION
         else self._file(client_id, version)
       )
+      if self._memory is not None:  # Parsed when loaded: None if it failed.
+        if self._memory.get(self.client_name(client_id), version) is None:
+          bad.append(path)
+        continue
       try:
-        state_files.parse_state(
-          tf.constant(state_files.read_bytes(path)), self._initial
-        )
+        self._parse_file(path)
       except (OSError, tf.errors.OpError, ValueError):
-        bad.append(self._on_disk(path))
+        bad.append(path)
     return bad
 
   def expected_read_version(self, client_id: str, round_num: int) -> int:
     """The version a client reads in `round_num`, from Python's listing:
     what `read_with_version` should report."""
-    usable = [
-      v
-      for v in self.versions(client_id)
-      if v < round_num and (v != OWN_INITIAL_VERSION or round_num > 1)
-    ]
-    return max(usable) if usable else INITIAL_VERSION
+    return state_files.readable_version(self.versions(client_id), round_num)
 
   def write(
     self, client_id: tf.Tensor, round_num: tf.Tensor, state: Any
@@ -234,6 +234,10 @@ class ClientStateFiles:
       1 once written: return it from the computation, so that the write
       runs before the round ends.
     """
+    if self._memory is not None:
+      return self._memory.write(
+        self._client_name_tf(client_id), round_num, tf.nest.flatten(state)
+      )
     serialized = state_files.serialize_state(state)
     with tf.control_dependencies(
       [tf.io.write_file(self.write_path(client_id, round_num), serialized)]
@@ -242,16 +246,22 @@ class ClientStateFiles:
 
   # -- In Python, between rounds.
 
-  def client_dir(self, client_id: str) -> str:
+  def client_name(self, client_id: str) -> str:
     # The TF op that names it, run once per client (prune and get ask often).
-    if client_id not in self._client_dirs:
-      self._client_dirs[client_id] = (
-        self._client_dir_tf(tf.constant(client_id)).numpy().decode()
+    if client_id not in self._client_names:
+      self._client_names[client_id] = (
+        self._client_name_tf(tf.constant(client_id)).numpy().decode()
       )
-    return self._client_dirs[client_id]
+    return self._client_names[client_id]
+
+  def client_dir(self, client_id: str) -> str:
+    """The client's directory on disk."""
+    return os.path.join(self._directory, self.client_name(client_id))
 
   def versions(self, client_id: str) -> list[int]:
     """The rounds the client's stored versions were written in, sorted."""
+    if self._memory is not None:
+      return self._memory.versions(self.client_name(client_id))
     return state_files.versions(self.client_dir(client_id))
 
   def __contains__(self, client_id: str) -> bool:
@@ -263,52 +273,47 @@ class ClientStateFiles:
   def _write_file(self, path: str, state: Any) -> None:
     state_files.write_bytes(path, state_files.serialize_state(state).numpy())
 
-  def _on_disk(self, path: str) -> str:
-    """A store path as the path of its file on disk."""
-    if self.in_memory and path.startswith(self._directory):
-      return self._disk_directory + path[len(self._directory) :]
-    return path
+  def _parse_file(self, path: str) -> list[np.ndarray]:
+    state = state_files.parse_state(
+      tf.constant(state_files.read_bytes(path)), self._initial
+    )
+    return [t.numpy() for t in tf.nest.flatten(state)]
 
   # -- In memory: the copy on disk.
 
   def _load_from_disk(self) -> None:
-    """The store starts as the directory on disk is (a resumed run)."""
-    tf.io.gfile.makedirs(self._directory)
-    for name in state_files.client_dirs(self._disk_directory):
-      disk_dir = os.path.join(self._disk_directory, name)
-      tf.io.gfile.makedirs(f'{self._directory}/{name}')
-      for version in state_files.versions(disk_dir):
-        file_name = f'{version}.state'
-        state_files.write_bytes(
-          f'{self._directory}/{name}/{file_name}',
-          state_files.read_bytes(os.path.join(disk_dir, file_name)),
-        )
-        self._on_disk_through = max(self._on_disk_through, version)
+    """The store starts as the directory on disk is (a resumed run); a
+    file that does not parse is kept as unreadable (`unreadable_files`)."""
+    for name in state_files.client_dirs(self._directory):
+      for version in state_files.versions(f'{self._directory}/{name}'):
+        try:
+          arrays = self._parse_file(f'{self._directory}/{name}/{version}.state')
+        except (OSError, tf.errors.OpError, ValueError):
+          arrays = None
+        self._memory.load(name, version, arrays)
 
   def write_to_disk(self) -> None:
     """Makes the directory on disk hold the versions the store in memory
     holds: call it before a checkpoint is saved, so that every checkpoint
     finds its clients' states there. A no-op for a store on disk."""
-    if not self.in_memory:
+    if self._memory is None:
       return
-    newest = self._on_disk_through
-    for name in state_files.client_dirs(self._directory):
-      disk_dir = os.path.join(self._disk_directory, name)
+    for name in self._memory.names():
+      disk_dir = os.path.join(self._directory, name)
       os.makedirs(disk_dir, exist_ok=True)
       on_disk = set(state_files.versions(disk_dir))
-      in_memory = state_files.versions(f'{self._directory}/{name}')
+      in_memory = self._memory.versions(name)
+      unsaved = self._memory.unsaved(name)
       for version in in_memory:
-        # Written since the last copy, or (a round run again) anew.
-        if version > self._on_disk_through or version not in on_disk:
-          file_name = f'{version}.state'
-          state_files.write_bytes(
-            os.path.join(disk_dir, file_name),
-            state_files.read_bytes(f'{self._directory}/{name}/{file_name}'),
+        # Written since the last copy (a round run again: anew).
+        if version in unsaved or version not in on_disk:
+          self._write_file(
+            os.path.join(disk_dir, f'{version}.state'),
+            self._memory.get(name, version),
           )
-        newest = max(newest, version)
       for version in on_disk.difference(in_memory):  # Pruned or discarded.
         state_files.remove(os.path.join(disk_dir, f'{version}.state'))
-    self._on_disk_through = newest
+    self._memory.saved()
 
   def get(self, client_id: str, before_round: Optional[int] = None):
     """The newest version written before `before_round` (default: any)."""
@@ -317,13 +322,22 @@ class ClientStateFiles:
       for v in self.versions(client_id)
       if before_round is None or v < before_round
     ]
+    version = versions[-1] if versions else INITIAL_VERSION
+    if self._memory is not None:
+      arrays = self._memory.get(self.client_name(client_id), version)
+      if arrays is None:
+        raise states_in_memory.UnreadableStateError(
+          f'{self._file(client_id, version)} did not parse.'
+        )
+      return tf.nest.pack_sequence_as(
+        self._initial, [np.array(a) for a in arrays]
+      )
     path = (
-      self._file(client_id, versions[-1]) if versions else self._initial_file
+      self._file(client_id, version)
+      if version != INITIAL_VERSION
+      else self._initial_file
     )
-    state = state_files.parse_state(
-      tf.constant(state_files.read_bytes(path)), self._initial
-    )
-    return tf.nest.map_structure(lambda t: t.numpy(), state)
+    return tf.nest.pack_sequence_as(self._initial, self._parse_file(path))
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
     """Stores the client's state as of the end of `round_num`."""
@@ -341,14 +355,18 @@ class ClientStateFiles:
           f'where the files hold {t.shape}.'
         )
     flat = [a.astype(t.dtype) for a, t in zip(flat, template)]
+    if self._memory is not None:
+      self._memory.put(self.client_name(client_id), round_num, flat)
+      return
     tf.io.gfile.makedirs(self.client_dir(client_id))
     self._write_file(self._file(client_id, round_num), flat)
 
   def discard(self, client_ids: Sequence[str], round_num: int) -> None:
     """Removes the versions the clients wrote in `round_num` (rejected)."""
     for client_id in client_ids:
+      if self._memory is not None:
+        self._memory.remove(self.client_name(client_id), round_num)
       state_files.remove(self._file(client_id, round_num))
-      state_files.remove(self._on_disk(self._file(client_id, round_num)))
 
   def prune(self, client_ids: Sequence[str], checkpoint_round: int) -> None:
     """Keeps what a resumption from `checkpoint_round` or later can read.
@@ -357,25 +375,17 @@ class ClientStateFiles:
     newest one written up to it (and its own initial state).
     """
     for client_id in client_ids:
-      client_dir = self.client_dir(client_id)
-      state_files.prune_directory(
-        client_dir, checkpoint_round, OWN_INITIAL_VERSION
-      )
-      if self.in_memory:
-        state_files.prune_directory(
-          self._on_disk(client_dir), checkpoint_round, OWN_INITIAL_VERSION
-        )
+      if self._memory is not None:
+        self._memory.prune(self.client_name(client_id), checkpoint_round)
+      state_files.prune_directory(self.client_dir(client_id), checkpoint_round)
 
   def prune_all(self, checkpoint_round: int) -> None:
-    """`prune` for every client that has a directory here."""
-    roots = [self._directory]
-    if self.in_memory:
-      roots.append(self._disk_directory)
-    for root in roots:
-      for name in state_files.client_dirs(root):
-        state_files.prune_directory(
-          f'{root}/{name}', checkpoint_round, OWN_INITIAL_VERSION
-        )
+    """`prune` for every client that has a directory or versions here."""
+    if self._memory is not None:
+      for name in self._memory.names():
+        self._memory.prune(name, checkpoint_round)
+    for name in state_files.client_dirs(self._directory):
+      state_files.prune_directory(f'{self._directory}/{name}', checkpoint_round)
 
 
 def summed_counts(state_counts):
@@ -436,60 +446,6 @@ class PruningProgramStateManager(tff.program.ProgramStateManager):
       self._client_states.write_to_disk()
       await self._manager.save(program_state, version)
       self._client_states.prune_all(version)
-
-
-def has_client_states(directory: str) -> bool:
-  """Whether any client has a stored state version under `directory`."""
-  try:
-    names = os.listdir(directory)
-  except FileNotFoundError:
-    return False
-  return any(
-    n.endswith('.state')
-    for name in names
-    if os.path.isdir(os.path.join(directory, name))
-    for n in os.listdir(os.path.join(directory, name))
-  )
-
-
-# The file that names the run a state directory belongs to.
-OWNER_FILE = 'owner.txt'
-
-
-def claim_directory(directory: str, owner: str) -> None:
-  """Marks `directory` as `owner`'s state directory, or refuses another's.
-
-  Runs that share a state directory would read each other's states (MOON's
-  and FedCKA's files have the same layout): a program claims its directory
-  before it trains, naming itself (e.g. its output directory).
-
-  Raises:
-    ValueError: `directory` holds another owner's states.
-  """
-  os.makedirs(directory, exist_ok=True)
-  path = os.path.join(directory, OWNER_FILE)
-  try:
-    with open(path) as f:
-      current = f.read().strip()
-  except FileNotFoundError:
-    current = ''
-  if not current:  # Unclaimed, or an owner file left empty by a crash.
-    with open(path, 'w') as f:
-      f.write(owner + '\n')
-    return
-  if current != owner:
-    moved = (
-      f' If this run was moved from {current}, write {owner} into {path} '
-      'to keep its states.'
-      if not os.path.exists(current)
-      else ''
-    )
-    raise ValueError(
-      f'The client state directory {directory} holds the states of '
-      f'another run ({current}); each run keeps its own.{moved} Otherwise '
-      'give this run another client_state_dir, or remove that directory '
-      'to start over.'
-    )
 
 
 # Characters kept in a client's directory name (a fingerprint of the id

@@ -1,5 +1,5 @@
-"""A client's state as one file, the file operations on a store's
-directory, and where a store kept in memory lives, for `client_states`.
+"""A client's state as one file, which version a client reads, and the
+file operations on a store's directory, for `client_states`.
 
 The file operations go through TensorFlow's file systems (`tf.io.gfile`),
 as the clients' own reads and writes do.
@@ -7,69 +7,37 @@ as the clients' own reads and writes do.
 
 import os
 import re
-import shutil
-import tempfile
-from typing import Any
-import uuid
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-# Where a store kept in memory lives: the machine's shared memory (a tmpfs),
-# when it has room for this many versions of a client's state; else the
-# local temporary directory (whose recent writes the OS keeps in memory).
-# Not TensorFlow's `ram://` file system: it searches every file it holds for
-# each lookup, under one lock for all threads, and a write to an existing
-# file appends to it (a round run again would corrupt the state).
-SHARED_MEMORY = '/dev/shm'
-ROOM_IN_VERSIONS = 1000
-# A store's directory there: `<prefix><pid>.<unique>`, so that a process
-# that did not end cleanly leaves nothing behind for long (`working_directory`).
-_WORKING_PREFIX = 'tff_methods_states.'
+# A client's own initial state (MOON's `initial_model`): version 0, read
+# from the second round on.
+OWN_INITIAL_VERSION = 0
+# The version number of the shared initial state (`initial.state`).
+INITIAL_VERSION = -1
 
 
-def working_directory(
-  state_bytes: int, shared_memory: str = SHARED_MEMORY
-) -> str:
-  """A new directory for a store kept in memory, for a state of
-  `state_bytes`: in `shared_memory` when it has room for `ROOM_IN_VERSIONS`
-  versions, else in the temporary directory. Directories left there by
-  processes that have ended are removed first."""
-  root = tempfile.gettempdir()
-  try:
-    stats = os.statvfs(shared_memory)
-    room = stats.f_bavail * stats.f_frsize
-    if room >= ROOM_IN_VERSIONS * state_bytes and os.access(
-      shared_memory, os.W_OK
-    ):
-      root = shared_memory
-  except OSError:  # No such file system.
-    pass
-  remove_orphans(root)
-  name = f'{_WORKING_PREFIX}{os.getpid()}.{uuid.uuid4().hex}'
-  path = os.path.join(root, name)
-  os.makedirs(path)
-  return path
+def readable_version(versions: Sequence[int], round_num: int) -> int:
+  """The version a client reads in `round_num`: its newest written before
+  the round (its own initial state from the second round on), else
+  `INITIAL_VERSION`."""
+  usable = [
+    v
+    for v in versions
+    if v < round_num and (v != OWN_INITIAL_VERSION or round_num > 1)
+  ]
+  return max(usable) if usable else INITIAL_VERSION
 
 
-def remove_orphans(root: str) -> None:
-  """Removes the store directories in `root` of processes that have ended."""
-  try:
-    names = os.listdir(root)
-  except OSError:
-    return
-  for name in names:
-    if not name.startswith(_WORKING_PREFIX):
-      continue
-    pid = name[len(_WORKING_PREFIX) :].split('.')[0]
-    if not pid.isdigit():
-      continue
-    try:
-      os.kill(int(pid), 0)
-    except ProcessLookupError:
-      shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-    except OSError:  # Alive, another user's.
-      pass
+def versions_to_prune(versions: Sequence[int], checkpoint_round: int) -> list:
+  """The versions no resumption from `checkpoint_round` or later reads:
+  those up to it but its newest (and the client's own initial state)."""
+  older = sorted(
+    v for v in versions if OWN_INITIAL_VERSION < v <= checkpoint_round
+  )
+  return older[:-1]
 
 
 def serialize_state(state: Any) -> tf.Tensor:
@@ -114,17 +82,10 @@ def client_dirs(root: str) -> list[str]:
   return [n.rstrip('/') for n in names if tf.io.gfile.isdir(f'{root}/{n}')]
 
 
-def prune_directory(
-  client_dir: str, checkpoint_round: int, own_initial_version: int
-) -> None:
-  """Removes a client's versions older than its newest up to
-  `checkpoint_round` (keeping its own initial state, `own_initial_version`)."""
-  older = [
-    v
-    for v in versions(client_dir)
-    if own_initial_version < v <= checkpoint_round
-  ]
-  for version in older[:-1]:
+def prune_directory(client_dir: str, checkpoint_round: int) -> None:
+  """Removes a client's versions no resumption from `checkpoint_round` or
+  later reads (`versions_to_prune`)."""
+  for version in versions_to_prune(versions(client_dir), checkpoint_round):
     remove(f'{client_dir}/{version}.state')
 
 
@@ -140,11 +101,6 @@ def remove(path: str) -> None:
     pass
 
 
-def remove_tree(path: str) -> None:
-  # shutil, not tf.io.gfile: this also runs as the interpreter exits.
-  shutil.rmtree(path, ignore_errors=True)
-
-
 def read_bytes(path: str) -> bytes:
   with tf.io.gfile.GFile(path, 'rb') as f:
     return f.read()
@@ -156,3 +112,57 @@ def write_bytes(path: str, data: bytes) -> None:
   with tf.io.gfile.GFile(tmp, 'wb') as f:
     f.write(data)
   tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def has_client_states(directory: str) -> bool:
+  """Whether any client has a stored state version under `directory`."""
+  try:
+    names = os.listdir(directory)
+  except FileNotFoundError:
+    return False
+  return any(
+    n.endswith('.state')
+    for name in names
+    if os.path.isdir(os.path.join(directory, name))
+    for n in os.listdir(os.path.join(directory, name))
+  )
+
+
+# The file that names the run a state directory belongs to.
+OWNER_FILE = 'owner.txt'
+
+
+def claim_directory(directory: str, owner: str) -> None:
+  """Marks `directory` as `owner`'s state directory, or refuses another's.
+
+  Runs that share a state directory would read each other's states (MOON's
+  and FedCKA's files have the same layout): a program claims its directory
+  before it trains, naming itself (e.g. its output directory).
+
+  Raises:
+    ValueError: `directory` holds another owner's states.
+  """
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, OWNER_FILE)
+  try:
+    with open(path) as f:
+      current = f.read().strip()
+  except FileNotFoundError:
+    current = ''
+  if not current:  # Unclaimed, or an owner file left empty by a crash.
+    with open(path, 'w') as f:
+      f.write(owner + '\n')
+    return
+  if current != owner:
+    moved = (
+      f' If this run was moved from {current}, write {owner} into {path} '
+      'to keep its states.'
+      if not os.path.exists(current)
+      else ''
+    )
+    raise ValueError(
+      f'The client state directory {directory} holds the states of '
+      f'another run ({current}); each run keeps its own.{moved} Otherwise '
+      'give this run another client_state_dir, or remove that directory '
+      'to start over.'
+    )

@@ -20,11 +20,12 @@ HOST = '/device:CPU:0'
 # data sets and iterators there (its session provider); file IO, strings
 # and the input pipeline's parsing have no kernel elsewhere. Those the
 # project's clients run: data sets and their parsing and shuffling, a
-# client key's strings, the client-state files and their serialization.
+# client key's strings, the client-state files and their serialization,
+# and the numpy functions that read and write states kept in memory.
 HOST_OP = re.compile(
   r'Dataset|Iterator|ReadFile|WriteFile|MatchingFiles|ParseExample|DecodeRaw|'
   r'StatelessShuffle|^String|^StaticRegex|^AsString$|^ParseTensor$|'
-  r'^SerializeTensor$|^Substr$'
+  r'^SerializeTensor$|^Substr$|^PyFunc$'
 )
 
 

@@ -30,7 +30,7 @@ started the first time it is needed), or, without one, fails in one line
 naming the computation.
 
 Secure aggregation's intrinsics are replaced by their plain bodies first, as
-the worker's contexts do (`runtime.compile_for_simulation`): in a
+the worker's contexts do (`worker_compilation.compile_for_simulation`): in a
 simulation every party is this program.
 
 Placement is explicit: each graph is imported on its device

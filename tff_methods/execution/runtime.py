@@ -23,6 +23,7 @@ import asyncio
 import functools
 from typing import Optional, Sequence
 
+from tff_methods.execution import worker_compilation
 from tff_methods.execution import workers
 
 # How long a remote worker may stay unreachable before a call fails for good
@@ -122,7 +123,7 @@ def create_local_execution_context(
   # The packaged worker runs oneDNN's MaxPool kernels; make its choice of
   # them the same in every build of a graph (`onednn_max_pool`).
   compiler_fn = functools.partial(
-    compile_for_simulation,
+    worker_compilation.compile_for_simulation,
     pair_max_pool_gradients=onednn_max_pool.applies(worker_binary),
   )
   return sync_execution_context.SyncExecutionContext(
@@ -130,80 +131,6 @@ def create_local_execution_context(
     compiler_fn=compiler_fn,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
-  )
-
-
-def compile_for_simulation(computation, *, pair_max_pool_gradients=False):
-  """TFF's native compilation, after replacing secure aggregation's
-  intrinsics (`federated_secure_sum_bitwidth`, ...) by their plain bodies.
-
-  What TFF's test context does: in a simulation every party is this
-  program, so the secure sum is computed in the clear, with the secure
-  aggregator's quantization and bounds (`tff.learning.secure_aggregator()`
-  then runs under this runtime's contexts, as under TFF's test context).
-
-  With `pair_max_pool_gradients`, every MaxPool gradient of its TensorFlow
-  graphs gets oneDNN's kernel (`onednn_max_pool`), as the local worker's
-  context asks when `onednn_max_pool.applies()`.
-  """
-  from tensorflow_federated.python.core.backends.native import compiler
-  from tensorflow_federated.python.core.backends.test import (
-    compiler as test_compiler,
-  )
-
-  compiled = compiler.desugar_and_transform_to_native(
-    test_compiler.replace_secure_intrinsics_with_bodies(computation)
-  )
-  if pair_max_pool_gradients:
-    compiled = _with_onednn_max_pool_gradients(compiled)
-  return compiled
-
-
-def tensorflow_computations(proto):
-  """Every TensorFlow computation (a `computation_pb2.Computation`) inside
-  a computation's proto, e.g. of `compile_for_simulation`'s result."""
-  from tensorflow_federated.proto.v0 import computation_pb2
-
-  def walk(message):
-    if (
-      isinstance(message, computation_pb2.Computation)
-      and message.WhichOneof('computation') == 'tensorflow'
-    ):
-      yield message
-      return
-    for field, value in message.ListFields():
-      if field.type != field.TYPE_MESSAGE:
-        continue
-      for item in value if field.label == field.LABEL_REPEATED else [value]:
-        yield from walk(item)
-
-  return walk(proto)
-
-
-def _with_onednn_max_pool_gradients(computation):
-  """`computation` (compiled) with `onednn_max_pool.pair_max_pool_gradients`
-  applied to each of its TensorFlow graphs; itself when none changes."""
-  import tensorflow as tf
-  from tensorflow_federated.python.core.impl.computation import computation_impl
-  from tensorflow_federated.python.core.impl.context_stack import (
-    context_stack_impl,
-  )
-
-  from tff_methods.execution import onednn_max_pool
-
-  proto = type(computation_impl.ConcreteComputation.get_proto(computation))()
-  proto.CopyFrom(computation_impl.ConcreteComputation.get_proto(computation))
-  changed = False
-  for part in tensorflow_computations(proto):
-    graph_def = tf.compat.v1.GraphDef()
-    part.tensorflow.graph_def.Unpack(graph_def)
-    if onednn_max_pool.pair_max_pool_gradients(graph_def):
-      part.tensorflow.graph_def.Pack(graph_def)
-      changed = True
-  if not changed:
-    return computation
-  return computation_impl.ConcreteComputation(
-    computation_proto=proto, context_stack=context_stack_impl.context_stack
   )
 
 
@@ -231,7 +158,7 @@ def _async_remote_context(get_stub):
     executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
       executor_stack_fn=executor_stack_fn
     ),
-    compiler_fn=compile_for_simulation,
+    compiler_fn=worker_compilation.compile_for_simulation,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
   )

@@ -73,9 +73,9 @@ def build_local_training_process(
     client_state_dir: For clients that keep state: where their state files
       live (default: a temporary directory, which a resumed program can't
       use).
-    client_states_in_memory: For clients that keep state: keep a working
-      copy in this machine's shared memory, written to `client_state_dir`
-      at each checkpoint (for a process run in this process, by
+    client_states_in_memory: For clients that keep state: keep them in
+      this Python process, written to `client_state_dir` at each
+      checkpoint (for a process run in this process, by
       `execution.in_process`); else they are read and written there.
 
   Returns:

@@ -32,6 +32,7 @@ import tensorflow_federated as tff
 from tff_methods.clients import client_data
 from tff_methods.clients import client_keys
 from tff_methods.clients import client_states as client_states_lib
+from tff_methods.clients import state_files
 from tff_methods.templates import aggregation
 from tff_methods.templates import client_hparams
 from tff_methods.templates import client_works
@@ -126,7 +127,7 @@ class StatefulClientsLearningProcess(composers.ClientIdsLearningProcess):
       self._last_round is None
       and self.client_states.in_memory
       and max(rounds) > 1
-      and not client_states_lib.has_client_states(self.client_states.directory)
+      and not state_files.has_client_states(self.client_states.directory)
     ):
       raise ValueError(
         f'This process starts at round {max(rounds)}, but the states its '
@@ -409,10 +410,10 @@ def build_stateful_client_work(
     client_state_dir: Where the clients' state files live (default: a
       temporary directory, removed at exit, which a resumed program can't
       use: `next` refuses to start past round 1 with it).
-    client_states_in_memory: Keep a working copy of the states in this
-      machine's shared memory, written to `client_state_dir` at each
-      checkpoint (`client_states.ClientStateFiles`): for a process run in
-      this process (`execution.in_process`).
+    client_states_in_memory: Keep the states in this Python process,
+      written to `client_state_dir` at each checkpoint
+      (`client_states.ClientStateFiles`): for a process run in this
+      process (`execution.in_process`; a TFF worker refuses it).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning
