@@ -116,5 +116,27 @@ def test_versions_are_kept_unsaved_until_saved():
   assert store.versions('a') == [0, 3, 5]
 
 
+def test_versions_beyond_the_budget_go_to_files_and_read_back():
+  # Room for two versions of 16 bytes.
+  store = states_in_memory.StatesInMemory(
+    [np.zeros(4, np.float32)], budget_bytes=32
+  )
+  for r in (1, 2, 3, 4):
+    store.put('a', r, [np.full(4, float(r), np.float32)])
+  assert store.spilled == 2
+  assert [store.get('a', r)[0][0] for r in (1, 2, 3, 4)] == [1, 2, 3, 4]
+  # As a client's computation reads it: the newest, from its file.
+  *arrays, version = store._read(b'a', np.int64(9))
+  assert version == 4 and arrays[0][0] == 4.0
+  store.remove('a', 1)  # Frees room in memory.
+  store.put('a', 5, [np.full(4, 5.0, np.float32)])
+  assert store.spilled == 2
+  store.put('a', 4, [np.full(4, 6.0, np.float32)])  # Written again.
+  assert store.get('a', 4)[0][0] == 6.0 and store.spilled == 2
+  store.prune('a', 5)  # Keeps 5 only: every file removed.
+  assert store.versions('a') == [5] and store.spilled == 0
+  assert not os.listdir(store._spill_directory)
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

@@ -9,11 +9,20 @@ file: as files, even in shared memory, SCAFFOLD's reads and writes took
 about half as long again as the training of a 20-example client. A TFF
 worker is another process and can't reach them: the worker's contexts
 refuse a computation that reads them
-(`tff_methods.execution.runtime.python_function_ops`).
+(`tff_methods.execution.worker_compilation.python_function_ops`).
+
+The arrays held in memory are bounded (`budget_bytes`: by default half the
+memory the machine has available when the store is made); versions beyond
+it go to files of the store's own in the temporary directory, so a large
+population of large states slows down instead of running out of memory.
 """
 
+import os
+import shutil
+import tempfile
 import threading
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -28,21 +37,55 @@ class UnreadableStateError(ValueError):
   """A client's state version that did not parse when loaded from disk."""
 
 
+class _Spilled:
+  """A version kept in a file of the store's (`np.savez`)."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def arrays(self) -> list[np.ndarray]:
+    with np.load(self.path) as saved:
+      return [saved[f'arr_{i}'] for i in range(len(saved.files))]
+
+
+_Held = Union[list, _Spilled, None]
+
+
+def available_memory_bytes() -> Optional[int]:
+  """The memory this machine has available now; None where unknown."""
+  try:
+    return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError, AttributeError):
+    return None
+
+
 class StatesInMemory:
   """Each client's state versions, by client name and version.
 
   A version is a flat list of arrays shaped as `template`'s, or None for a
   file that did not parse when it was loaded (`load`): reading it fails,
-  and `unreadable` names it first.
+  and `client_states.ClientStateFiles.unreadable_files` names it first.
 
   Args:
     template: The arrays of the shared initial state, read by a client with
       no usable version.
+    budget_bytes: At most this many bytes of versions in memory; the rest
+      in files of the store's own. By default half of
+      `available_memory_bytes()` (no bound where that is unknown).
   """
 
-  def __init__(self, template: Sequence[np.ndarray]):
+  def __init__(
+    self, template: Sequence[np.ndarray], budget_bytes: Optional[int] = None
+  ):
     self._template = [np.asarray(a) for a in template]
-    self._states: dict[str, dict[int, Optional[list[np.ndarray]]]] = {}
+    if budget_bytes is None:
+      available = available_memory_bytes()
+      budget_bytes = available // 2 if available is not None else None
+    self.budget_bytes = budget_bytes
+    self._held_bytes = 0
+    self._spill_directory = None
+    self._spill_files_made = 0
+    self._states: dict[str, dict[int, _Held]] = {}
     # Versions written here since `saved` was last called.
     self._unsaved: dict[str, set[int]] = {}
     self._lock = threading.Lock()
@@ -100,7 +143,7 @@ class StatesInMemory:
     version = state_files.readable_version(self.versions(name), int(round_num))
     if version == state_files.INITIAL_VERSION:
       return [*self._template, np.int64(version)]
-    arrays = self._states[name][version]
+    arrays = self.get(name, version)
     if arrays is None:
       raise UnreadableStateError(
         f'The state version {version} of client {name} did not parse when '
@@ -130,12 +173,13 @@ class StatesInMemory:
     if version == state_files.INITIAL_VERSION:
       return list(self._template)
     with self._lock:
-      return self._states[name][version]
+      held = self._states[name][version]
+    return held.arrays() if isinstance(held, _Spilled) else held
 
   def put(self, name: str, version: int, arrays: list[np.ndarray]) -> None:
     """Keeps a version written in this store (`unsaved` until `saved`)."""
+    self.load(name, version, arrays)
     with self._lock:
-      self._states.setdefault(name, {})[version] = arrays
       self._unsaved.setdefault(name, set()).add(version)
 
   def load(
@@ -143,12 +187,50 @@ class StatesInMemory:
   ) -> None:
     """Keeps a version read from disk (None: its file did not parse)."""
     with self._lock:
-      self._states.setdefault(name, {})[version] = arrays
+      self._release(self._states.get(name, {}).pop(version, None))
+      self._states.setdefault(name, {})[version] = self._hold(arrays)
 
   def remove(self, name: str, version: int) -> None:
     with self._lock:
-      self._states.get(name, {}).pop(version, None)
+      self._release(self._states.get(name, {}).pop(version, None))
       self._unsaved.get(name, set()).discard(version)
+
+  @property
+  def spilled(self) -> int:
+    """How many versions are in files, beyond `budget_bytes`."""
+    with self._lock:
+      return sum(
+        isinstance(held, _Spilled)
+        for versions in self._states.values()
+        for held in versions.values()
+      )
+
+  def _hold(self, arrays: Optional[list[np.ndarray]]) -> _Held:
+    """`arrays` in memory, or in a file if they would exceed the budget
+    (under the lock)."""
+    if arrays is None:
+      return None
+    size = sum(a.nbytes for a in arrays)
+    if (
+      self.budget_bytes is None or self._held_bytes + size <= self.budget_bytes
+    ):
+      self._held_bytes += size
+      return arrays
+    if self._spill_directory is None:
+      self._spill_directory = tempfile.mkdtemp(prefix='tff_methods_states_')
+      weakref.finalize(
+        self, shutil.rmtree, self._spill_directory, ignore_errors=True
+      )
+    self._spill_files_made += 1
+    path = os.path.join(self._spill_directory, f'{self._spill_files_made}.npz')
+    np.savez(path, *arrays)
+    return _Spilled(path)
+
+  def _release(self, held: _Held) -> None:
+    if isinstance(held, _Spilled):
+      os.remove(held.path)
+    elif held is not None:
+      self._held_bytes -= sum(a.nbytes for a in held)
 
   def prune(self, name: str, checkpoint_round: int) -> None:
     """`state_files.prune_directory`'s rule, on a client's versions."""
