@@ -210,8 +210,8 @@ class ClientStateFiles:
         if version == INITIAL_VERSION
         else self._file(client_id, version)
       )
-      if self._memory is not None:  # Parsed when loaded: None if it failed.
-        if self._memory.get(self.client_name(client_id), version) is None:
+      if self._memory is not None:  # Parsed when loaded.
+        if self._memory.unreadable(self.client_name(client_id), version):
           bad.append(path)
         continue
       try:

@@ -176,6 +176,14 @@ class StatesInMemory:
       held = self._states[name][version]
     return held.arrays() if isinstance(held, _Spilled) else held
 
+  def unreadable(self, name: str, version: int) -> bool:
+    """Whether a version did not parse when loaded (without reading one
+    kept in a file)."""
+    if version == state_files.INITIAL_VERSION:
+      return False
+    with self._lock:
+      return self._states[name][version] is None
+
   def put(self, name: str, version: int, arrays: list[np.ndarray]) -> None:
     """Keeps a version written in this store (`unsaved` until `saved`)."""
     self.load(name, version, arrays)
