@@ -138,5 +138,15 @@ def test_versions_beyond_the_budget_go_to_files_and_read_back():
   assert not os.listdir(store._spill_directory)
 
 
+def test_by_default_half_the_available_memory_holds_arrays():
+  available = states_in_memory.available_memory_bytes()
+  # Linux's MemAvailable counts the reclaimable page cache: not below the
+  # free pages.
+  free = os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  assert available >= 0.9 * free
+  budget = states_in_memory.StatesInMemory([np.zeros(2)]).budget_bytes
+  assert budget == pytest.approx(available / 2, rel=0.1)
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

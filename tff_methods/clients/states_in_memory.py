@@ -52,7 +52,16 @@ _Held = Union[list, _Spilled, None]
 
 
 def available_memory_bytes() -> Optional[int]:
-  """The memory this machine has available now; None where unknown."""
+  """The memory this machine has available now (Linux's MemAvailable, which
+  counts the page cache it can reclaim; else the free pages); None where
+  unknown."""
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
   try:
     return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
   except (ValueError, OSError, AttributeError):
