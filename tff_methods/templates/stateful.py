@@ -413,7 +413,7 @@ def build_stateful_client_work(
     client_states_in_memory: Keep the states in this Python process,
       written to `client_state_dir` at each checkpoint
       (`client_states.ClientStateFiles`): for a process run in this
-      process (`execution.in_process`; a TFF worker refuses it).
+      process (`execution.in_process`; a TFF worker can't run it).
     metrics_aggregator: TFF's metrics aggregator;
       `tff.learning.metrics.sum_then_finalize` by default.
     client_learning_rate_fn: Round number (from 0) -> the client learning
