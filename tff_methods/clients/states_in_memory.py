@@ -150,8 +150,6 @@ class StatesInMemory:
   def _read(self, name, round_num) -> list[np.ndarray]:
     name = _as_str(name)
     version = state_files.readable_version(self.versions(name), int(round_num))
-    if version == state_files.INITIAL_VERSION:
-      return [*self._template, np.int64(version)]
     arrays = self.get(name, version)
     if arrays is None:
       raise UnreadableStateError(
@@ -195,8 +193,8 @@ class StatesInMemory:
 
   def put(self, name: str, version: int, arrays: list[np.ndarray]) -> None:
     """Keeps a version written in this store (`unsaved` until `saved`)."""
-    self.load(name, version, arrays)
     with self._lock:
+      self._replace(name, version, arrays)
       self._unsaved.setdefault(name, set()).add(version)
 
   def load(
@@ -204,8 +202,7 @@ class StatesInMemory:
   ) -> None:
     """Keeps a version read from disk (None: its file did not parse)."""
     with self._lock:
-      self._release(self._states.get(name, {}).pop(version, None))
-      self._states.setdefault(name, {})[version] = self._hold(arrays)
+      self._replace(name, version, arrays)
 
   def remove(self, name: str, version: int) -> None:
     with self._lock:
@@ -221,6 +218,13 @@ class StatesInMemory:
         for versions in self._states.values()
         for held in versions.values()
       )
+
+  def _replace(
+    self, name: str, version: int, arrays: Optional[list[np.ndarray]]
+  ) -> None:
+    """A version's arrays in place of any it held (under the lock)."""
+    self._release(self._states.get(name, {}).pop(version, None))
+    self._states.setdefault(name, {})[version] = self._hold(arrays)
 
   def _hold(self, arrays: Optional[list[np.ndarray]]) -> _Held:
     """`arrays` in memory, or in a file if they would exceed the budget
