@@ -205,11 +205,7 @@ class ClientStateFiles:
     bad = []
     for client_id in client_ids:
       version = self.expected_read_version(client_id, round_num)
-      path = (
-        self._initial_file
-        if version == INITIAL_VERSION
-        else self._file(client_id, version)
-      )
+      path = self._file(client_id, version)
       if self._memory is not None:  # Parsed when loaded.
         if self._memory.unreadable(self.client_name(client_id), version):
           bad.append(path)
@@ -268,6 +264,9 @@ class ClientStateFiles:
     return bool(self.versions(client_id))
 
   def _file(self, client_id: str, version: int) -> str:
+    """A version's file (the shared initial state's for `INITIAL_VERSION`)."""
+    if version == INITIAL_VERSION:
+      return self._initial_file
     return os.path.join(self.client_dir(client_id), f'{version}.state')
 
   def _write_file(self, path: str, state: Any) -> None:
@@ -332,12 +331,9 @@ class ClientStateFiles:
       return tf.nest.pack_sequence_as(
         self._initial, [np.array(a) for a in arrays]
       )
-    path = (
-      self._file(client_id, version)
-      if version != INITIAL_VERSION
-      else self._initial_file
+    return tf.nest.pack_sequence_as(
+      self._initial, self._parse_file(self._file(client_id, version))
     )
-    return tf.nest.pack_sequence_as(self._initial, self._parse_file(path))
 
   def put(self, client_id: str, state: Any, round_num: int) -> None:
     """Stores the client's state as of the end of `round_num`."""
