@@ -4,7 +4,9 @@ call (docs/performance.md, "Where an in-process client's time goes").
   python tools/in_process_costs.py --method=fedavg
 
 The benchmark's process and data (CIFAR-shaped, 100 clients of 20
-examples, one local step of 20) on the CPU split into two logical devices,
+examples, one local step of 20 by default; `--num_clients`,
+`--examples_per_client`, `--local_epochs` and `--batch_size` as the
+benchmark's) on the CPU split into two logical devices,
 a warm-up round in-process, then each device's share of a round's clients
 trained on both devices at once, two ways:
 
@@ -19,7 +21,7 @@ one traced call on one device, the time of its ops by part: data and state
 (the host's ops: files, parsing, strings, data sets), the arithmetic (every
 other kernel) and the session call (wall time beyond the ops, one call).
 Run with `TF_OVERRIDE_GLOBAL_THREADPOOL=0` for the sessions sharing one
-pool of every core, as before. `--top_ops=N` also lists the op types taking
+pool of every core. `--top_ops=N` also lists the op types taking
 most of the many-a-call trace.
 """
 
@@ -113,7 +115,20 @@ def main():
     default=0,
     help="Also list the op types taking most of a many-a-call trace's time.",
   )
+  parser.add_argument('--num_clients', type=int, default=100)
+  parser.add_argument('--examples_per_client', type=int, default=20)
+  parser.add_argument('--local_epochs', type=int, default=1)
+  parser.add_argument('--batch_size', type=int, default=20)
   args = parser.parse_args()
+  least = dict(
+    num_clients=len(DEVICES),  # a client for each device at least
+    examples_per_client=1,
+    local_epochs=1,
+    batch_size=1,
+  )
+  for name, smallest in least.items():
+    if getattr(args, name) < smallest:
+      parser.error(f'--{name}={getattr(args, name)}: at least {smallest}.')
   context = in_process.set_in_process_execution_context(
     list(DEVICES), fallback_fn=False
   )
@@ -124,12 +139,24 @@ def main():
   from tff_methods_tasks import datasets
   from tff_methods_tooling import benchmark_processes
 
-  data = datasets.generated_like('cifar10', 100, 20, tempfile.mkdtemp(), seed=0)
+  data = datasets.generated_like(
+    'cifar10',
+    args.num_clients,
+    args.examples_per_client,
+    tempfile.mkdtemp(),
+    seed=0,
+  )
   hparams = hyperparameters.Hyperparameters(
-    num_clients=100, client_states_in_memory=True
+    num_clients=args.num_clients, client_states_in_memory=True
   )
   process, _ = benchmark_processes.benchmark_process(
-    args.method, 'fedcka_cnn', data, hparams, 1, 20, 0
+    args.method,
+    'fedcka_cnn',
+    data,
+    hparams,
+    args.local_epochs,
+    args.batch_size,
+    0,
   )
   ids = list(data.client_data.client_ids)
   state = process.initialize()
@@ -195,7 +222,9 @@ def main():
   rows['many a call'].update(shares)
   threads = plan._step[device].threads  # pylint: disable=protected-access
   print(
-    f'{args.method}, 100 clients of 20 on {", ".join(devices)} '
+    f'{args.method}, {args.num_clients} clients of '
+    f'{args.examples_per_client}, {args.local_epochs} epoch(s) of batches '
+    f'of {args.batch_size} on {", ".join(devices)} '
     f'({threads or "shared"} threads a device):'
   )
   print(
