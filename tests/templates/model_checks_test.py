@@ -42,9 +42,34 @@ def test_a_missing_output_is_named_with_who_reads_it():
 
 def test_a_regularizer_reading_an_output_the_model_lacks_is_refused():
   with pytest.raises(ValueError, match=r"ReadsZ reads the model's 'z'"):
-    model_checks.checked_model_fn(_plain_model, [_ReadsZ()])
+    model_checks.checked_model(_plain_model, [_ReadsZ()])
   with pytest.raises(TypeError, match='Pass a function that builds'):
-    model_checks.checked_model_fn(_plain_model(), [])
+    model_checks.checked_model(_plain_model(), [])
+
+
+def test_a_builder_checks_and_reads_the_model_from_one_build():
+  # A large model takes seconds to build: the checks, the input's shape and
+  # the weights' shapes all come from one scratch build.
+  builds = []
+
+  def counted_model():
+    builds.append(1)
+    inputs = tf.keras.Input((3,))
+    normed = tf.keras.layers.BatchNormalization()(inputs)
+    return tf.keras.Model(inputs, tf.keras.layers.Dense(2)(normed))
+
+  with pytest.warns(UserWarning, match='2 non-trainable variables'):
+    model_fn, model = model_checks.checked_model(counted_model, [])
+  assert len(builds) == 1
+  assert model_checks.input_shape_of(model).as_list() == [None, 3]
+  zeros = model_lib.zeros_like_weights(model)
+  assert [z.shape for z in zeros.trainable] == [(3,), (3,), (3, 2), (2,)]
+  assert [z.shape for z in zeros.non_trainable] == [(3,), (3,)]
+  assert not any(z.any() for z in zeros.trainable + zeros.non_trainable)
+  # The function returned builds the model in the contract's form.
+  with tf.Graph().as_default():
+    assert sorted(model_fn().output) == ['logits']
+  assert len(builds) == 2
 
 
 def test_needed_outputs_are_the_terms_declared_and_the_deepest_layer_leads():

@@ -77,11 +77,13 @@ def set_up_loop(
   factory, client_weighting = aggregation.model_aggregation(
     model_aggregator, client_weighting
   )
-  keras_model_fn = model_checks.checked_model_fn(keras_model_fn, regularizers)
-  client_data.check_element_spec(
-    element_spec, model_checks.input_shape(keras_model_fn)
+  keras_model_fn, model = model_checks.checked_model(
+    keras_model_fn, regularizers
   )
-  zero_weights = model_lib.zero_weights(keras_model_fn)
+  client_data.check_element_spec(
+    element_spec, model_checks.input_shape_of(model)
+  )
+  zero_weights = model_lib.zeros_like_weights(model)
   weights_type = model_lib.weights_type_of(zero_weights)
   distributor = distributors.build_distributor(
     weights_type, regularizers, zero_weights.trainable

@@ -4,7 +4,7 @@ The outputs its methods read (`check_outputs`, which names the one missing
 and the `model_lib.named_outputs` argument that adds it), the input shape
 client data must be batched to (`input_shape`), and a warning of
 variables no method averages (`warn_of_unaveraged_variables`).
-`checked_model_fn` runs them for a builder.
+`checked_model` runs them for a builder, on one build of the model.
 """
 
 import collections
@@ -79,9 +79,13 @@ def check_outputs(
     ValueError: naming the output, what it is, who reads it, the model's
       outputs and how to name it (`named_outputs`).
   """
-  with tf.Graph().as_default():
-    model = keras_model_fn()
-    has = sorted(model.output)
+  _check_outputs_of(model_lib.scratch_model(keras_model_fn), needed)
+
+
+def _check_outputs_of(
+  model: tf.keras.Model, needed: Mapping[str, Sequence[str]]
+) -> None:
+  has = sorted(model.output)
   for name in sorted(needed):
     if name in has:
       continue
@@ -104,8 +108,12 @@ def input_shape(
   keras_model_fn: model_lib.KerasModelFn,
 ) -> Optional[tf.TensorShape]:
   """The shape of the model's input `x` (built in a scratch graph)."""
-  with tf.Graph().as_default():
-    inputs = keras_model_fn().input
+  return input_shape_of(model_lib.scratch_model(keras_model_fn))
+
+
+def input_shape_of(model: tf.keras.Model) -> Optional[tf.TensorShape]:
+  """The shape of `model`'s input `x`; None for a model of several inputs."""
+  inputs = model.input
   if isinstance(inputs, (list, tuple, collections.abc.Mapping)):
     return None  # Several inputs: no single shape to compare with.
   return inputs.shape
@@ -117,9 +125,11 @@ def warn_of_unaveraged_variables(
   """Warns when the model has non-trainable variables, which no method
   averages (as in TFF's own builders): the global model keeps their
   initial values."""
-  with tf.Graph().as_default():
-    model = keras_model_fn()
-    names = [v.name for v in model.non_trainable_variables]
+  _warn_of_unaveraged_variables_of(model_lib.scratch_model(keras_model_fn))
+
+
+def _warn_of_unaveraged_variables_of(model: tf.keras.Model) -> None:
+  names = [v.name for v in model.non_trainable_variables]
   if names:
     warnings.warn(
       f'Model {model.name!r} has {len(names)} non-trainable variables '
@@ -133,11 +143,15 @@ def warn_of_unaveraged_variables(
     )
 
 
-def checked_model_fn(
+def checked_model(
   keras_model_fn: Any, regularizers: Sequence[regularizers_lib.Regularizer]
-) -> model_lib.KerasModelFn:
+) -> tuple[model_lib.KerasModelFn, tf.keras.Model]:
   """`keras_model_fn` in the contract's form, checked for every output the
-  regularizers read (`check_outputs`), before any work."""
+  regularizers read (`check_outputs`, and the warning of
+  `warn_of_unaveraged_variables`) before any work; and the model it
+  builds, built once in a scratch graph (`model_lib.scratch_model`), for
+  what the builder reads of it (`input_shape_of`,
+  `model_lib.zeros_like_weights`)."""
   if not callable(keras_model_fn) or isinstance(keras_model_fn, tf.keras.Model):
     raise TypeError(
       'Pass a function that builds the Keras model (it is called inside '
@@ -146,6 +160,7 @@ def checked_model_fn(
       'make_model(), ...).'
     )
   keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
-  check_outputs(keras_model_fn, needed_outputs(regularizers))
-  warn_of_unaveraged_variables(keras_model_fn)
-  return keras_model_fn
+  model = model_lib.scratch_model(keras_model_fn)
+  _check_outputs_of(model, needed_outputs(regularizers))
+  _warn_of_unaveraged_variables_of(model)
+  return keras_model_fn, model

@@ -389,22 +389,36 @@ def initial_weights(
   return get_weights(keras_model_fn())
 
 
+def scratch_model(keras_model_fn: KerasModelFn) -> tf.keras.Model:
+  """The model `keras_model_fn` builds, in a graph of its own: for what a
+  builder reads of a model without running it (its outputs, its input,
+  its variables' names and shapes). Build it once and read it all: a large
+  model takes seconds to build."""
+  with tf.Graph().as_default():
+    return keras_model_fn()
+
+
+def zeros_like_weights(
+  model: tf.keras.Model,
+) -> tff.learning.models.ModelWeights:
+  """Numpy zeros shaped like `model`'s weights."""
+  return tff.learning.models.ModelWeights(
+    [
+      np.zeros(v.shape, v.dtype.as_numpy_dtype)
+      for v in model.trainable_variables
+    ],
+    [
+      np.zeros(v.shape, v.dtype.as_numpy_dtype)
+      for v in model.non_trainable_variables
+    ],
+  )
+
+
 def zero_weights(
   keras_model_fn: KerasModelFn,
 ) -> tff.learning.models.ModelWeights:
   """Numpy zeros shaped like the model's weights (built in a scratch graph)."""
-  with tf.Graph().as_default():
-    model = keras_model_fn()
-    return tff.learning.models.ModelWeights(
-      [
-        np.zeros(v.shape, v.dtype.as_numpy_dtype)
-        for v in model.trainable_variables
-      ],
-      [
-        np.zeros(v.shape, v.dtype.as_numpy_dtype)
-        for v in model.non_trainable_variables
-      ],
-    )
+  return zeros_like_weights(scratch_model(keras_model_fn))
 
 
 def all_finite(weights) -> bool:
