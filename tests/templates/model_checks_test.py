@@ -32,12 +32,16 @@ class _ReadsZ(regularizers_lib.Regularizer):
 
 def test_a_missing_output_is_named_with_who_reads_it():
   model_fn = model_lib.contract_model_fn(_plain_model)
-  model_checks.check_outputs(model_fn, {'logits': ['FedAvg']})
+  model_checks.check_outputs(
+    model_lib.scratch_model(model_fn), {'logits': ['FedAvg']}
+  )
   with pytest.raises(
     ValueError,
     match=r"MOON reads the model's 'z' output .*outputs \['logits'\]",
   ):
-    model_checks.check_outputs(model_fn, {'z': ['MOON']})
+    model_checks.check_outputs(
+      model_lib.scratch_model(model_fn), {'z': ['MOON']}
+    )
 
 
 def test_a_regularizer_reading_an_output_the_model_lacks_is_refused():
@@ -61,7 +65,7 @@ def test_a_builder_checks_and_reads_the_model_from_one_build():
   with pytest.warns(UserWarning, match='2 non-trainable variables'):
     model_fn, model = model_checks.checked_model(counted_model, [])
   assert len(builds) == 1
-  assert model_checks.input_shape_of(model).as_list() == [None, 3]
+  assert model_checks.input_shape(model).as_list() == [None, 3]
   zeros = model_lib.zeros_like_weights(model)
   assert [z.shape for z in zeros.trainable] == [(3,), (3,), (3, 2), (2,)]
   assert [z.shape for z in zeros.non_trainable] == [(3,), (3,)]
@@ -94,7 +98,9 @@ def test_needed_outputs_are_the_terms_declared_and_the_deepest_layer_leads():
 
 
 def test_the_input_shape_is_the_models_batched_x():
-  assert model_checks.input_shape(_plain_model).as_list() == [None, 3]
+  assert model_checks.input_shape(
+    model_lib.scratch_model(_plain_model)
+  ).as_list() == [None, 3]
 
 
 def test_only_a_model_with_non_trainable_variables_gets_the_warning():
@@ -104,10 +110,14 @@ def test_only_a_model_with_non_trainable_variables_gets_the_warning():
     return tf.keras.Model(inputs, tf.keras.layers.Dense(2)(normed))
 
   with pytest.warns(UserWarning, match='2 non-trainable variables'):
-    model_checks.warn_of_unaveraged_variables(with_batch_norm)
+    model_checks.warn_of_unaveraged_variables(
+      model_lib.scratch_model(with_batch_norm)
+    )
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
-    model_checks.warn_of_unaveraged_variables(_plain_model)
+    model_checks.warn_of_unaveraged_variables(
+      model_lib.scratch_model(_plain_model)
+    )
   assert not [w for w in caught if 'non-trainable' in str(w.message)]
 
 

@@ -80,9 +80,7 @@ def set_up_loop(
   keras_model_fn, model = model_checks.checked_model(
     keras_model_fn, regularizers
   )
-  client_data.check_element_spec(
-    element_spec, model_checks.input_shape_of(model)
-  )
+  client_data.check_element_spec(element_spec, model_checks.input_shape(model))
   zero_weights = model_lib.zeros_like_weights(model)
   weights_type = model_lib.weights_type_of(zero_weights)
   distributor = distributors.build_distributor(

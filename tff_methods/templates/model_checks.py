@@ -67,24 +67,19 @@ def describe_output(name: str) -> str:
 
 
 def check_outputs(
-  keras_model_fn: model_lib.KerasModelFn, needed: Mapping[str, Sequence[str]]
+  model: tf.keras.Model, needed: Mapping[str, Sequence[str]]
 ) -> None:
   """Raises if the model lacks an output a method reads.
 
   Args:
-    keras_model_fn: Builds the model (in a scratch graph here).
+    model: The model in the contract's form (`model_lib.scratch_model` of
+      the builder's function).
     needed: Output name -> the methods (regularizers) that read it.
 
   Raises:
     ValueError: naming the output, what it is, who reads it, the model's
       outputs and how to name it (`named_outputs`).
   """
-  _check_outputs_of(model_lib.scratch_model(keras_model_fn), needed)
-
-
-def _check_outputs_of(
-  model: tf.keras.Model, needed: Mapping[str, Sequence[str]]
-) -> None:
   has = sorted(model.output)
   for name in sorted(needed):
     if name in has:
@@ -104,14 +99,7 @@ def _check_outputs_of(
     )
 
 
-def input_shape(
-  keras_model_fn: model_lib.KerasModelFn,
-) -> Optional[tf.TensorShape]:
-  """The shape of the model's input `x` (built in a scratch graph)."""
-  return input_shape_of(model_lib.scratch_model(keras_model_fn))
-
-
-def input_shape_of(model: tf.keras.Model) -> Optional[tf.TensorShape]:
+def input_shape(model: tf.keras.Model) -> Optional[tf.TensorShape]:
   """The shape of `model`'s input `x`; None for a model of several inputs."""
   inputs = model.input
   if isinstance(inputs, (list, tuple, collections.abc.Mapping)):
@@ -119,16 +107,10 @@ def input_shape_of(model: tf.keras.Model) -> Optional[tf.TensorShape]:
   return inputs.shape
 
 
-def warn_of_unaveraged_variables(
-  keras_model_fn: model_lib.KerasModelFn,
-) -> None:
+def warn_of_unaveraged_variables(model: tf.keras.Model) -> None:
   """Warns when the model has non-trainable variables, which no method
   averages (as in TFF's own builders): the global model keeps their
   initial values."""
-  _warn_of_unaveraged_variables_of(model_lib.scratch_model(keras_model_fn))
-
-
-def _warn_of_unaveraged_variables_of(model: tf.keras.Model) -> None:
   names = [v.name for v in model.non_trainable_variables]
   if names:
     warnings.warn(
@@ -150,7 +132,7 @@ def checked_model(
   regularizers read (`check_outputs`, and the warning of
   `warn_of_unaveraged_variables`) before any work; and the model it
   builds, built once in a scratch graph (`model_lib.scratch_model`), for
-  what the builder reads of it (`input_shape_of`,
+  what the builder reads of it (`input_shape`,
   `model_lib.zeros_like_weights`)."""
   if not callable(keras_model_fn) or isinstance(keras_model_fn, tf.keras.Model):
     raise TypeError(
@@ -161,6 +143,6 @@ def checked_model(
     )
   keras_model_fn = model_lib.contract_model_fn(keras_model_fn)
   model = model_lib.scratch_model(keras_model_fn)
-  _check_outputs_of(model, needed_outputs(regularizers))
-  _warn_of_unaveraged_variables_of(model)
+  check_outputs(model, needed_outputs(regularizers))
+  warn_of_unaveraged_variables(model)
   return keras_model_fn, model
