@@ -103,6 +103,13 @@ def test_leaves_a_graph_without_max_pool_gradients_alone():
   before = graph_def.SerializeToString()
   assert onednn_max_pool.pair_max_pool_gradients(graph_def) == 0
   assert graph_def.SerializeToString() == before
+  # The cheap test before parsing a graph: this one can be passed over, a
+  # graph with a gradient can't.
+  assert not onednn_max_pool.may_have_max_pool_gradients(before)
+  with_gradient, _, _ = _pools_and_gradients()
+  assert onednn_max_pool.may_have_max_pool_gradients(
+    with_gradient.SerializeToString()
+  )
 
 
 @needs_onednn

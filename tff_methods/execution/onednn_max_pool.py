@@ -50,6 +50,12 @@ def applies(worker_binary: Optional[str] = None) -> bool:
   )
 
 
+def may_have_max_pool_gradients(serialized_graph_def: bytes) -> bool:
+  """False when a serialized GraphDef has no MaxPool gradient: its op
+  type's name is not among the bytes (a cheap test before parsing it)."""
+  return _GRADIENT.encode() in serialized_graph_def
+
+
 def pair_max_pool_gradients(graph_def: tf.compat.v1.GraphDef) -> int:
   """Gives each MaxPool gradient of `graph_def` oneDNN's kernel, in place.
 
