@@ -82,6 +82,35 @@ def test_each_step_follows_the_objectives_gradient_with_plain_sgd():
   assert sums['num_batches'].numpy() == steps
 
 
+def test_a_clients_training_is_traced_without_autograph(monkeypatch):
+  # Written in TensorFlow's control flow (tf.cond, tf.while_loop), the
+  # loop needs no conversion; autograph converting it and everything it
+  # calls cost about 2 s of each new process's first build.
+  from tensorflow.python.autograph.impl import api
+
+  converted = []
+  convert = api.converted_call
+
+  def recorded(f, *args, **kwargs):
+    module = getattr(f, '__module__', None) or ''
+    converted.append(f'{module}.{getattr(f, "__qualname__", f)}')
+    return convert(f, *args, **kwargs)
+
+  monkeypatch.setattr(api, 'converted_call', recorded)
+  update_fn = local_training.build_client_update_fn(
+    _linear_model_fn,
+    optimizers.build_client_sgd(0.1),
+    [_HalfSquaredNorm(1.0)],
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+  )
+  result, _, _ = update_fn(
+    model_lib.initial_weights(_linear_model_fn, seed=1), _batches(2)
+  )
+  assert result.update_weight.numpy() == 8
+  # (Keras converts its layers' `call` itself.)
+  assert [name for name in converted if not name.startswith('keras.')] == []
+
+
 @pytest.mark.parametrize('label_shape', [(-1,), (-1, 1)])
 def test_training_accuracy_counts_each_label_once_whatever_its_shape(
   label_shape,
