@@ -124,6 +124,11 @@ def test_secure_sums_compile_in_the_clear_as_tffs_test_context_does():
   compiled = worker_compilation.compile_for_simulation(secure_total)
   assert 'federated_secure' not in str(_proto(compiled))
   assert secure_total([3, 4, 100]) == 107
+  # Before a MapReduceForm (in-process): replaced where there are any.
+  in_the_clear = worker_compilation.secure_sums_in_the_clear(secure_total)
+  assert 'federated_secure' not in str(_proto(in_the_clear))
+  plain = _federated(with_numpy_function=False)
+  assert worker_compilation.secure_sums_in_the_clear(plain) is plain
 
 
 def test_the_secure_prefix_names_every_intrinsic_tffs_test_compiler_replaces():

@@ -50,6 +50,7 @@ from tensorflow_federated.python.core.impl.context_stack import context_base
 
 from tff_methods.execution import devices as devices_lib
 from tff_methods.execution import session_graphs
+from tff_methods.execution import worker_compilation
 
 # A device's clients per session call, by default: enough that a round of
 # small clients is a call or two a device.
@@ -247,13 +248,9 @@ def _local_tensorflow(computation):
 def _map_reduce_form(computation):
   """TFF's MapReduceForm of `computation`, its secure sums in the clear."""
   import tensorflow_federated as tff
-  from tensorflow_federated.python.core.backends.test import (
-    compiler as test_compiler,
-  )
 
   return tff.backends.mapreduce.get_map_reduce_form_for_computation(
-    test_compiler.replace_secure_intrinsics_with_bodies(computation),
-    _no_grappler(),
+    worker_compilation.secure_sums_in_the_clear(computation), _no_grappler()
   )
 
 
