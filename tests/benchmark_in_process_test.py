@@ -105,6 +105,74 @@ def test_each_method_is_judged_on_its_floor_or_its_worker_target():
   ) in ' '.join(lines)
 
 
+def test_op_time_is_split_into_data_arithmetic_and_framework():
+  shares = benchmark_in_process.op_time_shares(
+    {
+      '_MklNativeFusedConv2D': 50,
+      'MatMul': 20,
+      'AddV2': 10,
+      'ReadFile': 6,
+      'ParseExampleV2': 4,
+      'Merge': 7,
+      'AssignVariableOp': 3,
+    }
+  )
+  assert shares == pytest.approx(
+    {'arithmetic': 0.8, 'data and state': 0.1, 'framework': 0.1}
+  )
+
+
+def test_a_miss_says_how_much_of_the_worker_time_the_kernels_took():
+  model = _model(20)
+  # Of in-process FedAvg's 0.8 s, 75% in the kernels: 0.6 s, 1.5 of the
+  # worker's 0.4 s, where the target allows 0.7.
+  model['in_process']['fedavg']['op_time_shares'] = {
+    'arithmetic': 0.75,
+    'data and state': 0.05,
+    'framework': 0.2,
+  }
+  note = ' '.join(
+    benchmark_in_process.report_lines(
+      model, 100, 'cpu:0, cpu:1', _WORKER_TARGETS
+    )
+  )
+  assert (
+    'A traced round in this process spent 75% of its op time in the '
+    "arithmetic's kernels (convolutions, matmuls, elementwise; 5% data and "
+    "state, 20% the framework's ops): at that share, 0.60 s of this round, "
+    "1.50 of the worker's time, against the 0.70 the target allows."
+  ) in note
+
+
+def test_a_traced_fedavg_round_in_process_is_mostly_its_arithmetic(
+  tmp_path,
+):
+  import tensorflow_federated as tff
+
+  from tff_methods.algorithms import hyperparameters
+  from tff_methods.execution import in_process
+  from tff_methods_tasks import datasets
+
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  data = datasets.generated_like('cifar10', 2, 8, str(tmp_path), seed=0)
+  with tff.framework.get_context_stack().install(context):
+    shares = benchmark_in_process.fedavg_op_time_shares(
+      context,
+      'fedcka_cnn',
+      data,
+      hyperparameters.Hyperparameters(num_clients=2),
+      1,
+      8,
+      0,
+    )
+  context.close()
+  assert sum(shares.values()) == pytest.approx(1.0)
+  # The CNN's convolutions dominate; the clients' files are read too.
+  assert shares['arithmetic'] > 0.5
+  assert shares['data and state'] > 0
+  assert not context.trace
+
+
 def test_in_process_over_the_worker_is_the_median_of_the_passes_own():
   model = _model(20)
   # The medians over the passes give 0.8 / 0.4; within each pass the paths

@@ -4,8 +4,11 @@ clients each device trains a second, the ratio to FedAvg in this process,
 and their targets: in-process FedAvg against the worker's, and each method
 against in-process FedAvg."""
 
-from typing import Optional
+import collections
+import re
+from typing import Mapping, Optional
 
+from tff_methods.execution import devices
 from tff_methods_tooling import benchmark_floors
 from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import benchmark_twins
@@ -14,6 +17,55 @@ from tff_methods_tooling import benchmark_twins
 # which the in-process path (many clients a call) must do better than the
 # worker.
 SMALL_CLIENTS = 20
+
+
+# The kernels of a model's arithmetic (convolutions, matmuls, pooling,
+# activations, losses, elementwise); a client's other ops are its data and
+# state (the host's: `devices.is_host_op`) or the framework's (control flow,
+# variables, shapes, constants).
+ARITHMETIC_OP = re.compile(
+  r'Conv|MatMul|Pool|Relu|Softmax|Xent|BiasAdd|Mul|Add|Sub|Sum|Mean|Square|'
+  r'Sqrt|Exp|Log|Neg|Div|Max|Min|Prod|L2Loss|Rsqrt|Tanh|Sigmoid|Pow'
+)
+
+
+def op_time_shares(op_micros: Mapping[str, float]) -> dict[str, float]:
+  """The shares of op time (`{op type: time}`) by part: 'data and state',
+  'arithmetic', 'framework'."""
+  parts = collections.Counter()
+  for op, micros in op_micros.items():
+    if devices.is_host_op(op):
+      parts['data and state'] += micros
+    elif ARITHMETIC_OP.search(op):
+      parts['arithmetic'] += micros
+    else:
+      parts['framework'] += micros
+  total = sum(parts.values())
+  return {part: micros / total for part, micros in parts.items()}
+
+
+def fedavg_op_time_shares(
+  context, model_name: str, data, hparams, local_epochs, batch_size, seed
+) -> dict[str, float]:
+  """The shares of a traced in-process FedAvg round's op time by part
+  (`op_time_shares`), its devices' summed; run in `context` (installed),
+  after a warm-up round. A traced round runs its devices one at a time."""
+  client_ids = list(data.client_data.client_ids)
+  process, _ = benchmark_processes.benchmark_process(
+    'fedavg', model_name, data, hparams, local_epochs, batch_size, seed
+  )
+  state = process.initialize()
+  state = process.next(state, benchmark_processes.keys(client_ids, 1)).state
+  context.trace = True
+  try:
+    process.next(state, benchmark_processes.keys(client_ids, 2))
+  finally:
+    context.trace = False
+  round_fn = getattr(process.next, '_computation', process.next)
+  summed = collections.Counter()
+  for op_micros in context.op_micros(round_fn).values():
+    summed.update(op_micros)
+  return op_time_shares(summed)
 
 
 def fedavg_target(model: dict) -> float:
@@ -135,5 +187,17 @@ def _fedavg_miss(model, num_clients, limit, matmul_flops_per_second) -> str:
       f'leaves {1000 * (allowed - floor) / num_clients:.1f} ms a client, '
       f'and in-process FedAvg took {1000 * (ours - floor) / num_clients:.1f}'
       ' ms.'
+    )
+  shares = model['in_process']['fedavg'].get('op_time_shares')
+  if shares:
+    arithmetic = shares.get('arithmetic', 0.0)
+    note += (
+      f' A traced round in this process spent {arithmetic:.0%} of its op '
+      "time in the arithmetic's kernels (convolutions, matmuls, "
+      f"elementwise; {shares.get('data and state', 0.0):.0%} data and state, "
+      f"{shares.get('framework', 0.0):.0%} the framework's ops): at that "
+      f'share, {arithmetic * ours:.2f} s of this round, '
+      f"{arithmetic * ours / model['methods']['fedavg']['median']:.2f} of "
+      f"the worker's time, against the {limit:.2f} the target allows."
     )
   return note

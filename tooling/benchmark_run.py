@@ -23,6 +23,7 @@ from tff_methods_tasks import datasets
 from tff_methods_tasks import models as task_models
 from tff_methods_tooling import benchmark
 from tff_methods_tooling import benchmark_floors
+from tff_methods_tooling import benchmark_in_process
 from tff_methods_tooling import benchmark_memory
 from tff_methods_tooling import benchmark_processes
 from tff_methods_tooling import benchmark_report
@@ -335,6 +336,21 @@ def _time_model(
       benchmark.combine_passes(in_process_passes),
       [project for project, _ in outcomes],
       in_process_passes,
+    )
+    # Where in-process FedAvg's time goes, by part: a traced round after
+    # the passes (the report puts a miss of its target against it).
+    (in_process_timings['fedavg']['op_time_shares'],) = passes.in_process(
+      functools.partial(
+        benchmark_in_process.fedavg_op_time_shares,
+        in_process_context,
+        model_name,
+        data,
+        hparams,
+        settings.local_epochs,
+        settings.batch_size,
+        settings.seed,
+      ),
+      passes=1,
     )
   else:
     outcomes = passes.on_worker(with_twins)

@@ -26,9 +26,7 @@ most of the many-a-call trace.
 """
 
 import argparse
-import collections
 import concurrent.futures
-import re
 import statistics
 import time
 
@@ -55,53 +53,17 @@ def _per_client_step(plan, device):
   )
 
 
-# Kernels that do the model's arithmetic; the rest of a client's ops
-# (function calls, control flow, variables, shapes) are the framework's.
-_ARITHMETIC = re.compile(
-  r'Conv|MatMul|Pool|Relu|Softmax|Xent|BiasAdd|Mul|Add|Sub|Sum|Mean|Square|'
-  r'Sqrt|Exp|Log|Neg|Div|Max|Min|Prod|L2Loss|Rsqrt|Tanh|Sigmoid|Pow'
-)
-
-
 def _op_shares(graph, leaves):
-  """The shares of a traced call's op time by part (its second trace: the
-  first builds the kernels)."""
-  import tensorflow as tf
+  """The shares of a traced call's op time by part
+  (`benchmark_in_process.op_time_shares`; its second trace: the first
+  builds the kernels), and each op type's share."""
+  from tff_methods_tooling import benchmark_in_process
 
-  from tff_methods.execution import devices
-  from tff_methods.execution import session_graphs
-
-  feed = dict(zip(graph._feeds, leaves))  # pylint: disable=protected-access
-  feed.update(graph._tokens)  # pylint: disable=protected-access
   for _ in range(2):
-    if graph._initialize:  # pylint: disable=protected-access
-      graph._initialize(*graph._tokens.values())  # pylint: disable=protected-access
-    metadata = tf.compat.v1.RunMetadata()
-    graph._session.run(  # pylint: disable=protected-access
-      graph._fetches,  # pylint: disable=protected-access
-      feed_dict=feed,
-      options=tf.compat.v1.RunOptions(
-        trace_level=tf.compat.v1.RunOptions.SOFTWARE_TRACE
-      ),
-      run_metadata=metadata,
-    )
-  parts, ops = collections.Counter(), collections.Counter()
-  for stats in metadata.step_stats.dev_stats:
-    for node in stats.node_stats:
-      op = session_graphs._op_type(node.timeline_label)  # pylint: disable=protected-access
-      if op in ('StatefulPartitionedCall', 'PartitionedCall', 'While'):
-        continue  # Their ops are counted one by one.
-      if devices.is_host_op(op):
-        part = 'data and state'
-      elif _ARITHMETIC.search(op):
-        part = 'arithmetic'
-      else:
-        part = 'framework'
-      parts[part] += node.op_end_rel_micros
-      ops[op] += node.op_end_rel_micros
-  total = sum(parts.values())
-  return {k: v / total for k, v in parts.items()}, {
-    op: micros / total for op, micros in ops.most_common()
+    graph.run(leaves, trace=True)
+  total = sum(graph.op_micros.values())
+  return benchmark_in_process.op_time_shares(graph.op_micros), {
+    op: micros / total for op, micros in graph.op_micros.most_common()
   }
 
 

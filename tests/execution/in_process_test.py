@@ -121,6 +121,20 @@ def test_a_round_runs_in_process_and_sums_clients_from_every_device():
   assert context.on_fallback == []
 
 
+def test_a_traced_round_times_its_clients_ops_by_type_without_the_loop():
+  context = in_process.InProcessExecutionContext(['cpu:0'], fallback_fn=None)
+  with tff.framework.get_context_stack().install(context):
+    _sum_round(10, [1, 2, 3])
+    assert context.op_micros(_sum_round) == {'/device:CPU:0': {}}
+    context.trace = True
+    _sum_round(10, [1, 2, 3])
+  (op_micros,) = context.op_micros(_sum_round).values()
+  # The clients' doubling (Mul) and the running sum (AddV2), in the
+  # device's loop (lowered to the executor's control flow).
+  assert {'Mul', 'AddV2', 'LoopCond'} <= set(op_micros)
+  assert all(micros >= 0 for micros in op_micros.values())
+
+
 @tff.federated_computation(
   tff.FederatedType(np.float32, tff.SERVER),
   tff.FederatedType(np.float32, tff.CLIENTS),

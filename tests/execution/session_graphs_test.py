@@ -119,5 +119,36 @@ def test_a_loop_reads_each_clients_data_set_from_its_serialized_graph():
   loop.close()
 
 
+def test_op_time_counts_a_functions_ops_and_not_the_call_around_them():
+  from tensorflow.core.framework import step_stats_pb2
+
+  def node(label, micros):
+    return step_stats_pb2.NodeExecStats(
+      timeline_label=label, op_end_rel_micros=micros
+    )
+
+  stats = step_stats_pb2.StepStats(
+    dev_stats=[
+      step_stats_pb2.DeviceStepStats(
+        device='/job:localhost/replica:0/task:0/device:CPU:0',
+        node_stats=[
+          # A call that was not inlined spans its function's two ops.
+          node('call = StatefulPartitionedCall(x)', 50),
+          node('call/conv = Conv2D(x, w)', 30),
+          node('call/add = AddV2(conv, b)', 15),
+          node('loop = While(i)', 40),
+          node('loop/mul = Mul(a, b)', 35),
+          node('other = AddV2(y, z)', 5),
+        ],
+      )
+    ]
+  )
+  assert session_graphs.op_micros(stats) == {
+    'Conv2D': 30,
+    'AddV2': 20,
+    'Mul': 35,
+  }
+
+
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__]))

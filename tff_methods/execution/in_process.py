@@ -335,7 +335,7 @@ class InProcessExecutionContext(context_base.SyncContext):
       return self._fallback.invoke(comp, arg)
     if self.trace:
       for graph in plan.graphs():
-        graph.traced = graph.elsewhere = None
+        graph.traced = graph.elsewhere = graph.op_micros = None
     plan.trace = self.trace
     if isinstance(plan, _MapReduceRound):
       result = plan(arg[0], list(arg[1]))
@@ -350,6 +350,15 @@ class InProcessExecutionContext(context_base.SyncContext):
     work ran: {assigned device: {device that ran nodes: node count}}."""
     return {
       device: dict(graph.traced or {})
+      for device, graph in self._work_graphs(computation).items()
+    }
+
+  def op_micros(self, computation) -> dict:
+    """The op time of the last traced call of `computation`'s client work:
+    {assigned device: {op type: microseconds}}. A traced call runs its
+    devices one at a time."""
+    return {
+      device: dict(graph.op_micros or {})
       for device, graph in self._work_graphs(computation).items()
     }
 

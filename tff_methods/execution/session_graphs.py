@@ -23,6 +23,34 @@ from tff_methods.execution import devices
 _TRACE_LOCK = threading.Lock()
 
 
+# Ops that run functions (calls the session did not inline, functional
+# control flow): their time spans their functions' ops, traced themselves.
+_CALL_OPS = frozenset(
+  {
+    'PartitionedCall',
+    'StatefulPartitionedCall',
+    'While',
+    'StatelessWhile',
+    'If',
+    'StatelessIf',
+    'Case',
+    'StatelessCase',
+  }
+)
+
+
+def op_micros(step_stats) -> collections.Counter:
+  """Each op type's microseconds in a traced run's `step_stats`, ops that
+  run functions left out (their functions' ops are counted)."""
+  micros = collections.Counter()
+  for stats in step_stats.dev_stats:
+    for node in stats.node_stats:
+      op = _op_type(node.timeline_label)
+      if op not in _CALL_OPS:
+        micros[op] += node.op_end_rel_micros
+  return micros
+
+
 def _op_type(timeline_label: str) -> str:
   """The op type in a step stat's label, `name = Type(inputs)`."""
   match = re.search(r'= (\w+)\(', timeline_label)
@@ -153,6 +181,10 @@ class SessionGraph:
   one before, `bound` mapping its parameter's leaves to that one's result
   leaves. The feeds are every part's other parameter leaves, part by part;
   the results the last part's.
+
+  After a traced run (`run(..., trace=True)`): `traced`, the nodes that ran
+  on each device; `elsewhere`, the op types that ran off this graph's
+  device; `op_micros`, each op type's microseconds (`op_micros`).
   """
 
   def __init__(self, parts, device: str, threads: int = 0):
@@ -215,6 +247,7 @@ class SessionGraph:
     )
     self.traced = None
     self.elsewhere = None
+    self.op_micros = None
 
   def _placed_graph_def(self, tf_proto, device: str):
     """The computation's graph, each node without a device placed on
@@ -271,6 +304,7 @@ class SessionGraph:
       if not stats.device.endswith(self.device.replace('/device', 'device'))
       for node in stats.node_stats
     )
+    self.op_micros = op_micros(metadata.step_stats)
     return outputs
 
   def close(self):
