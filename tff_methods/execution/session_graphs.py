@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tff_methods.execution import dataset_reductions
 from tff_methods.execution import devices
 
 _TRACE_LOCK = threading.Lock()
@@ -108,9 +109,7 @@ def flatten(value: Any, type_spec) -> list:
     ]
   if isinstance(type_spec, computation_types.SequenceType):
     if isinstance(value, list):
-      from tensorflow_federated.python.core.environments.tensorflow_backend import (  # noqa: E501
-        tensorflow_utils,
-      )
+      from tensorflow_federated.python.core.impl.utils import tensorflow_utils
 
       value = tensorflow_utils.make_data_set_from_elements(
         None, value, type_spec.element
@@ -250,10 +249,12 @@ class SessionGraph:
     self.op_micros = None
 
   def _placed_graph_def(self, tf_proto, device: str):
-    """The computation's graph, each node without a device placed on
-    `device` or, if it belongs there, on the host; its op types noted."""
+    """The computation's graph, its data sets' reductions as loops
+    (`dataset_reductions`), each node without a device placed on `device`
+    or, if it belongs there, on the host; its op types noted."""
     graph_def = tf.compat.v1.GraphDef()
     tf_proto.graph_def.Unpack(graph_def)
+    graph_def = dataset_reductions.as_loops(graph_def)
     for node in graph_def.node:
       if not node.device:
         node.device = (
