@@ -72,6 +72,27 @@ def test_each_reduction_becomes_a_call_of_a_loop(computation):
   assert 'ReduceDataset' in _ops(before)
 
 
+def test_a_reduction_the_loop_cant_take_stays_as_it_is(monkeypatch):
+  # A polymorphic reduce function: an argument of a type attribute.
+  graph_def = _graph_def(_digits_and_product)
+  (reduction,) = [n for n in graph_def.node if n.op == 'ReduceDataset']
+  (reduce_fn,) = [
+    f
+    for f in graph_def.library.function
+    if f.signature.name == reduction.attr['f'].func.name
+  ]
+  reduce_fn.signature.input_arg[0].type = 0
+  reduce_fn.signature.input_arg[0].type_attr = 'T'
+  assert 'ReduceDataset' in _ops(dataset_reductions.as_loops(graph_def))
+  # A loop whose function names the graph has already.
+  graph_def = _graph_def(_digits_and_product)
+  taken = graph_def.library.function[0]
+  monkeypatch.setattr(dataset_reductions, '_loop_functions', lambda *_: [taken])
+  after = dataset_reductions.as_loops(graph_def)
+  assert 'ReduceDataset' in _ops(after)
+  assert len(after.library.function) == len(graph_def.library.function)
+
+
 def test_a_graph_without_reductions_is_returned_as_it_is():
   graph_def = _graph_def(tff.tensorflow.computation(lambda: np.float32(1.0)))
   assert dataset_reductions.as_loops(graph_def) is graph_def

@@ -29,7 +29,10 @@ _REDUCE = 'ReduceDataset'
 def as_loops(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
   """`graph_def` with each `ReduceDataset` node, in the graph or in its
   functions, replaced by a call of a loop over the data set
-  (`_loop_functions`); `graph_def` itself when it has none."""
+  (`_loop_functions`); `graph_def` itself when it has none. A reduction
+  whose function's arguments are not all of fixed types (a polymorphic
+  function), or whose loop's function names the graph has already, stays
+  as it is."""
   functions = {f.signature.name: f for f in graph_def.library.function}
   if not any(
     node.op == _REDUCE
@@ -48,21 +51,32 @@ def as_loops(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
     ]
     key = (reduce_fn, str(state_shapes), len(node.attr['Targuments'].list.type))
     if key not in loops:
-      loop_defs = _loop_functions(functions[reduce_fn], state_shapes, key[2])
-      graph_def.library.function.extend(loop_defs)
-      loops[key] = loop_defs[0].signature.name
+      reduce_def = functions[reduce_fn]
+      if any(not arg.type for arg in reduce_def.signature.input_arg):
+        loops[key] = None
+      else:
+        loop_defs = _loop_functions(reduce_def, state_shapes, key[2])
+        names = {f.signature.name for f in graph_def.library.function}
+        # (Names new in this process; a graph made elsewhere may have them.)
+        if names & {f.signature.name for f in loop_defs}:
+          loops[key] = None
+        else:
+          graph_def.library.function.extend(loop_defs)
+          loops[key] = loop_defs[0].signature.name
     return loops[key]
 
   for index, node in enumerate(graph_def.node):
-    if node.op == _REDUCE:
+    if node.op == _REDUCE and loop_for(node):
       # A graph's nodes name their inputs `node:index` whatever the op.
       graph_def.node[index].CopyFrom(_call(node, loop_for(node)))
   for function in list(graph_def.library.function):
-    reduced = [n.name for n in function.node_def if n.op == _REDUCE]
+    reduced = [
+      n.name for n in function.node_def if n.op == _REDUCE and loop_for(n)
+    ]
     if not reduced:
       continue
     for index, node in enumerate(function.node_def):
-      if node.op == _REDUCE:
+      if node.name in reduced:
         function.node_def[index].CopyFrom(_call(node, loop_for(node)))
     # A function's nodes name an output by the op's output argument.
     renamed = {f'{name}:components:': f'{name}:output:' for name in reduced}
