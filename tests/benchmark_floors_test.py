@@ -180,10 +180,6 @@ def test_scaffolds_floor_is_printed_beside_its_own_target():
   assert '| scaffold | 0.52 | 1.30 |  | <= 1.1 | **no** |' in text
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_every_method_beyond_fedavg_has_a_floor_the_benchmark_measures():
   assert set(benchmark_floors.EXTRA_SECONDS) == set(
     benchmark_floors.FLOOR_PARTS
@@ -243,3 +239,7 @@ def test_a_calls_own_cost_comes_off_each_part(monkeypatch):
   assert figures['part'] == pytest.approx(3e-4)
   assert figures['cheap'] == 0.0
   assert figures['extra_seconds'] == pytest.approx(3e-4)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

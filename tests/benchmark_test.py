@@ -141,10 +141,6 @@ def test_scaling_reports_tffs_cost_per_client(tmp_path):
   assert context.on_fallback == []
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def _run_settings(**kwargs):
   return benchmark_run.Settings(
     **{
@@ -232,3 +228,7 @@ def test_each_pass_times_in_process_right_after_the_worker(monkeypatch):
     [0.5, 0.9, 0.75]
   )
   assert combined['fedavg']['over_worker'] == pytest.approx(0.75)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -64,10 +64,6 @@ def test_a_weighting_setting_names_one_of_its_own_processes_settings():
     )
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_a_term_takes_its_settings_by_name():
   @dataclasses.dataclass(frozen=True)
   class Settings:
@@ -92,3 +88,7 @@ def test_a_term_takes_its_settings_by_name():
     method_spec.builder(
       method_spec.MethodSpec(name='own', display_name='Own', build=print)
     )
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

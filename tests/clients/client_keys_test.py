@@ -62,10 +62,6 @@ def test_data_source_iterator_survives_program_state(tmp_path):
     client_keys.ClientRoundDataSource(['a'], sampling='with_replacement')
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_a_key_names_its_client_and_round():
   key = client_keys.client_key('client/7', 12)
   assert key.tolist() == [b'client/7', b'12']
@@ -77,3 +73,7 @@ def test_a_key_names_its_client_and_round():
   # source that gives keys.
   with pytest.raises(TypeError, match='ClientRoundDataSource'):
     client_keys.round_of_key('client/7')
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

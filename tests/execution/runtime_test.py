@@ -201,10 +201,6 @@ def test_a_binary_ends_on_the_interruption_as_on_the_signal(
   assert says in stderr and 'Traceback' not in stderr
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 _ORPHAN = """
 import os, signal, time
 from tff_methods_tooling import process_setup
@@ -249,3 +245,7 @@ def test_an_orphaned_job_ends_though_its_sigterm_handler_cannot_run():
   while time.monotonic() < deadline and _alive(job):
     time.sleep(0.2)
   assert not _alive(job)
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

@@ -223,10 +223,6 @@ def test_from_another_thread_the_interruption_is_an_error_naming_the_signal(
   assert in_thread == [signal.SIGTERM]
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 _SIGNAL_WHILE_LOCKED = """
 import os, signal, subprocess, sys
 from tff_methods.execution import workers
@@ -255,3 +251,7 @@ def test_a_signal_while_the_workers_lock_is_held_still_ends_them():
   assert not os.path.exists(f'/proc/{sleeper}') or (
     open(f'/proc/{sleeper}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z'
   )
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))

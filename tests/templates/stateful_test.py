@@ -501,10 +501,6 @@ def test_regularizers_reading_previous_models_need_a_stateful_process(setup):
   assert regularizers.needs_previous_model([fedcka.CKAContrastiveTerm(1.0)])
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__]))
-
-
 def test_where_states_live_is_the_builders_argument_not_the_context(setup):
   # Built while the in-process context is current, a process keeps its
   # clients' states where its builder says: files by default, memory when
@@ -532,3 +528,7 @@ def test_where_states_live_is_the_builders_argument_not_the_context(setup):
     setup['spec'],
     hyperparameters.Hyperparameters(client_states_in_memory=True),
   ).client_states.in_memory
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__]))
