@@ -65,19 +65,22 @@ def as_loops(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
           loops[key] = loop_defs[0].signature.name
     return loops[key]
 
-  for index, node in enumerate(graph_def.node):
-    if node.op == _REDUCE and loop_for(node):
-      # A graph's nodes name their inputs `node:index` whatever the op.
-      graph_def.node[index].CopyFrom(_call(node, loop_for(node)))
+  def replace(nodes) -> list[str]:
+    """Replaces each reduction of `nodes` that has a loop; their names."""
+    replaced = []
+    for node in nodes:
+      loop = loop_for(node) if node.op == _REDUCE else None
+      if loop:
+        node.CopyFrom(_call(node, loop))
+        replaced.append(node.name)
+    return replaced
+
+  # A graph's nodes name their inputs `node:index` whatever the op.
+  replace(graph_def.node)
   for function in list(graph_def.library.function):
-    reduced = [
-      n.name for n in function.node_def if n.op == _REDUCE and loop_for(n)
-    ]
+    reduced = replace(function.node_def)
     if not reduced:
       continue
-    for index, node in enumerate(function.node_def):
-      if node.name in reduced:
-        function.node_def[index].CopyFrom(_call(node, loop_for(node)))
     # A function's nodes name an output by the op's output argument.
     renamed = {f'{name}:components:': f'{name}:output:' for name in reduced}
     for node in function.node_def:
